@@ -1,0 +1,376 @@
+"""The `autotune` command: parse, call, print. Errors become one line and exit code 2."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import sys
+import warnings
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from autotune import display
+from autotune.errors import AutotuneError, InputError
+from autotune.problem import load_problem
+from autotune.space import parse_overrides
+
+console = Console(soft_wrap=True)
+
+
+def _quiet_optuna() -> None:
+    """autotune prints its own progress; Optuna's info log and its warnings about running
+    heartbeats outside Study.optimize (which ask-and-tell needs) are noise here."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--engine, --model, --cluster and --space, shared by every command that plans or runs."""
+    options = [
+        click.option(
+            "--engine",
+            default="deepspeed",
+            show_default=True,
+            help="Training engine: deepspeed or torch.",
+        ),
+        click.option(
+            "--model",
+            default="tiny",
+            show_default=True,
+            help="Workload preset (tiny, gpt-1.3b, llama3-8b, ...) or YAML file.",
+        ),
+        click.option(
+            "--cluster",
+            default="local",
+            show_default=True,
+            help="Cluster preset (local, local:N, dgx-h100:16, ...) or YAML file.",
+        ),
+        click.option("--space", default=None, help="Search-space file [default: the engine's]."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="autotune")
+def cli() -> None:
+    """Find the fastest way to run a training job on a cluster."""
+
+
+@cli.command()
+@problem_options
+@click.option("--sample", default=5, show_default=True, help="Valid configs to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
+def space(
+    engine: str, model: str, cluster: str, space: str | None, sample: int, as_json: bool
+) -> None:
+    """Count and explain the valid configs of a search space."""
+    problem = load_problem(engine, model, cluster, space)
+    found = problem.enumerate().require_some()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "total": found.total,
+                    "valid": len(found.valid),
+                    "removed_by_rule": found.removed,
+                    "sample": [c.as_dict() for c in found.valid[:sample]],
+                },
+                indent=2,
+            )
+        )
+        return
+    display.space_summary(console, problem, found, sample)
+
+
+@cli.command()
+@problem_options
+@click.option("--config", "config_text", default="", help="Knobs to set, e.g. zero=2,mbs=4.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Trial folder [default: results/trials/<engine>-<time>].",
+)
+@click.option("--timeout", default=600.0, show_default=True, help="Wall-clock limit in seconds.")
+@click.option(
+    "--measured-steps",
+    default=None,
+    type=click.IntRange(min=2),
+    help="Measured steps after warm-up [default: 8].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
+def trial(
+    engine: str,
+    model: str,
+    cluster: str,
+    space: str | None,
+    config_text: str,
+    out: Path | None,
+    timeout: float,
+    measured_steps: int | None,
+    as_json: bool,
+) -> None:
+    """Run one config for real and print what was measured."""
+    from autotune import trial as trials
+    from autotune.launchers import get_launcher
+    from autotune.trialspec import StepPlan, TrialSpec
+
+    problem = load_problem(engine, model, cluster, space)
+    config = problem.config(parse_overrides(config_text))
+    steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
+    spec = TrialSpec(
+        engine=problem.engine.name,
+        workload=problem.workload,
+        cluster=problem.cluster,
+        config=config,
+        steps=steps,
+    )
+    folder = out or Path(
+        "results", "trials", f"{engine}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    )
+    if folder.exists() and any(folder.iterdir()):
+        raise InputError(f"trial folder {folder} exists and is not empty")
+    if not as_json:
+        console.print(f"trial {config.label()} -> {folder}")
+    record = trials.run(spec, problem.engine, get_launcher("local"), folder, timeout)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "kind": record.kind,
+                    "error": record.error,
+                    "folder": str(record.folder),
+                    "command": record.command,
+                    "result": record.result,
+                },
+                indent=2,
+            )
+        )
+    else:
+        display.trial_record(console, record)
+    if record.kind != "ok":
+        sys.exit(1)
+
+
+def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--study, --storage and --results for the commands that read a study."""
+    options = [
+        click.option("--study", "study_name", required=True, help="Study name."),
+        click.option(
+            "--storage",
+            default=None,
+            help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
+        ),
+        click.option(
+            "--results",
+            type=click.Path(path_type=Path),
+            default=Path("results"),
+            show_default=True,
+            help="Results root folder.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@cli.command()
+@problem_options
+@click.option("--launcher", default="local", show_default=True, help="local (torchrun).")
+@click.option(
+    "--trials",
+    "n_trials",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Trials to run in the study, counting those of earlier runs.",
+)
+@click.option("--max-time", default=None, help="Start no trial after this long, e.g. 30m, 2h.")
+@click.option(
+    "--timeout-per-trial",
+    default="10m",
+    show_default=True,
+    help="Wall-clock limit of one trial, e.g. 300s, 10m.",
+)
+@click.option(
+    "--study", "study_name", default=None, help="Study name [default: <model>-<cluster>-<engine>]."
+)
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
+)
+@click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root folder.",
+)
+@click.option("--sampler", default="tpe", show_default=True, help="tpe or random.")
+@click.option("--seed", default=None, type=int, help="Seed for reproducible proposals.")
+@click.option(
+    "--measured-steps",
+    default=None,
+    type=click.IntRange(min=2),
+    help="Measured steps per trial after warm-up [default: 8].",
+)
+def run(
+    engine: str,
+    model: str,
+    cluster: str,
+    space: str | None,
+    launcher: str,
+    n_trials: int,
+    max_time: str | None,
+    timeout_per_trial: str,
+    study_name: str | None,
+    storage: str | None,
+    results: Path,
+    sampler: str,
+    seed: int | None,
+    measured_steps: int | None,
+) -> None:
+    """Tune: search the space with real trials, then export the best config."""
+    from autotune.export import export_best
+    from autotune.launchers import get_launcher
+    from autotune.study import Budget, open_study, run_study
+    from autotune.study.samplers import make_sampler
+    from autotune.study.storage import default_study_name, study_ref
+    from autotune.trialspec import StepPlan
+
+    problem = load_problem(engine, model, cluster, space)
+    problem.enumerate().require_some()
+    budget = Budget(
+        trials=n_trials,
+        max_time_s=parse_duration(max_time, "--max-time"),
+        timeout_per_trial_s=parse_duration(timeout_per_trial, "--timeout-per-trial"),
+    )
+    chosen_launcher = get_launcher(launcher)
+    ref = study_ref(study_name or default_study_name(problem), storage, results)
+    study = open_study(ref, problem, make_sampler(sampler, seed))
+    steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
+    console.print(
+        f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
+        f"{problem.workload.name} / {problem.cluster.name}"
+    )
+    outcome = run_study(
+        problem, ref, study, chosen_launcher, budget, steps, display.RichProgress(console), seed
+    )
+    if outcome.resumed_failed:
+        console.print(
+            f"resumed: trial(s) {outcome.resumed_failed} of a run that died are "
+            "recorded as failed (interrupted)"
+        )
+    console.print(f"stopped: {outcome.stop_reason}")
+    exported = []
+    with contextlib.suppress(InputError):  # no completed trial: nothing to export
+        exported = export_best(study, ref.folder / "best", force=True)
+    display.study_summary(console, study, ref, exported)
+
+
+@cli.command(name="trials")
+@study_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+def trials_command(study_name: str, storage: str | None, results: Path, fmt: str) -> None:
+    """Every trial of a study, best first."""
+    from autotune.report import trial_table
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    study = load_existing_study(study_ref(study_name, storage, results))
+    frame = trial_table(study)
+    if fmt == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        click.echo(frame.to_json(orient="records", indent=2))
+    else:
+        display.trial_table(console, frame)
+
+
+@cli.command()
+@study_options
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder [default: results/<study>/best].",
+)
+@click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+def export(
+    study_name: str, storage: str | None, results: Path, out: Path | None, force: bool
+) -> None:
+    """Write the best config's launch files."""
+    from autotune.export import export_best
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    ref = study_ref(study_name, storage, results)
+    study = load_existing_study(ref)
+    for path in export_best(study, out or ref.folder / "best", force=force):
+        console.print(str(path))
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | None, flag: str) -> float | None:
+    """`90`, `90s`, `30m`, `1h30m` -> seconds; must be positive."""
+    if text is None:
+        return None
+    cleaned = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    elif re.fullmatch(f"(?:{_DURATION.pattern})+", cleaned):
+        seconds = sum(float(n) * _SECONDS[u] for n, u in _DURATION.findall(cleaned))
+    else:
+        raise InputError(f"{flag}: expected a duration like 90s, 30m or 1h30m, not {text!r}")
+    if seconds <= 0:
+        raise InputError(f"{flag}: the duration must be positive, not {text!r}")
+    return seconds
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM stops the tuner like Ctrl-C: the running trial is stopped and recorded."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main() -> None:
+    _interrupt_on_sigterm()
+    _quiet_optuna()
+    try:
+        cli.main(standalone_mode=False)
+    except AutotuneError as exc:
+        click.echo(f"autotune: error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"autotune: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("autotune: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,154 @@
+"""Rich output for the terminal commands. Formatting only; nothing here decides anything."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from autotune.problem import Problem
+from autotune.space import Enumeration
+from autotune.trial import TrialRecord
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def space_summary(console: Console, problem: Problem, found: Enumeration, sample: int) -> None:
+    console.print(
+        f"[bold]{problem.engine.name}[/] on {problem.workload.name} / "
+        f"{problem.cluster.name} (world size {problem.cluster.world_size}), "
+        f"space {problem.space.source}"
+    )
+    console.print(f"{len(found.valid)} valid of {found.total} configs")
+    if found.removed:
+        rules = {r.name: r.reason for r in problem.engine.rules}
+        table = Table("rule", "removed", "why", title="removed by rule (first rule broken)")
+        for name, count in sorted(found.removed.items(), key=lambda kv: -kv[1]):
+            table.add_row(name, str(count), rules.get(name, ""))
+        console.print(table)
+    for config in found.valid[:sample]:
+        console.print(f"  {config.label()}")
+
+
+def trial_record(console: Console, record: TrialRecord) -> None:
+    if record.kind != "ok" or record.result is None:
+        console.print(f"[red]{record.kind}[/]: {record.error}")
+        console.print(f"files: {record.folder}")
+        return
+    r: dict[str, Any] = record.result
+    table = Table("metric", "value", title="measured")
+    rows = [
+        (
+            "step time (median)",
+            f"{r['step_time_s'] * 1e3:.1f} ms "
+            f"(min {r['step_time_min_s'] * 1e3:.1f}, max {r['step_time_max_s'] * 1e3:.1f})",
+        ),
+        ("tokens/s", f"{r['tokens_per_s']:,.0f}"),
+        ("TFLOP/s per device", f"{r['tflops_per_device']:.3f}"),
+        ("MFU", f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"),
+        ("peak memory", f"{human_bytes(r['peak_memory_bytes'])} ({r['peak_memory_kind']})"),
+        ("model states (max rank)", human_bytes(r["model_state_bytes"])),
+        ("warm-up / measured steps", f"{r['warmup_steps']} / {r['measured_steps']}"),
+    ]
+    if r.get("profile"):
+        p = r["profile"]
+        rows.append(
+            (
+                "profiled step: comm / rest",
+                f"{p['comm_s'] * 1e3:.1f} ms / {p['compute_s'] * 1e3:.1f} ms",
+            )
+        )
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    console.print(f"files: {record.folder}")
+
+
+class RichProgress:
+    """One line when a trial starts and one when it ends."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def started(self, number: int, label: str) -> None:
+        self.console.print(f"trial {number:>3} [dim]running[/]  {label}")
+
+    def finished(self, number: int, label: str, record: TrialRecord, best: float | None) -> None:
+        best_text = f"best {best:,.0f} tok/s" if best else "no success yet"
+        if record.kind == "ok" and record.result:
+            tps = record.result["tokens_per_s"]
+            mark = " [green]★[/]" if best is not None and tps >= best else ""
+            self.console.print(
+                f"trial {number:>3} [green]ok[/]       {label}  "
+                f"{tps:,.0f} tok/s{mark}  ({best_text}, {record.wall_s:.0f} s)"
+            )
+        else:
+            self.console.print(
+                f"trial {number:>3} [red]{record.kind}[/]  {label}  {record.error}  ({best_text})"
+            )
+
+
+def trial_table(console: Console, frame: pd.DataFrame) -> None:
+    table = Table(
+        *[c for c in frame.columns if c not in ("label", "source")], title="trials, best first"
+    )
+    for row in frame.itertuples(index=False):
+        values = row._asdict()
+        table.add_row(*[_cell(k, v) for k, v in values.items() if k not in ("label", "source")])
+    console.print(table)
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if key == "tokens_per_s":
+        return f"{value:,.0f}"
+    if key == "mfu":
+        return f"{value:.1%}"
+    if key == "step_time_s":
+        return f"{value * 1e3:.1f} ms"
+    if key.endswith("_bytes"):
+        return human_bytes(value)
+    return str(value)
+
+
+def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
+    """Best config and its figures, speed-up over the median and worst, failures by kind."""
+    from autotune.report.table import trial_table as table_of
+
+    frame = table_of(study)
+    ok = frame[frame["status"] == "complete"]
+    failed = frame[frame["status"] == "fail"]
+    if ok.empty:
+        console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
+    else:
+        best = ok.iloc[0]
+        tps = ok["tokens_per_s"].astype(float)
+        mfu = f", MFU {best['mfu']:.1%}" if best["mfu"] is not None else ""
+        console.print(
+            f"[bold]best[/]: trial {best['number']}  {best['label']}  "
+            f"{best['tokens_per_s']:,.0f} tok/s{mfu} (measured)"
+        )
+        console.print(
+            f"  {best['tokens_per_s'] / tps.median():.2f}x the median and "
+            f"{best['tokens_per_s'] / tps.min():.2f}x the worst of {len(ok)} "
+            "completed trials"
+        )
+    if not failed.empty:
+        kinds = failed["kind"].value_counts().to_dict()
+        console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    console.print(f"files: {ref.folder} (trials/, best/), storage {ref.storage_url}")
+    if exported:
+        console.print("exported: " + ", ".join(p.name for p in exported))

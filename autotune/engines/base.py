@@ -1,0 +1,38 @@
+"""What every training engine provides to the tuner. Pure: no torch, no engine imports."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+from autotune.space import GENERIC_RULES, Rule
+from autotune.specs import Cluster
+from autotune.trialspec import TrialSpec
+
+NCCL_KNOBS = frozenset({"nccl_algo", "nccl_proto"})
+
+
+class Engine(ABC):
+    """A training engine: its rules, its own config files, and the worker torchrun starts."""
+
+    name: ClassVar[str]
+    knobs: ClassVar[frozenset[str]]
+    """Knobs this engine reads; a space file may vary only these."""
+    engine_rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return GENERIC_RULES + self.engine_rules
+
+    @property
+    def worker_module(self) -> str:
+        return f"autotune.engines.{self.name}_worker"
+
+    def environment(self, cluster: Cluster) -> dict[str, str]:
+        """Variables every rank of a trial needs, besides the NCCL knobs."""
+        return {}
+
+    @abstractmethod
+    def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        """Write the engine's own config files for this trial; return their paths."""

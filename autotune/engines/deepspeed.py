@@ -1,0 +1,86 @@
+"""DeepSpeed: ZeRO 0-3, bucket sizes and overlap, PipelineModule when pp > 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.space import Rule, TrainConfig
+from autotune.specs import Cluster, Workload
+from autotune.trialspec import TrialSpec
+
+DS_CONFIG_FILE = "ds_config.json"
+
+
+class DeepSpeedEngine(Engine):
+    name = "deepspeed"
+    knobs = (
+        frozenset(
+            {"pp", "zero", "mbs", "recompute", "reduce_bucket", "allgather_bucket", "overlap_comm"}
+        )
+        | NCCL_KNOBS
+    )
+    engine_rules = (
+        Rule(
+            "deepspeed_no_tp",
+            "DeepSpeed alone has no tensor parallelism (tp must be 1)",
+            lambda c, _w, _k: c.tp == 1,
+        ),
+        Rule(
+            "deepspeed_no_vpp",
+            "DeepSpeed's PipelineModule has no interleaved schedule (vpp 1)",
+            lambda c, _w, _k: c.vpp == 1,
+        ),
+        Rule(
+            "deepspeed_pipeline_zero",
+            "DeepSpeed's pipeline engine supports ZeRO stages 0-1 only",
+            lambda c, _w, _k: c.pp == 1 or c.zero <= 1,
+        ),
+        Rule(
+            "deepspeed_overlap_needs_zero",
+            "overlap_comm only acts with ZeRO stages 1-3",
+            lambda c, _w, _k: c.zero > 0 or not c.overlap_comm,
+        ),
+        Rule(
+            "deepspeed_allgather_bucket_zero12",
+            "allgather_bucket only acts with ZeRO stages 1-2 (stage 3 prefetches instead)",
+            lambda c, _w, _k: (
+                c.zero in (1, 2) or c.allgather_bucket == TrainConfig().allgather_bucket
+            ),
+        ),
+    )
+
+    def environment(self, cluster: Cluster) -> dict[str, str]:
+        # DeepSpeed picks its accelerator at import; on CPU clusters it must be told.
+        return {"DS_ACCELERATOR": "cpu"} if cluster.backend == "gloo" else {}
+
+    def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        path = folder / DS_CONFIG_FILE
+        path.write_text(json.dumps(ds_config(spec.workload, spec.config), indent=2) + "\n")
+        return [path]
+
+
+def ds_config(workload: Workload, config: TrainConfig) -> dict[str, Any]:
+    """The DeepSpeed config for a trial; the export writes the same dict for production."""
+    zero: dict[str, Any] = {
+        "stage": config.zero,
+        "reduce_bucket_size": config.reduce_bucket,
+        "overlap_comm": config.overlap_comm,
+        "contiguous_gradients": True,
+    }
+    if config.zero in (1, 2):
+        zero["allgather_bucket_size"] = config.allgather_bucket
+    return {
+        "train_batch_size": workload.global_batch_size,
+        "train_micro_batch_size_per_gpu": config.mbs,
+        "gradient_accumulation_steps": config.grad_accum(workload.global_batch_size),
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
+        "gradient_clipping": 1.0,
+        "bf16": {"enabled": workload.precision == "bf16"},
+        "fp16": {"enabled": workload.precision == "fp16"},
+        "zero_optimization": zero,
+        "steps_per_print": 1_000_000_000,
+        "wall_clock_breakdown": False,
+    }

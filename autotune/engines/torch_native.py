@@ -1,0 +1,91 @@
+"""PyTorch-native: DDP, ZeroRedundancyOptimizer, FSDP2, DTensor tensor parallel, pipelining."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.space import Rule
+from autotune.trialspec import TrialSpec
+
+PARALLEL_FILE = "torch_parallel.yaml"
+
+
+def _pipeline_fills(c, w, _k) -> bool:  # type: ignore[no-untyped-def]
+    """Schedule1F1B needs micro-batches >= stages; the interleaved one splits them in rounds."""
+    if c.pp == 1:
+        return True
+    micro = c.grad_accum(w.global_batch_size)
+    if c.vpp == 1:
+        return micro >= c.pp
+    return micro % max(1, micro // c.pp) == 0
+
+
+class TorchEngine(Engine):
+    name = "torch"
+    knobs = frozenset({"tp", "pp", "vpp", "zero", "mbs", "recompute", "sp", "ddp_bucket_mb"}) | (
+        NCCL_KNOBS
+    )
+    engine_rules = (
+        Rule(
+            "torch_zero1_plain_ddp",
+            "ZeroRedundancyOptimizer (zero 1) wraps plain DDP only: no tp, no pp",
+            lambda c, _w, _k: c.zero != 1 or (c.tp == 1 and c.pp == 1),
+        ),
+        Rule(
+            "torch_tp_dp_fsdp",
+            "beside tensor parallelism, data parallelism is FSDP2 (zero 2 or 3), not DDP",
+            lambda c, _w, _k: c.tp == 1 or c.dp == 1 or c.zero >= 2,
+        ),
+        Rule(
+            "torch_no_tp_with_pp",
+            "the torch engine does not combine tp and pp yet",
+            lambda c, _w, _k: c.tp == 1 or c.pp == 1,
+        ),
+        Rule(
+            "torch_pipeline_microbatches",
+            "torch's 1F1B needs micro-batches >= pp; interleaved needs them in whole rounds",
+            _pipeline_fills,
+        ),
+        Rule(
+            "torch_ddp_bucket_needs_ddp",
+            "ddp_bucket_mb only acts with DDP (zero 0-1, dp > 1)",
+            lambda c, _w, _k: (c.zero <= 1 and c.dp > 1) or c.ddp_bucket_mb == 25,
+        ),
+    )
+
+    def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        path = folder / PARALLEL_FILE
+        path.write_text(yaml.safe_dump(parallel_settings(spec), sort_keys=False))
+        return [path]
+
+
+def parallel_settings(spec: TrialSpec) -> dict[str, object]:
+    """The torch engine's parallel plan in words a torchtitan user reads: what wraps what."""
+    c = spec.config
+    data_parallel = {
+        0: "DDP",
+        1: "DDP + ZeroRedundancyOptimizer",
+        2: "FSDP2 fully_shard(reshard_after_forward=False)",
+        3: "FSDP2 fully_shard(reshard_after_forward=True)",
+    }[c.zero]
+    schedule = (
+        "none" if c.pp == 1 else ("Schedule1F1B" if c.vpp == 1 else "ScheduleInterleaved1F1B")
+    )
+    return {
+        "mesh": {"pp": c.pp, "dp": c.dp, "tp": c.tp},
+        "data_parallel": data_parallel if c.dp > 1 else "none",
+        "ddp_bucket_cap_mb": c.ddp_bucket_mb,
+        "tensor_parallel": {"degree": c.tp, "sequence_parallel": c.sp},
+        "pipeline": {
+            "degree": c.pp,
+            "virtual_stages": c.vpp,
+            "schedule": schedule,
+            "microbatches": c.grad_accum(spec.workload.global_batch_size),
+        },
+        "micro_batch_size": c.mbs,
+        "activation_checkpointing": c.recompute,
+        "precision": spec.workload.precision,
+    }

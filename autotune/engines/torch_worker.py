@@ -1,0 +1,228 @@
+"""PyTorch-native worker: a (pp, dp, tp) device mesh, DTensor TP, DDP/ZeRO/FSDP2, pipelining."""
+
+from __future__ import annotations
+
+import contextlib  # noqa: E402
+import os  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
+from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
+from torch.distributed.pipelining import (  # noqa: E402
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleInterleaved1F1B,
+)
+from torch.distributed.tensor import Replicate, Shard  # noqa: E402
+from torch.distributed.tensor.parallel import (  # noqa: E402
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from autotune.engines import worker  # first: it notes the start time before heavy imports
+from autotune.engines.model import Decoder, lm_loss, stage_layers, synthetic_batch  # noqa: E402
+from autotune.space import TrainConfig  # noqa: E402
+from autotune.trialspec import TrialSpec  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TorchSession:
+    def __init__(self, spec: TrialSpec, folder: Path) -> None:
+        backend = spec.cluster.backend
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend=backend)
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if backend == "nccl"
+            else torch.device("cpu")
+        )
+        w, c = spec.workload, spec.config
+        self.config = c
+        self.grad_accum = c.grad_accum(w.global_batch_size)
+        self.low_precision = DTYPES.get(w.precision)
+        mesh = init_device_mesh(
+            self.device.type, (c.pp, c.dp, c.tp), mesh_dim_names=("pp", "dp", "tp")
+        )
+        torch.manual_seed(0)
+        pp_rank = mesh["pp"].get_local_rank()
+        stage_ids = [pp_rank + k * c.pp for k in range(c.vpp)]
+        n_stages = c.pp * c.vpp
+        self.modules = [
+            Decoder(
+                w,
+                c.recompute,
+                layers=stage_layers(w.num_layers, n_stages, s),
+                first=s == 0,
+                last=s == n_stages - 1,
+            ).to(self.device)
+            for s in stage_ids
+        ]
+        if c.tp > 1:
+            for module in self.modules:
+                tensor_parallel(module, mesh["tp"], c.sp)
+        if c.dp > 1:
+            self.modules = [self._data_parallel(m, mesh["dp"], c) for m in self.modules]
+        params = [p for m in self.modules for p in m.parameters()]
+        if c.zero == 1:
+            self.optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
+                params,
+                optimizer_class=torch.optim.AdamW,
+                lr=1e-4,
+                process_group=mesh["dp"].get_group(),
+            )
+        else:
+            self.optimizer = torch.optim.AdamW(params, lr=1e-4)
+        tokens, labels = synthetic_batch(w, c.mbs, seed=0)
+        self.batch = (tokens.to(self.device), labels.to(self.device))
+        self.schedule = None
+        if c.pp > 1:
+            stages = [
+                PipelineStage(m, s, n_stages, self.device, group=mesh["pp"].get_group())
+                for m, s in zip(self.modules, stage_ids, strict=True)
+            ]
+            self.has_first, self.has_last = 0 in stage_ids, n_stages - 1 in stage_ids
+            self.schedule = (
+                Schedule1F1B(stages[0], n_microbatches=self.grad_accum, loss_fn=lm_loss)
+                if c.vpp == 1
+                else ScheduleInterleaved1F1B(
+                    stages, n_microbatches=self.grad_accum, loss_fn=lm_loss
+                )
+            )
+
+    def _data_parallel(self, module: nn.Module, mesh: DeviceMesh, c: TrainConfig) -> nn.Module:
+        if c.zero <= 1:
+            return DistributedDataParallel(
+                module,
+                process_group=mesh.get_group(),
+                bucket_cap_mb=c.ddp_bucket_mb,
+                gradient_as_bucket_view=True,
+            )
+        policy = (
+            MixedPrecisionPolicy(param_dtype=self.low_precision, reduce_dtype=torch.float32)
+            if self.low_precision
+            else MixedPrecisionPolicy()
+        )
+        reshard = c.zero == 3
+        for block in module.blocks.values():
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+        return fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[None]:
+        if self.low_precision is None or self.config.zero >= 2:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.low_precision)
+
+    def step(self, observe: Callable[[], None] | None = None) -> None:
+        with self._autocast():
+            if self.schedule is not None:
+                self._pipeline_step()
+                if observe is not None:
+                    observe()
+            else:
+                self._accumulate(observe)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _accumulate(self, observe: Callable[[], None] | None) -> None:
+        model = self.modules[0]
+        tokens, labels = self.batch
+        for micro in range(self.grad_accum):
+            last = micro == self.grad_accum - 1
+            with _gradient_sync(model, last or self.config.zero >= 2):
+                loss = lm_loss(model(tokens), labels) / self.grad_accum
+                if observe is not None and last:
+                    observe()  # FSDP2 with reshard_after_forward=False holds full params here
+                loss.backward()
+            if observe is not None:
+                observe()
+
+    def _pipeline_step(self) -> None:
+        tokens, labels = (t.repeat(self.grad_accum, 1) for t in self.batch)
+        args = (tokens,) if self.has_first else ()
+        kwargs = {"target": labels} if self.has_last else {}
+        self.schedule.step(*args, **kwargs)
+
+    def model_state(self) -> worker.StateTally:
+        tally = worker.StateTally()
+        for module in self.modules:
+            for p in module.parameters():
+                tally.add("params", p)
+                tally.add("grads", p.grad)
+        inner = (
+            self.optimizer.optim
+            if isinstance(self.optimizer, ZeroRedundancyOptimizer)
+            else self.optimizer
+        )
+        # FSDP2 swaps unsharded tensors into the modules between forward and backward; the
+        # optimizer keeps the sharded parameters (and their gradients) in view.
+        tally.add_optimizer(inner, params_kind="params")
+        return tally
+
+
+@contextlib.contextmanager
+def _gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
+    """DDP: reduce only on the last micro-batch (no_sync). FSDP2 (ZeRO-2/3) reduce-scatters
+    every micro-batch, so that only gradient shards are ever held."""
+    if isinstance(model, DistributedDataParallel) and not enabled:
+        with model.no_sync():
+            yield
+        return
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(enabled)
+    yield
+
+
+def tensor_parallel(model: Decoder, mesh: DeviceMesh, sp: bool) -> None:
+    """Megatron-style TP with DTensor: column-parallel in, row-parallel out; with sequence
+    parallelism the norms and residual stream are split along the sequence."""
+    between = Shard(1) if sp else Replicate()
+    if model.embed is not None:
+        parallelize_module(
+            model.embed,
+            mesh,
+            {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=between)},
+        )
+    for block in model.blocks.values():
+        plan: dict[str, object] = {
+            "attn.q": ColwiseParallel(),
+            "attn.k": ColwiseParallel(),
+            "attn.v": ColwiseParallel(),
+            "attn.o": RowwiseParallel(output_layouts=between),
+            "mlp.up": ColwiseParallel(),
+            "mlp.down": RowwiseParallel(output_layouts=between),
+        }
+        if block.mlp.gate is not None:
+            plan["mlp.gate"] = ColwiseParallel()
+        if sp:
+            gather = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            )
+            plan.update(
+                {
+                    "attn_norm": SequenceParallel(),
+                    "mlp_norm": SequenceParallel(),
+                    "attn": gather,
+                    "mlp": gather,
+                }
+            )
+        parallelize_module(block, mesh, plan)
+    if model.head is not None:
+        plan = {"out": ColwiseParallel(input_layouts=between, output_layouts=Replicate())}
+        if sp:
+            plan["norm"] = SequenceParallel()
+        parallelize_module(model.head, mesh, plan)
+
+
+if __name__ == "__main__":
+    worker.main(TorchSession)

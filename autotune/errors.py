@@ -1,0 +1,13 @@
+"""One root exception and a few subclasses; `cli` turns them into one line and an exit code."""
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose."""
+
+
+class InputError(AutotuneError):
+    """Bad input from a file or a flag: the user must fix it (exit code 2)."""
+
+
+class LaunchError(AutotuneError):
+    """A launcher could not start or control a trial."""

@@ -1,0 +1,172 @@
+"""Writes best/: the engine's config files, train.sh, nccl.env and best.yaml (with provenance).
+
+Files are written to a fresh folder beside the target and renamed into place, so an export
+is either complete or absent.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from autotune import shell
+from autotune.engines import get_engine
+from autotune.engines.base import Engine
+from autotune.errors import InputError
+from autotune.report.table import best_trial
+from autotune.space import TrainConfig
+from autotune.study.storage import stored_specs
+from autotune.trial import nccl_environment
+from autotune.trialspec import TRIAL_FILE, TrialSpec
+
+PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
+NVIDIA_CAUTION = (
+    "NVIDIA documents NCCL_ALGO and NCCL_PROTO as debugging variables that "
+    "production code should generally not set; keep them only while they win."
+)
+
+
+def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Path]:
+    trial = best_trial(study)
+    if trial is None:
+        raise InputError(f"study {study.study_name!r} has no completed trial to export")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise InputError(f"output folder {out} exists and is not empty (use --force)")
+    engine_name, workload, cluster = stored_specs(study)
+    engine = get_engine(engine_name)
+    config = TrainConfig(**trial.user_attrs["config"])
+    spec = TrialSpec(engine=engine_name, workload=workload, cluster=cluster, config=config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        _write_all(staging, study, trial, engine, spec)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sorted(out.iterdir())
+
+
+def _write_all(
+    folder: Path,
+    study: optuna.Study,
+    trial: optuna.trial.FrozenTrial,
+    engine: Engine,
+    spec: TrialSpec,
+) -> None:
+    source = trial.user_attrs.get("source", "measured")
+    engine.write_files(spec, folder)
+    (folder / TRIAL_FILE).write_text(spec.to_json())
+    env = nccl_environment(spec)
+    (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial))
+    script = folder / "train.sh"
+    script.write_text(train_script(engine, spec, trial, study.study_name))
+    script.chmod(0o755)
+    (folder / "best.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "source": source,
+                "engine": engine.name,
+                "workload": spec.workload.name,
+                "cluster": spec.cluster.name,
+                "config": spec.config.as_dict(),
+                "metrics": {
+                    k: trial.user_attrs.get(k)
+                    for k in (
+                        "tokens_per_s",
+                        "step_time_s",
+                        "step_time_stdev_s",
+                        "tflops_per_device",
+                        "mfu",
+                        "peak_memory_bytes",
+                        "model_state_bytes",
+                    )
+                },
+                "provenance": provenance(study.study_name, trial.number, spec),
+            },
+            sort_keys=False,
+        )
+    )
+
+
+def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "study": study_name,
+        "trial": trial_number,
+        "versions": {**versions, "python": platform.python_version()},
+        "host": socket.gethostname(),
+        "device": spec.cluster.device.name,
+        "backend": spec.cluster.backend,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def nccl_env_text(env: dict[str, str], spec: TrialSpec, trial: optuna.trial.FrozenTrial) -> str:
+    lines = [
+        f"# NCCL settings of study trial {trial.number} ({spec.cluster.name}, "
+        f"{spec.cluster.backend} backend)."
+    ]
+    if spec.cluster.backend != "nccl":
+        lines.append("# The gloo backend was tuned: NCCL settings do not apply; none are set.")
+    elif not env:
+        lines.append("# NCCL's own choices won: nothing is set.")
+    else:
+        lines.append(f"# {NVIDIA_CAUTION}")
+    lines += [f"{name}={shell.quote(value)}" for name, value in env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def train_script(
+    engine: Engine, spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str
+) -> str:
+    """torchrun for the best config with autotune's worker; one node or, with NNODES > 1,
+    a c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK."""
+    cluster = spec.cluster
+    tps = trial.user_attrs.get("tokens_per_s")
+    measured = f"{tps:,.0f} tokens/s" if tps else "?"
+    plug = {
+        "deepspeed": "pass ds_config.json to deepspeed.initialize(config=...) in your "
+        "script and launch it with the same torchrun line",
+        "torch": "torch_parallel.yaml lists the mesh and wrappers to apply in your script",
+    }
+    rendezvous = (
+        "--standalone"
+        if cluster.nodes == 1
+        else '--node-rank "${NODE_RANK:?set NODE_RANK}" --rdzv-backend c10d '
+        '--rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}"'
+    )
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# autotune: best config of study {shell.quote(study_name)}, trial {trial.number} "
+            f"({trial.user_attrs.get('source', 'measured')}: {measured}).",
+            f"# Runs it with autotune's worker on {cluster.nodes} node(s) x "
+            f"{cluster.devices_per_node} device(s). For your own training script: "
+            f"{plug.get(engine.name, 'see best.yaml')}.",
+            "set -euo pipefail",
+            'cd "$(dirname "$0")"',
+            "set -a; source ./nccl.env; set +a",
+            shell.exports(engine.environment(cluster)),
+            f'exec "${{TORCHRUN:-torchrun}}" --nnodes {cluster.nodes} '
+            f"--nproc-per-node {cluster.devices_per_node} {rendezvous} --max-restarts 0 "
+            f"-m {shell.quote(engine.worker_module)} {TRIAL_FILE}",
+            "",
+        ]
+    )

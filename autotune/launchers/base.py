@@ -1,0 +1,110 @@
+"""The launcher contract and the outcome rules every launcher shares."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from autotune.errors import InputError
+from autotune.trialspec import RESULT_FILE, Outcome, read_json
+
+LOG_FILE = "log.txt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchRequest:
+    folder: Path
+    """Trial folder: the worker reads trial.json here and writes its files here."""
+    worker_module: str
+    nprocs_per_node: int
+    nnodes: int = 1
+    env: dict[str, str] = field(default_factory=dict, hash=False)
+    time_limit_s: float = 600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOutcome:
+    kind: Outcome
+    error: str | None
+    wall_s: float
+    result: dict[str, Any] | None = field(default=None, hash=False)
+    returncode: int | None = None
+
+
+class Launcher(ABC):
+    """Starts one trial and waits for it; kills only what it started."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def command(self, request: LaunchRequest) -> list[str]:
+        """The exact command that runs the trial, as a person would re-run it."""
+
+    @abstractmethod
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
+
+
+def get_launcher(name: str) -> Launcher:
+    from autotune.launchers.local import LocalLauncher
+
+    launchers: dict[str, type[Launcher]] = {"local": LocalLauncher}
+    if name not in launchers:
+        raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(launchers)}")
+    return launchers[name]()
+
+
+_ROOT_CAUSE_ORDER = {"oom": 0, "crash": 1, "comm_error": 2}
+
+
+def classify(
+    folder: Path, returncode: int | None, timed_out: bool, wall_s: float
+) -> LaunchOutcome:
+    """The outcome from the worker's files first, the launcher's knowledge second.
+
+    When one rank fails the others usually see a communication error, so the root cause is
+    the out-of-memory or crash of some rank, before any communication error.
+    """
+    result = read_json(folder / RESULT_FILE)
+    if result and result.get("status") == "ok":
+        return LaunchOutcome(
+            kind="ok", error=None, wall_s=wall_s, result=result, returncode=returncode
+        )
+    if timed_out:
+        return LaunchOutcome(
+            kind="timeout",
+            error=f"killed at the time limit after {wall_s:.0f} s",
+            wall_s=wall_s,
+            returncode=returncode,
+        )
+    errors = [e for p in sorted(folder.glob("error-rank*.json")) if (e := read_json(p))]
+    if errors:
+        worst = min(
+            errors, key=lambda e: (_ROOT_CAUSE_ORDER.get(e.get("kind", ""), 1), e.get("time", 0))
+        )
+        return LaunchOutcome(
+            kind=worst.get("kind", "crash"),
+            error=worst.get("error"),
+            wall_s=wall_s,
+            returncode=returncode,
+        )
+    log = (folder / LOG_FILE).read_text(errors="replace") if (folder / LOG_FILE).exists() else ""
+    line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
+    # No rank reported: the worker never got going (bad environment, import failure, ...).
+    return LaunchOutcome(kind="launch_error", error=line, wall_s=wall_s, returncode=returncode)
+
+
+_ERROR_LINE = re.compile(r"^\s*([\w.]*(Error|Exception|Interrupt)|error|ERROR)\b:?")
+_WRAPPERS = ("ChildFailedError", "torch.distributed.elastic")
+
+
+def first_error_line(log: str) -> str | None:
+    """The first line that names an error, skipping torchrun's own wrappers."""
+    for line in log.splitlines():
+        if _ERROR_LINE.match(line) and not any(w in line for w in _WRAPPERS):
+            return line.strip()[:300]
+    tail = [line.strip() for line in log.splitlines() if line.strip()]
+    return tail[-1][:300] if tail else None

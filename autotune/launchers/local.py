@@ -1,0 +1,95 @@
+"""torchrun on this host, in its own session; killed by process tree on timeout or Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
+from autotune.lifetime import die_with_parent
+from autotune.trialspec import TRIAL_FILE
+
+GRACE_S = 5.0
+"""Between SIGTERM and SIGKILL when stopping a trial."""
+
+
+def torchrun() -> str:
+    """The torchrun of the Python running autotune, so trials use the same environment."""
+    beside = Path(sys.executable).with_name("torchrun")
+    return str(beside) if beside.exists() else "torchrun"
+
+
+class LocalLauncher(Launcher):
+    name = "local"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return [
+            torchrun(),
+            "--standalone",
+            "--nnodes",
+            str(request.nnodes),
+            "--nproc-per-node",
+            str(request.nprocs_per_node),
+            "--max-restarts",
+            "0",
+            "-m",
+            request.worker_module,
+            TRIAL_FILE,
+        ]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        from autotune.engines.worker import LAUNCH_EPOCH_ENV
+
+        env = {**os.environ, **request.env, LAUNCH_EPOCH_ENV: repr(time.time())}
+        start = time.monotonic()
+        with (request.folder / LOG_FILE).open("ab") as log:
+            proc = subprocess.Popen(
+                self.command(request),
+                cwd=request.folder,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+            )
+        timed_out = False
+        try:
+            proc.wait(timeout=request.time_limit_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_tree(proc)
+        except BaseException:
+            stop_tree(proc)
+            raise
+        stop_tree(proc)  # stragglers: workers live in sessions of their own
+        return classify(request.folder, proc.returncode, timed_out, time.monotonic() - start)
+
+
+def stop_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after a grace period, to the process and all its descendants."""
+    try:
+        root = psutil.Process(proc.pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        _signal(p, signal.SIGTERM)
+    _, alive = psutil.wait_procs(tree, timeout=GRACE_S)
+    for p in alive:
+        _signal(p, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=GRACE_S)
+    proc.poll()
+
+
+def _signal(p: psutil.Process, sig: signal.Signals) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        p.send_signal(sig)

@@ -1,0 +1,67 @@
+"""Every trial of a study as one pandas table, best first."""
+
+from __future__ import annotations
+
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+COLUMNS = (
+    "number",
+    "status",
+    "kind",
+    "tokens_per_s",
+    "mfu",
+    "step_time_s",
+    "peak_memory_bytes",
+    "model_state_bytes",
+    "source",
+    "error",
+)
+
+
+def trial_table(study: optuna.Study, include_pruned: bool = False) -> pd.DataFrame:
+    """One row per trial that ran (and, if asked, per pruned proposal): knobs that vary in the
+    study, status and outcome kind, measured metrics; sorted by tokens/s, failures last."""
+    knobs = list(study.user_attrs.get("choices", {}))
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.PRUNED and not include_pruned:
+            continue
+        if t.state == TrialState.RUNNING and "config" not in t.user_attrs:
+            continue
+        attrs = t.user_attrs
+        config = attrs.get("config", t.params)
+        row = {k: config.get(k) for k in knobs}
+        row.update(
+            {
+                "number": t.number,
+                "status": t.state.name.lower(),
+                "kind": attrs.get("kind", "pruned" if t.state == TrialState.PRUNED else None),
+                "tokens_per_s": t.value if t.state == TrialState.COMPLETE else None,
+                "mfu": attrs.get("mfu"),
+                "step_time_s": attrs.get("step_time_s"),
+                "peak_memory_bytes": attrs.get("peak_memory_bytes"),
+                "model_state_bytes": attrs.get("model_state_bytes"),
+                "source": attrs.get("source"),
+                "error": attrs.get("error") or attrs.get("pruned_reason"),
+                "label": attrs.get("label"),
+            }
+        )
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=["number", *knobs, *COLUMNS[1:], "label"])
+    if frame.empty:
+        return frame
+    frame = frame.sort_values(
+        ["tokens_per_s", "number"], ascending=[False, True], na_position="last"
+    )
+    return frame.reset_index(drop=True)
+
+
+def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None
+    ]
+    return max(done, key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]

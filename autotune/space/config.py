@@ -1,0 +1,95 @@
+"""One candidate configuration and the knob names shared by space files, flags and exports."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from autotune.errors import InputError
+
+Recompute = Literal["none", "selective", "full"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """A parallel layout and its tuning knobs. `dp` is derived from the world size."""
+
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    """Virtual pipeline stages per rank (interleaved schedule when > 1)."""
+    dp: int = 1
+    zero: int = 0
+    """ZeRO stage 0-3 (DeepSpeed; FSDP for torch); Megatron: 1 = distributed optimizer."""
+    mbs: int = 1
+    recompute: Recompute = "none"
+    sp: bool = False
+    reduce_bucket: int = 500_000_000
+    """DeepSpeed reduce_bucket_size, in elements."""
+    allgather_bucket: int = 500_000_000
+    """DeepSpeed allgather_bucket_size, in elements."""
+    ddp_bucket_mb: int = 25
+    """PyTorch DDP bucket_cap_mb / Megatron --ddp-bucket-size in MB."""
+    overlap_comm: bool = False
+    nccl_algo: str = "default"
+    nccl_proto: str = "default"
+
+    def grad_accum(self, global_batch_size: int) -> int:
+        """Micro-batches per optimizer step on each data-parallel rank."""
+        return global_batch_size // (self.mbs * self.dp)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def differs_from_default(self) -> dict[str, Any]:
+        """The knobs this config sets to something other than the default: a short label."""
+        default = TrainConfig(dp=self.dp)
+        return {k: v for k, v in self.as_dict().items() if getattr(default, k) != v or k == "dp"}
+
+    def label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.differs_from_default().items())
+
+
+KNOBS: dict[str, type] = {
+    f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
+}
+RECOMPUTE_VALUES = ("none", "selective", "full")
+
+
+def coerce_knob(name: str, value: Any, where: str) -> Any:
+    """A knob value from YAML or a flag, converted to the knob's type or an InputError."""
+    if name not in KNOBS:
+        raise InputError(f"{where}: unknown knob {name!r}; knobs: {', '.join(KNOBS)}")
+    kind = KNOBS[name]
+    text = str(value).strip()
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if text.lower() in ("true", "1", "yes", "on"):
+            return True
+        if text.lower() in ("false", "0", "no", "off"):
+            return False
+        raise InputError(f"{where}: knob {name} takes true or false, not {text!r}")
+    if kind is int:
+        try:
+            number = float(text)
+        except ValueError:
+            raise InputError(f"{where}: knob {name} takes an integer, not {text!r}") from None
+        if number != int(number) or number < 0:
+            raise InputError(f"{where}: knob {name} takes a non-negative integer, not {text!r}")
+        return int(number)
+    if name == "recompute" and text not in RECOMPUTE_VALUES:
+        raise InputError(f"{where}: recompute takes {', '.join(RECOMPUTE_VALUES)}, not {text!r}")
+    return text
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """`zero=2,mbs=4` -> {"zero": 2, "mbs": 4}, each value typed by its knob."""
+    overrides: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip():
+            raise InputError(f"--config: expected knob=value, got {item!r}")
+        overrides[name.strip()] = coerce_knob(name.strip(), value, "--config")
+    return overrides

@@ -1,0 +1,94 @@
+"""Validity rules: each has a name and a one-line reason, and says whether a config passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from autotune.space.config import TrainConfig
+from autotune.specs import Cluster, Workload
+
+Check = Callable[[TrainConfig, Workload, Cluster], bool]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    reason: str
+    ok: Check
+
+
+def _batch_fits(c: TrainConfig, w: Workload, _: Cluster) -> bool:
+    return w.global_batch_size % (c.mbs * c.dp) == 0
+
+
+GENERIC_RULES: tuple[Rule, ...] = (
+    Rule(
+        "world_size",
+        "tp·pp·dp must equal the world size",
+        lambda c, _, k: c.tp * c.pp * c.dp == k.world_size,
+    ),
+    Rule(
+        "tp_within_node",
+        "a tensor-parallel group must fit inside one node",
+        lambda c, _, k: c.tp <= k.devices_per_node and k.devices_per_node % c.tp == 0,
+    ),
+    Rule(
+        "heads_divisible_by_tp",
+        "attention heads must divide evenly across tp ranks",
+        lambda c, w, _: w.num_attention_heads % c.tp == 0,
+    ),
+    Rule(
+        "query_groups_divisible_by_tp",
+        "key/value heads must divide evenly across tp ranks",
+        lambda c, w, _: w.num_query_groups % c.tp == 0,
+    ),
+    Rule(
+        "vpp_needs_pp",
+        "virtual pipeline stages need pipeline parallelism (pp > 1)",
+        lambda c, _w, _k: c.vpp == 1 or c.pp > 1,
+    ),
+    Rule(
+        "layers_divisible_by_pp_vpp",
+        "layers must divide evenly into pp·vpp stages",
+        lambda c, w, _: w.num_layers % (c.pp * c.vpp) == 0,
+    ),
+    Rule(
+        "batch_divisible_by_mbs_dp",
+        "the global batch must divide into mbs·dp micro-batches",
+        _batch_fits,
+    ),
+    Rule("zero_stage", "zero is a ZeRO stage, 0 to 3", lambda c, _w, _k: 0 <= c.zero <= 3),
+    Rule(
+        "zero_needs_dp",
+        "sharding over one data-parallel rank is no sharding (zero > 0 needs dp > 1)",
+        lambda c, _w, _k: c.zero == 0 or c.dp > 1,
+    ),
+    Rule(
+        "sp_needs_tp",
+        "sequence parallelism splits along the tp group (needs tp > 1)",
+        lambda c, _w, _k: not c.sp or c.tp > 1,
+    ),
+    Rule(
+        "sp_seq_divisible_by_tp",
+        "sequence parallelism needs the sequence length divisible by tp",
+        lambda c, w, _: not c.sp or w.seq_length % c.tp == 0,
+    ),
+    Rule(
+        "nccl_knobs_need_nccl",
+        "NCCL algorithm and protocol apply only on the NCCL backend",
+        lambda c, _, k: (
+            k.backend == "nccl" or (c.nccl_algo, c.nccl_proto) == ("default", "default")
+        ),
+    ),
+)
+
+
+def first_violation(
+    config: TrainConfig, workload: Workload, cluster: Cluster, rules: Sequence[Rule]
+) -> Rule | None:
+    """The first rule the config breaks, or None when it is valid."""
+    for rule in rules:
+        if not rule.ok(config, workload, cluster):
+            return rule
+    return None

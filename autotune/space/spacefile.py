@@ -1,0 +1,58 @@
+"""Search-space files: candidate values per knob, one file per engine in search_spaces/."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import InputError
+from autotune.space.config import KNOBS, coerce_knob
+from autotune.specs.loading import read_yaml_mapping
+
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Candidate values for each knob the space varies; other knobs keep their defaults."""
+
+    engine: str
+    values: dict[str, tuple[Any, ...]] = field(hash=False)
+    source: str = ""
+
+
+def default_space_path(engine: str) -> Path:
+    return SPACES_DIR / f"{engine}.yaml"
+
+
+def load_space(path: Path, engine: str, engine_knobs: Collection[str]) -> SearchSpace:
+    """Read and check a space file: known knobs only, each used by the engine, values typed."""
+    data = read_yaml_mapping(path)
+    unknown = set(data) - {"engine", "knobs"}
+    if unknown:
+        raise InputError(
+            f"{path}: unknown top-level field(s) {', '.join(sorted(unknown))}; "
+            "expected engine and knobs"
+        )
+    if data.get("engine", engine) != engine:
+        raise InputError(f"{path}: space is for engine {data['engine']!r}, not {engine!r}")
+    knobs = data.get("knobs")
+    if not isinstance(knobs, dict) or not knobs:
+        raise InputError(f"{path}: knobs must be a mapping of knob name to a list of values")
+    values: dict[str, tuple[Any, ...]] = {}
+    for name, options in knobs.items():
+        where = f"{path}: knobs.{name}"
+        if name not in KNOBS:
+            raise InputError(f"{where}: unknown knob; knobs: {', '.join(KNOBS)}")
+        if name == "dp":
+            raise InputError(f"{where}: dp is derived from the world size, tp and pp; drop it")
+        if name not in engine_knobs:
+            raise InputError(f"{where}: the {engine} engine does not use this knob")
+        options = options if isinstance(options, list) else [options]
+        if not options:
+            raise InputError(f"{where}: give at least one value")
+        typed = tuple(dict.fromkeys(coerce_knob(name, v, where) for v in options))
+        values[name] = typed
+    return SearchSpace(engine=engine, values=values, source=str(path))

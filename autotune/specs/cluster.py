@@ -1,0 +1,43 @@
+"""The machines a job runs on: devices, links between them, and the collective backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Backend = Literal["nccl", "gloo"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceKind:
+    """One accelerator (or CPU process) kind."""
+
+    name: str
+    memory_bytes: int
+    peak_flops: dict[str, float] = field(hash=False)
+    """Dense peak FLOP/s per precision (bf16, fp16, fp32): the denominator of MFU."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """A point-to-point link as the collective model sees it: per-device bandwidth and latency."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """Homogeneous nodes of identical devices."""
+
+    name: str
+    nodes: int
+    devices_per_node: int
+    device: DeviceKind
+    intra_link: Link
+    inter_link: Link
+    backend: Backend = "nccl"
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node

@@ -1,0 +1,194 @@
+"""`--model` and `--cluster` values: a preset name or a YAML file, validated into frozen specs.
+
+Every problem becomes an `InputError` with one line that names the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from autotune.errors import InputError
+from autotune.specs.cluster import Cluster, DeviceKind, Link
+from autotune.specs.local import cpu_device, detect_local_cluster
+from autotune.specs.presets import CLUSTER_KINDS, DEVICES, WORKLOADS, GiB
+from autotune.specs.workload import Workload
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadFile(_Strict):
+    name: str | None = None
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_query_groups: PositiveInt | None = None
+    ffn_hidden_size: PositiveInt | None = None
+    vocab_size: PositiveInt
+    seq_length: PositiveInt
+    global_batch_size: PositiveInt
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    swiglu: bool = False
+
+
+class LinkFile(_Strict):
+    bandwidth_gbps: PositiveFloat = Field(description="GB/s per device, one direction")
+    latency_us: float = Field(ge=0)
+
+
+class DeviceFile(_Strict):
+    name: str
+    memory_gib: PositiveFloat
+    peak_tflops: dict[Literal["bf16", "fp16", "fp32"], PositiveFloat]
+
+
+class ClusterFile(_Strict):
+    name: str | None = None
+    nodes: PositiveInt = 1
+    devices_per_node: PositiveInt
+    device: str | DeviceFile
+    intra_link: LinkFile
+    inter_link: LinkFile | None = None
+    backend: Literal["nccl", "gloo"] = "nccl"
+
+
+def load_workload(value: str) -> Workload:
+    """A preset name (`tiny`, `llama3-8b`, ...) or a path to a workload YAML file."""
+    if value in WORKLOADS:
+        return WORKLOADS[value]
+    path = _existing_file(value, "model", sorted(WORKLOADS))
+    spec = _validate(WorkloadFile, read_yaml_mapping(path), path)
+    if spec.hidden_size % spec.num_attention_heads:
+        raise InputError(
+            f"{path}: hidden_size {spec.hidden_size} is not divisible by "
+            f"num_attention_heads {spec.num_attention_heads}"
+        )
+    groups = spec.num_query_groups or spec.num_attention_heads
+    if spec.num_attention_heads % groups:
+        raise InputError(
+            f"{path}: num_attention_heads {spec.num_attention_heads} is not "
+            f"divisible by num_query_groups {groups}"
+        )
+    fields = spec.model_dump(exclude_none=True)
+    fields.setdefault("name", path.stem)
+    fields["num_query_groups"] = groups
+    fields.setdefault("ffn_hidden_size", 4 * spec.hidden_size)
+    return Workload(**fields)
+
+
+def load_cluster(value: str) -> Cluster:
+    """`local`, `local:N` (N gloo processes), `dgx-h100:16` (16 nodes), or a cluster YAML file."""
+    kind, _, count = value.partition(":")
+    if kind == "local" or kind in CLUSTER_KINDS:
+        nodes = _count(value, count)
+        if kind == "local":
+            return _local(nodes, explicit=bool(count))
+        device, per_node, intra, inter = CLUSTER_KINDS[kind]
+        return Cluster(
+            name=value if count else f"{kind}:1",
+            nodes=nodes,
+            devices_per_node=per_node,
+            device=DEVICES[device],
+            intra_link=intra,
+            inter_link=inter,
+        )
+    path = _existing_file(value, "cluster", ["local", *(f"{k}:N" for k in CLUSTER_KINDS)])
+    spec = _validate(ClusterFile, read_yaml_mapping(path), path)
+    intra = _link(spec.intra_link)
+    return Cluster(
+        name=spec.name or path.stem,
+        nodes=spec.nodes,
+        devices_per_node=spec.devices_per_node,
+        device=_device(spec.device, spec.devices_per_node, path),
+        intra_link=intra,
+        inter_link=_link(spec.inter_link) if spec.inter_link else intra,
+        backend=spec.backend,
+    )
+
+
+def _local(processes: int, explicit: bool) -> Cluster:
+    """`local` detects; `local:N` asks for N gloo processes on this CPU (may oversubscribe)."""
+    detected = detect_local_cluster()
+    if not explicit:
+        return detected
+    if detected.backend == "nccl":
+        raise InputError(
+            "local:N sets a process count for CPU runs; this host has GPUs, use 'local'"
+        )
+    return dataclasses.replace(
+        detected,
+        name=f"local:{processes}",
+        devices_per_node=processes,
+        device=cpu_device(processes),
+    )
+
+
+def _count(value: str, count: str) -> int:
+    if not count:
+        return 1
+    if not count.isdigit() or int(count) < 1:
+        raise InputError(f"cluster {value!r}: the count after ':' must be a positive integer")
+    return int(count)
+
+
+def _device(device: str | DeviceFile, per_node: int, path: Path) -> DeviceKind:
+    if isinstance(device, str):
+        if device == "cpu":
+            return cpu_device(per_node)
+        if device not in DEVICES:
+            raise InputError(
+                f"{path}: unknown device {device!r}; known: cpu, {', '.join(DEVICES)}"
+            )
+        return DEVICES[device]
+    return DeviceKind(
+        name=device.name,
+        memory_bytes=int(device.memory_gib * GiB),
+        peak_flops={k: v * 1e12 for k, v in device.peak_tflops.items()},
+    )
+
+
+def _link(link: LinkFile) -> Link:
+    return Link(bandwidth_bytes_per_s=link.bandwidth_gbps * 1e9, latency_s=link.latency_us * 1e-6)
+
+
+def _existing_file(value: str, what: str, presets: list[str]) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise InputError(
+            f"unknown {what} {value!r}: not a preset ({', '.join(presets)}) and not a file"
+        )
+    return path
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping, or an InputError naming the file."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise InputError(
+            f"{path}:{where} malformed YAML: {getattr(exc, 'problem', exc)}"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of fields at the top level")
+    return data
+
+
+def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise InputError(f"{path}: {field}: {err['msg']}") from None

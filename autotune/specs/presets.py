@@ -1,0 +1,115 @@
+"""Named workloads, device kinds and clusters.
+
+Link figures are what NCCL's own topology model assigns (see shared research
+comm_cost_model.md §1.6 and §4): per-GPU NVLink bandwidth 240 GB/s on DGX-A100
+(12 links x 20 GB/s) and 370.8 GB/s on DGX-H100/H200 (18 x 20.6); one HDR (25 GB/s)
+or NDR (50 GB/s) NIC per GPU between nodes. Latencies are first guesses that the
+estimator's calibration replaces with fitted values.
+"""
+
+from __future__ import annotations
+
+from autotune.specs.cluster import DeviceKind, Link
+from autotune.specs.workload import Workload
+
+GiB = 2**30
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        # Trains on CPU in a few tens of milliseconds a step; shaped so that tp=2, pp=2 and
+        # vpp=2 are all valid (4 heads, 2 KV groups, 4 layers).
+        Workload(
+            name="tiny",
+            num_layers=4,
+            hidden_size=64,
+            num_attention_heads=4,
+            num_query_groups=2,
+            ffn_hidden_size=256,
+            vocab_size=512,
+            seq_length=64,
+            global_batch_size=16,
+            precision="fp32",
+        ),
+        Workload(
+            name="gpt-1.3b",
+            num_layers=24,
+            hidden_size=2048,
+            num_attention_heads=16,
+            num_query_groups=16,
+            ffn_hidden_size=8192,
+            vocab_size=51200,
+            seq_length=2048,
+            global_batch_size=512,
+        ),
+        Workload(
+            name="llama3-8b",
+            num_layers=32,
+            hidden_size=4096,
+            num_attention_heads=32,
+            num_query_groups=8,
+            ffn_hidden_size=14336,
+            vocab_size=128256,
+            seq_length=8192,
+            global_batch_size=128,
+            swiglu=True,
+        ),
+        Workload(
+            name="llama3-70b",
+            num_layers=80,
+            hidden_size=8192,
+            num_attention_heads=64,
+            num_query_groups=8,
+            ffn_hidden_size=28672,
+            vocab_size=128256,
+            seq_length=8192,
+            global_batch_size=128,
+            swiglu=True,
+        ),
+        Workload(
+            name="gpt3-175b",
+            num_layers=96,
+            hidden_size=12288,
+            num_attention_heads=96,
+            num_query_groups=96,
+            ffn_hidden_size=49152,
+            vocab_size=51200,
+            seq_length=2048,
+            global_batch_size=1536,
+        ),
+    )
+}
+
+DEVICES: dict[str, DeviceKind] = {
+    d.name: d
+    for d in (
+        # fp32 peaks are the TF32 tensor-core figures, which is what fp32 matmuls run on.
+        DeviceKind(
+            name="a100-80gb",
+            memory_bytes=80 * GiB,
+            peak_flops={"bf16": 312e12, "fp16": 312e12, "fp32": 156e12},
+        ),
+        DeviceKind(
+            name="h100-sxm",
+            memory_bytes=80 * GiB,
+            peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
+        ),
+        DeviceKind(
+            name="h200",
+            memory_bytes=143771 * 2**20,
+            peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
+        ),
+    )
+}
+
+NVLINK3 = Link(bandwidth_bytes_per_s=240e9, latency_s=1e-6)
+NVLINK4 = Link(bandwidth_bytes_per_s=370.8e9, latency_s=1e-6)
+HDR_IB = Link(bandwidth_bytes_per_s=25e9, latency_s=5e-6)
+NDR_IB = Link(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
+
+# name -> (device kind, devices per node, intra-node link, inter-node link)
+CLUSTER_KINDS: dict[str, tuple[str, int, Link, Link]] = {
+    "dgx-a100": ("a100-80gb", 8, NVLINK3, HDR_IB),
+    "dgx-h100": ("h100-sxm", 8, NVLINK4, NDR_IB),
+    "dgx-h200": ("h200", 8, NVLINK4, NDR_IB),
+}

@@ -1,0 +1,238 @@
+"""Ask a config, run it for real, tell the result: until the budget or the space runs out.
+
+Optuna in ask-and-tell form, since trials run out of process. A proposal that breaks a rule
+or repeats a config that already has a verdict is told as pruned with its reason and costs
+no budget; one that runs is told complete (tokens/s) or failed (with its kind).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import trial as trials
+from autotune.launchers import Launcher
+from autotune.problem import Problem
+from autotune.space import first_violation
+from autotune.study.choices import StudySpace, config_key
+from autotune.study.storage import (
+    INTERRUPTED,
+    StudyRef,
+    fail_abandoned_trials,
+    heartbeat,
+    owner_tag,
+)
+from autotune.trialspec import StepPlan, TrialSpec
+
+MAX_MISSES = 25
+"""Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
+
+METRIC_KEYS = (
+    "step_time_s",
+    "step_time_stdev_s",
+    "tokens_per_s",
+    "tflops_per_device",
+    "mfu",
+    "peak_memory_bytes",
+    "model_state_bytes",
+    "profile",
+    "warmup_steps",
+    "measured_steps",
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int | None = 8
+    """Trials that ran in the study, counting those of earlier runs."""
+    max_time_s: float | None = None
+    """No new trial starts once this run has lasted this long."""
+    timeout_per_trial_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    ran: int
+    """Trials run by this invocation."""
+    finished_total: int
+    stop_reason: str
+    resumed_failed: list[int] = field(default_factory=list)
+
+
+class Progress(Protocol):
+    def started(self, number: int, label: str) -> None: ...
+    def finished(
+        self, number: int, label: str, record: trials.TrialRecord, best: float | None
+    ) -> None: ...
+
+
+def verdicts(study: optuna.Study) -> dict[str, int]:
+    """Config key -> trial number, for configs that completed or failed (not interrupted)."""
+    found: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        if "config_key" in t.user_attrs and t.user_attrs.get("kind") != INTERRUPTED:
+            found.setdefault(t.user_attrs["config_key"], t.number)
+    return found
+
+
+def best_value(study: optuna.Study) -> float | None:
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return max((t.value for t in done if t.value is not None), default=None)
+
+
+def run_study(
+    problem: Problem,
+    ref: StudyRef,
+    study: optuna.Study,
+    launcher: Launcher,
+    budget: Budget,
+    steps: StepPlan,
+    progress: Progress,
+    seed: int | None = None,
+) -> StudyOutcome:
+    valid = problem.enumerate().require_some().valid
+    space = StudySpace.from_valid(valid)
+    space.bind(study)
+    resumed_failed = fail_abandoned_trials(study)
+    seen = verdicts(study)
+    finished = len(seen)
+    rng = random.Random(seed)
+    misses, ran, start = 0, 0, time.monotonic()
+
+    def stop_reason() -> str | None:
+        if budget.trials is not None and finished >= budget.trials:
+            return f"trial budget reached ({finished} trials)"
+        if budget.max_time_s is not None and time.monotonic() - start >= budget.max_time_s:
+            return f"time budget reached ({budget.max_time_s:.0f} s)"
+        if len(seen) >= len(valid):
+            return f"search space exhausted: all {len(valid)} valid configs measured"
+        return None
+
+    while (reason := stop_reason()) is None:
+        if misses >= MAX_MISSES:
+            untried = [c for c in valid if config_key(c) not in seen]
+            study.enqueue_trial(space.params(rng.choice(untried)))
+            misses = 0
+        trial = study.ask(space.distributions)
+        config = space.config(trial.params, problem.cluster.world_size)
+        key = config_key(config)
+        broken = first_violation(config, problem.workload, problem.cluster, problem.engine.rules)
+        if broken is not None or key in seen:
+            why = (
+                f"rule {broken.name}: {broken.reason}"
+                if broken
+                else f"config already measured in trial {seen[key]}"
+            )
+            trial.set_user_attr("pruned_reason", why)
+            study.tell(trial, state=TrialState.PRUNED)
+            misses += 1
+            continue
+        misses = 0
+        record = _run_one(
+            problem, ref, study, trial, config, key, launcher, budget, steps, progress
+        )
+        seen[key] = trial.number
+        finished += 1
+        ran += 1
+        progress.finished(trial.number, config.label(), record, best_value(study))
+    return StudyOutcome(
+        ran=ran, finished_total=finished, stop_reason=reason, resumed_failed=resumed_failed
+    )
+
+
+def _run_one(
+    problem: Problem,
+    ref: StudyRef,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    config: Any,
+    key: str,
+    launcher: Launcher,
+    budget: Budget,
+    steps: StepPlan,
+    progress: Progress,
+) -> trials.TrialRecord:
+    label = config.label()
+    for name, value in {
+        "config": config.as_dict(),
+        "config_key": key,
+        "label": label,
+        "owner": owner_tag(),
+        "source": "measured",
+    }.items():
+        trial.set_user_attr(name, value)
+    folder = ref.folder / "trials" / str(trial.number)
+    trial.set_user_attr("folder", str(folder))
+    spec = TrialSpec(
+        engine=problem.engine.name,
+        workload=problem.workload,
+        cluster=problem.cluster,
+        config=config,
+        steps=steps,
+    )
+    progress.started(trial.number, label)
+    record = _with_heartbeat(
+        study,
+        trial._trial_id,
+        lambda: _run_or_interrupt(study, trial, spec, problem, launcher, folder, budget),
+    )
+    for name, value in _attrs(record).items():
+        trial.set_user_attr(name, value)
+    if record.kind == "ok" and record.result is not None:
+        study.tell(trial, record.result["tokens_per_s"])
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+    return record
+
+
+def _run_or_interrupt(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    spec: TrialSpec,
+    problem: Problem,
+    launcher: Launcher,
+    folder: Any,
+    budget: Budget,
+) -> trials.TrialRecord:
+    try:
+        return trials.run(spec, problem.engine, launcher, folder, budget.timeout_per_trial_s)
+    except BaseException:
+        # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
+        # as interrupted so the study stays consistent and a resume may run the config again.
+        trial.set_user_attr("kind", INTERRUPTED)
+        trial.set_user_attr("error", "interrupted by the user")
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+
+
+def _with_heartbeat(
+    study: optuna.Study, trial_id: int, work: Callable[[], trials.TrialRecord]
+) -> trials.TrialRecord:
+    study._storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+    stop = threading.Event()
+    beat = threading.Thread(target=heartbeat, args=(study, trial_id, stop), daemon=True)
+    beat.start()
+    try:
+        return work()
+    finally:
+        stop.set()
+        beat.join()
+
+
+def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "kind": record.kind,
+        "error": record.error,
+        "command": record.command,
+        "wall_s": record.wall_s,
+    }
+    if record.result:
+        attrs.update({k: record.result.get(k) for k in METRIC_KEYS})
+    return attrs

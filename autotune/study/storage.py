@@ -1,0 +1,170 @@
+"""Where studies live: an Optuna storage URL (SQLite file by default), and what a study holds
+besides its trials: the problem it tunes, so that resuming, exporting and reporting need
+nothing but the study's name and storage."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+from pydantic import TypeAdapter
+
+from autotune.errors import InputError
+from autotune.problem import Problem
+from autotune.specs import Cluster, Workload
+
+HEARTBEAT_S = 10
+GRACE_S = 60
+INTERRUPTED = "interrupted"
+"""Outcome kind of a trial stopped by the user or by the tuner's death: not a verdict."""
+
+
+@dataclass(frozen=True)
+class StudyRef:
+    name: str
+    storage_url: str
+    folder: Path
+    """results/<study>/: trial folders, best/, report."""
+
+
+def default_study_name(problem: Problem) -> str:
+    raw = f"{problem.workload.name}-{problem.cluster.name}-{problem.engine.name}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+
+
+def study_ref(name: str, storage: str | None, results: Path) -> StudyRef:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise InputError(f"study name {name!r}: use letters, digits, '.', '_' and '-' only")
+    folder = results / name
+    url = storage or f"sqlite:///{folder / 'study.db'}"
+    return StudyRef(name=name, storage_url=url, folder=folder)
+
+
+def _storage(url: str) -> optuna.storages.BaseStorage:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            heartbeat_interval=HEARTBEAT_S,
+            grace_period=GRACE_S,
+            engine_kwargs={"pool_pre_ping": True},
+        )
+    except Exception as exc:  # SQLAlchemy raises many kinds; all mean "cannot open this URL"
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot open storage {url}: {message}") from None
+
+
+def problem_attrs(problem: Problem) -> dict[str, Any]:
+    """What the study remembers of its problem (as Optuna study user attributes)."""
+    return {
+        "engine": problem.engine.name,
+        "workload": dataclasses.asdict(problem.workload),
+        "cluster": dataclasses.asdict(problem.cluster),
+        "space": {k: list(v) for k, v in problem.space.values.items()},
+    }
+
+
+def open_study(
+    ref: StudyRef, problem: Problem, sampler: optuna.samplers.BaseSampler
+) -> optuna.Study:
+    """Create the study or load it to resume; refuse to mix engines, workloads or clusters."""
+    storage = _storage(ref.storage_url)
+    study = optuna.create_study(
+        study_name=ref.name,
+        storage=storage,
+        sampler=sampler,
+        direction="maximize",
+        load_if_exists=True,
+    )
+    attrs = problem_attrs(problem)
+    stored = study.user_attrs
+    if not stored:
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        return study
+    for key in ("engine", "workload", "cluster"):
+        if stored.get(key) != attrs[key]:
+            raise InputError(
+                f"study {ref.name!r} was created for another {key} "
+                f"({_describe(stored.get(key))}); use another --study name"
+            )
+    return study
+
+
+def _describe(value: Any) -> str:
+    return value.get("name", "?") if isinstance(value, dict) else str(value)
+
+
+def load_existing_study(ref: StudyRef) -> optuna.Study:
+    """An existing study, or an InputError; never creates a storage to find out."""
+    if ref.storage_url.startswith("sqlite:///"):
+        db = Path(ref.storage_url.removeprefix("sqlite:///"))
+        if not db.is_file():
+            raise InputError(f"no study {ref.name!r}: {db} does not exist")
+    storage = _storage(ref.storage_url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    if ref.name not in names:
+        known = f"; studies there: {', '.join(names)}" if names else ""
+        raise InputError(f"no study {ref.name!r} in {ref.storage_url}{known}")
+    return optuna.load_study(study_name=ref.name, storage=storage)
+
+
+def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
+    attrs = study.user_attrs
+    return (
+        attrs["engine"],
+        TypeAdapter(Workload).validate_python(attrs["workload"]),
+        TypeAdapter(Cluster).validate_python(attrs["cluster"]),
+    )
+
+
+def owner_tag() -> str:
+    """Who runs a trial: host, pid and process start time (pids are reused)."""
+    me = psutil.Process()
+    return f"{socket.gethostname()}:{me.pid}:{me.create_time():.3f}"
+
+
+def owner_is_dead(tag: str) -> bool:
+    """True only when the owner ran on this host and that exact process is gone."""
+    host, _, rest = tag.partition(":")
+    pid_text, _, created = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        return abs(psutil.Process(int(pid_text)).create_time() - float(created)) > 1e-3
+    except psutil.NoSuchProcess:
+        return True
+
+
+def fail_abandoned_trials(study: optuna.Study) -> list[int]:
+    """Mark RUNNING trials whose tuner died as failed (interrupted): at once when it ran on
+    this host, else by Optuna's heartbeat once the grace period has passed."""
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        owner = trial.user_attrs.get("owner", "")
+        if owner and owner_is_dead(owner):
+            study._storage.set_trial_user_attr(trial._trial_id, "kind", INTERRUPTED)
+            study._storage.set_trial_user_attr(
+                trial._trial_id, "error", "the tuner running this trial died"
+            )
+            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            failed.append(trial.number)
+    before = {t.number for t in study.get_trials(states=(optuna.trial.TrialState.FAIL,))}
+    optuna.storages.fail_stale_trials(study)
+    after = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
+    failed += [t.number for t in after if t.number not in before and t.number not in failed]
+    return failed
+
+
+def heartbeat(study: optuna.Study, trial_id: int, stop: Any) -> None:
+    """Record the trial's heartbeat until `stop` (a threading.Event) is set."""
+    storage = study._storage
+    while not stop.wait(HEARTBEAT_S):
+        storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]

@@ -1,0 +1,106 @@
+"""One trial: a folder with everything needed to re-run it, the launch, and its outcome."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune import shell
+from autotune.engines.base import Engine
+from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
+from autotune.trialspec import TRIAL_FILE, TrialSpec, write_atomically
+
+OUTCOME_FILE = "outcome.json"
+LAUNCH_SCRIPT = "launch.sh"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    """What the tuner keeps of a finished trial."""
+
+    kind: str
+    error: str | None
+    folder: Path
+    command: str
+    wall_s: float
+    result: dict[str, Any] | None = field(default=None, hash=False)
+
+
+def nccl_environment(spec: TrialSpec) -> dict[str, str]:
+    """NCCL_ALGO / NCCL_PROTO for the config's choices; nothing for NCCL's default."""
+    env = {}
+    if spec.config.nccl_algo != "default":
+        env["NCCL_ALGO"] = spec.config.nccl_algo
+    if spec.config.nccl_proto != "default":
+        env["NCCL_PROTO"] = spec.config.nccl_proto
+    return env
+
+
+def prepare(
+    spec: TrialSpec, engine: Engine, launcher: Launcher, folder: Path, time_limit_s: float
+) -> LaunchRequest:
+    """Write config.yaml, trial.json, the engine's files and launch.sh into the trial folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "engine": spec.engine,
+                "workload": spec.workload.name,
+                "cluster": spec.cluster.name,
+                "config": spec.config.as_dict(),
+            },
+            sort_keys=False,
+        )
+    )
+    (folder / TRIAL_FILE).write_text(spec.to_json())
+    engine.write_files(spec, folder)
+    request = LaunchRequest(
+        folder=folder,
+        worker_module=engine.worker_module,
+        nprocs_per_node=spec.cluster.devices_per_node,
+        nnodes=spec.cluster.nodes,
+        env={**engine.environment(spec.cluster), **nccl_environment(spec)},
+        time_limit_s=time_limit_s,
+    )
+    script = folder / LAUNCH_SCRIPT
+    script.write_text(launch_script(launcher, request))
+    script.chmod(0o755)
+    return request
+
+
+def launch_script(launcher: Launcher, request: LaunchRequest) -> str:
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            "# Re-runs this trial by hand: same environment, same command, same files.",
+            "set -euo pipefail",
+            'cd "$(dirname "$0")"',
+            shell.exports(request.env),
+            shell.join(launcher.command(request)),
+            "",
+        ]
+    )
+
+
+def run(
+    spec: TrialSpec, engine: Engine, launcher: Launcher, folder: Path, time_limit_s: float
+) -> TrialRecord:
+    request = prepare(spec, engine, launcher, folder, time_limit_s)
+    outcome: LaunchOutcome = launcher.run(request)
+    record = TrialRecord(
+        kind=outcome.kind,
+        error=outcome.error,
+        folder=folder,
+        command=shell.join(launcher.command(request)),
+        wall_s=outcome.wall_s,
+        result=outcome.result,
+    )
+    write_atomically(
+        folder / OUTCOME_FILE,
+        json.dumps({**asdict(record), "folder": str(folder)}, indent=2) + "\n",
+    )
+    return record

@@ -1,0 +1,73 @@
+"""What a worker is told to run (`trial.json`) and what it reports back (`result.json`).
+
+The trial-to-tuner contract is these files, not exit codes or log greps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+
+from autotune.space import TrainConfig
+from autotune.specs import Cluster, Workload
+
+Outcome = Literal["ok", "oom", "timeout", "comm_error", "launch_error", "crash"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "oom", "timeout", "comm_error", "launch_error", "crash")
+
+TRIAL_FILE = "trial.json"
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPlan:
+    """How long a trial runs: warm-up until step time settles (capped), then measured steps.
+
+    Longer trials cost time but shrink the spread; see README, "Trial length and noise".
+    """
+
+    min_warmup: int = 3
+    max_warmup: int = 12
+    settle_window: int = 3
+    settle_tolerance: float = 0.10
+    """Warm-up ends when the last `settle_window` steps lie within this fraction of the median."""
+    measured_steps: int = 8
+    profile: bool = True
+    """Profile one extra step with torch.profiler to split communication from computation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSpec:
+    engine: str
+    workload: Workload
+    cluster: Cluster
+    config: TrainConfig
+    steps: StepPlan = field(default_factory=StepPlan)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialSpec:
+        return TypeAdapter(cls).validate_json(text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file the worker wrote, or None when absent or unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

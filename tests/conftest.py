@@ -1,0 +1,38 @@
+"""Shared helpers: run the real `autotune` command and read what it wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def autotune(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m autotune ARGS` as a user would, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def tiny_cluster_file(tmp_path: Path) -> Path:
+    """Four gloo processes on this CPU, whatever its core count (oversubscribed is fine)."""
+    path = tmp_path / "cpu4.yaml"
+    path.write_text(
+        "name: cpu4\ndevices_per_node: 4\ndevice: cpu\nbackend: gloo\n"
+        "intra_link: {bandwidth_gbps: 5, latency_us: 20}\n"
+    )
+    return path

@@ -1,0 +1,227 @@
+"""`autotune run` with real trials: the loop, exports, resume after kill -9, Ctrl-C, faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+
+from tests.conftest import REPO, autotune
+
+pytestmark = pytest.mark.slow
+STUDY = "tiny-local_2-deepspeed"
+RUN = ("run", "--cluster", "local:2", "--measured-steps", "3", "--seed", "3")
+
+
+def trials_of(results: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{results / STUDY / 'study.db'}"
+    return optuna.load_study(study_name=STUDY, storage=storage).get_trials()
+
+
+def leftovers(results: Path) -> list[str]:
+    """Processes still working inside the results folder (torchrun or workers)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if str(results) in p.cwd() or any(str(results) in a for a in p.cmdline()):
+                found.append(f"{p.pid} {' '.join(p.cmdline())}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_tuner(results: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *RUN, "--results", str(results), *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def a_trial_is_running(results: Path, after_completed: int) -> bool:
+    folders = (
+        sorted((results / STUDY / "trials").glob("*"))
+        if (results / STUDY / "trials").exists()
+        else []
+    )
+    done = [f for f in folders if (f / "outcome.json").exists()]
+    running = [
+        f for f in folders if not (f / "outcome.json").exists() and (f / "metrics.jsonl").exists()
+    ]
+    return len(done) >= after_completed and bool(running)
+
+
+def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
+    result = autotune(*RUN, "--trials", "3", "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "best:" in result.stdout and "stopped: trial budget reached (3 trials)" in (
+        result.stdout
+    )
+    table = json.loads(
+        autotune("trials", "--study", STUDY, "--results", str(tmp_path), "--format", "json").stdout
+    )
+    assert len(table) == 3 and all(row["status"] == "complete" for row in table)
+    speeds = [row["tokens_per_s"] for row in table]
+    assert speeds == sorted(speeds, reverse=True)
+    assert len({row["label"] for row in table}) == 3  # no config measured twice
+
+    best = tmp_path / STUDY / "best"
+    names = {p.name for p in best.iterdir()}
+    assert {"ds_config.json", "train.sh", "nccl.env", "best.yaml", "trial.json"} <= names
+    provenance = __import__("yaml").safe_load((best / "best.yaml").read_text())
+    assert provenance["source"] == "measured"
+    assert provenance["metrics"]["tokens_per_s"] == pytest.approx(speeds[0])
+    assert provenance["provenance"]["versions"]["deepspeed"]
+
+    check_deepspeed_accepts(best / "ds_config.json")
+    env = {**os.environ, "TORCHRUN": str(Path(sys.executable).with_name("torchrun"))}
+    run = subprocess.run(
+        ["bash", str(best / "train.sh")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((best / "result.json").read_text())["status"] == "ok"
+
+    out = tmp_path / "exported"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    refused = autotune("export", "--study", STUDY, "--results", str(tmp_path), "--out", str(out))
+    assert refused.returncode == 2 and "not empty" in refused.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+    forced = autotune(
+        "export", "--study", STUDY, "--results", str(tmp_path), "--out", str(out), "--force"
+    )
+    assert forced.returncode == 0 and (out / "ds_config.json").exists()
+    assert not (out / "keep.txt").exists()
+
+
+def check_deepspeed_accepts(path: Path) -> None:
+    """DeepSpeed's own config class parses the export (dp from the config's batch split)."""
+    script = (
+        "import json, sys, types\n"
+        "from deepspeed.runtime.config import DeepSpeedConfig\n"
+        "cfg = json.load(open(sys.argv[1]))\n"
+        "dp = cfg['train_batch_size'] // (cfg['train_micro_batch_size_per_gpu']"
+        " * cfg['gradient_accumulation_steps'])\n"
+        "mpu = types.SimpleNamespace(get_data_parallel_world_size=lambda: dp,"
+        " get_model_parallel_world_size=lambda: 1)\n"
+        "c = DeepSpeedConfig(cfg, mpu=mpu)\n"
+        "print(c.zero_optimization_stage, c.train_batch_size)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DS_ACCELERATOR": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    stage, batch = done.stdout.split()[-2:]
+    cfg = json.loads(path.read_text())
+    assert int(stage) == cfg["zero_optimization"]["stage"]
+    assert int(batch) == cfg["train_batch_size"]
+
+
+def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    tuner = start_tuner(tmp_path, "--trials", "3")
+    wait_for(lambda: a_trial_is_running(tmp_path, after_completed=1), 240, "a second trial")
+    before = {
+        t.number: t.value
+        for t in trials_of(tmp_path)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    }
+    os.kill(tuner.pid, signal.SIGKILL)
+    tuner.wait(timeout=30)
+    wait_for(lambda: not leftovers(tmp_path), 20, "the killed run's processes to go")
+
+    again = autotune(*RUN, "--trials", "3", "--results", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "recorded as failed (interrupted)" in again.stdout
+    trials = trials_of(tmp_path)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {t.number: t.value for t in complete if t.number in before} == before
+    assert len(complete) == 3
+    assert len({t.user_attrs["config_key"] for t in complete}) == 3
+    interrupted = [t for t in trials if t.user_attrs.get("kind") == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0].state == optuna.trial.TrialState.FAIL
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert not leftovers(tmp_path)
+
+
+def test_ctrl_c_stops_the_trial_within_seconds(tmp_path: Path) -> None:
+    tuner = start_tuner(tmp_path, "--trials", "3")
+    wait_for(lambda: a_trial_is_running(tmp_path, after_completed=0), 240, "a running trial")
+    sent = time.monotonic()
+    os.kill(tuner.pid, signal.SIGINT)
+    tuner.wait(timeout=30)
+    assert time.monotonic() - sent < 15
+    assert tuner.returncode == 130
+    assert not leftovers(tmp_path)
+    trials = trials_of(tmp_path)
+    assert trials[-1].state == optuna.trial.TrialState.FAIL
+    assert trials[-1].user_attrs["kind"] == "interrupted"
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "error"),
+    [
+        ("crash", "crash", "RuntimeError: injected crash"),
+        ("hang", "timeout", "killed at the time limit"),
+    ],
+)
+def test_failed_trials_are_recorded_and_the_study_goes_on(
+    tmp_path: Path, fault: str, kind: str, error: str
+) -> None:
+    result = autotune(
+        *RUN,
+        "--trials",
+        "2",
+        "--timeout-per-trial",
+        "25s",
+        "--results",
+        str(tmp_path),
+        env={"AUTOTUNE_INJECT_FAULT": fault},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = trials_of(tmp_path)
+    assert len(trials) == 2
+    for t in trials:
+        assert t.state == optuna.trial.TrialState.FAIL
+        assert t.user_attrs["kind"] == kind and error in t.user_attrs["error"]
+    assert f"failures: {kind} 2" in result.stdout
+    assert not leftovers(tmp_path)
+
+
+def test_bad_study_input_is_refused(tmp_path: Path) -> None:
+    unknown = autotune("export", "--study", "nope", "--results", str(tmp_path))
+    assert unknown.returncode == 2 and "no study 'nope'" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "nope").exists()
+    bad_url = autotune(
+        "run", "--storage", "postgresql://nobody@127.0.0.1:9/x", "--results", str(tmp_path)
+    )
+    assert bad_url.returncode == 2 and "cannot open storage" in bad_url.stderr
+    assert len(bad_url.stderr.strip().splitlines()) == 1
+    not_url = autotune("trials", "--study", "x", "--storage", "no-such-scheme://x")
+    assert not_url.returncode == 2 and "cannot open storage" in not_url.stderr

@@ -1,0 +1,132 @@
+"""Real multi-process trials on gloo through torchrun, for each engine and layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.estimate import model_states
+from autotune.space import TrainConfig, parse_overrides
+from autotune.specs import load_workload
+from tests.conftest import autotune
+
+pytestmark = pytest.mark.slow
+TINY = load_workload("tiny")
+
+
+def run_trial(
+    tmp_path: Path, engine: str, config: str, cluster: str = "local:2", steps: int = 4
+) -> dict[str, Any]:
+    out = tmp_path / f"{engine}-{config}".replace(",", "_").replace("=", "")
+    result = autotune(
+        "trial",
+        "--engine",
+        engine,
+        "--cluster",
+        cluster,
+        "--config",
+        config,
+        "--out",
+        str(out),
+        "--measured-steps",
+        str(steps),
+        "--json",
+        timeout=600,
+    )
+    record = json.loads(result.stdout)
+    assert result.returncode == 0 and record["kind"] == "ok", (record, result.stderr[-2000:])
+    return record
+
+
+LAYOUTS = [
+    ("deepspeed", "zero=0,mbs=2", "local:2"),
+    ("deepspeed", "zero=1,mbs=2", "local:2"),
+    ("deepspeed", "zero=2,mbs=2", "local:2"),
+    ("deepspeed", "zero=3,mbs=2", "local:2"),
+    ("deepspeed", "pp=2,mbs=2", "local:2"),
+    ("deepspeed", "pp=2,zero=1,mbs=2", "cpu4"),
+    ("torch", "zero=0,mbs=2", "local:2"),
+    ("torch", "zero=1,mbs=2", "local:2"),
+    ("torch", "zero=2,mbs=2", "local:2"),
+    ("torch", "zero=3,mbs=2", "local:2"),
+    ("torch", "pp=2,mbs=2", "local:2"),
+    ("torch", "pp=2,vpp=2,mbs=2", "local:2"),
+    ("torch", "tp=2,mbs=4", "local:2"),
+    ("torch", "tp=2,sp=true,mbs=4", "local:2"),
+    ("torch", "tp=2,zero=3,mbs=4", "cpu4"),
+    ("torch", "pp=2,mbs=2", "cpu4"),
+]
+
+
+@pytest.mark.parametrize(
+    ("engine", "config", "cluster"), LAYOUTS, ids=[f"{e}-{c}-{k}" for e, c, k in LAYOUTS]
+)
+def test_real_trial_measures_and_matches_predicted_model_states(
+    tmp_path: Path, tiny_cluster_file: Path, engine: str, config: str, cluster: str
+) -> None:
+    record = run_trial(
+        tmp_path, engine, config, str(tiny_cluster_file) if cluster == "cpu4" else cluster
+    )
+    r = record["result"]
+    world = 4 if cluster == "cpu4" else 2
+    assert r["world_size"] == world and len(r["model_state_bytes_per_rank"]) == world
+    assert r["step_time_s"] > 0 and r["tokens_per_s"] == pytest.approx(
+        TINY.tokens_per_step / r["step_time_s"]
+    )
+    assert 0 < r["mfu"] < 1 and r["peak_memory_bytes"] > r["model_state_bytes"]
+    assert r["profile"]["comm_s"] > 0 and r["profile"]["compute_s"] > 0
+    overrides = parse_overrides(config)
+    tp, pp = overrides.get("tp", 1), overrides.get("pp", 1)
+    predicted = model_states(TINY, TrainConfig(**{**overrides, "dp": world // (tp * pp)}), engine)
+    assert r["model_state_bytes"] == pytest.approx(predicted.total, rel=0.05)
+    folder = Path(record["folder"])
+    for name in (
+        "config.yaml",
+        "trial.json",
+        "launch.sh",
+        "log.txt",
+        "metrics.jsonl",
+        "result.json",
+        "outcome.json",
+    ):
+        assert (folder / name).is_file(), name
+    assert (
+        folder / ("ds_config.json" if engine == "deepspeed" else "torch_parallel.yaml")
+    ).is_file()
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "torch"])
+def test_model_states_fall_as_zero_stage_rises(tmp_path: Path, engine: str) -> None:
+    measured = [
+        run_trial(tmp_path, engine, f"zero={z},mbs=2", steps=2)["result"]["model_state_bytes"]
+        for z in range(4)
+    ]
+    assert measured[0] > measured[1] >= measured[2] > measured[3]
+    psi4 = TINY.num_parameters * 4  # fp32 parameters in bytes
+    ratios = [round(m / psi4, 2) for m in measured]
+    # ZeRO with 2 ranks, in units of fp32 parameter bytes (see tests/unit/test_memory.py)
+    assert ratios == ([4.0, 3.5, 3.0, 2.0] if engine == "deepspeed" else [4.0, 3.0, 3.0, 2.0])
+
+
+def test_same_config_twice_within_15_percent(tmp_path: Path) -> None:
+    first, second = (
+        run_trial(tmp_path / str(i), "deepspeed", "zero=1,mbs=4", steps=8)["result"]["step_time_s"]
+        for i in range(2)
+    )
+    assert abs(first - second) / min(first, second) < 0.15
+
+
+def test_launch_script_reruns_the_trial_by_hand(tmp_path: Path) -> None:
+    import subprocess
+
+    record = run_trial(tmp_path, "deepspeed", "zero=2,mbs=4", steps=2)
+    folder = Path(record["folder"])
+    (folder / "result.json").unlink()
+    done = subprocess.run(
+        ["bash", str(folder / "launch.sh")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((folder / "result.json").read_text())["status"] == "ok"

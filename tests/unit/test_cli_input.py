@@ -1,0 +1,61 @@
+"""Bad input: one line on stderr, exit code 2, nothing written."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import autotune
+
+
+def refused(result, message: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["space", "--model", "gpt-9"], "unknown model 'gpt-9'"),
+        (["space", "--cluster", "dgx-h900"], "unknown cluster 'dgx-h900'"),
+        (["space", "--engine", "jax"], "unknown engine 'jax'"),
+        (["trial", "--config", "turbo=1"], "unknown knob 'turbo'"),
+        (
+            ["trial", "--engine", "torch", "--cluster", "local:8", "--config", "tp=8"],
+            "heads_divisible_by_tp",
+        ),
+        (["trial", "--config", "pp=4"], "world_size"),
+        (["run", "--trials", "0"], "--trials"),
+        (["run", "--max-time", "soon"], "--max-time: expected a duration"),
+        (["space", "--space", "missing.yaml"], "does not exist"),
+    ],
+)
+def test_bad_flags_are_refused_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = autotune(*args, cwd=tmp_path)
+    refused(result, message)
+    assert not (tmp_path / "results").exists()
+
+
+def test_malformed_yaml_model(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text("num_layers: [2\n")
+    refused(autotune("trial", "--model", "m.yaml", cwd=tmp_path), "malformed YAML")
+    assert not (tmp_path / "results").exists()
+
+
+def test_space_without_valid_config_names_the_rule(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("engine: deepspeed\nknobs:\n  mbs: [3]\n")
+    result = autotune("space", "--space", "s.yaml", "--cluster", "local:2", cwd=tmp_path)
+    refused(result, "batch_divisible_by_mbs_dp removed")
+
+
+def test_space_command_counts_and_explains(tmp_path: Path) -> None:
+    result = autotune("space", "--cluster", "local:2", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    data = json.loads(result.stdout)
+    assert data["valid"] > 0 and data["total"] == data["valid"] + sum(
+        data["removed_by_rule"].values()
+    )
+    assert "zero_needs_dp" in data["removed_by_rule"]

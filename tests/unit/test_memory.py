@@ -1,0 +1,53 @@
+"""Model-state bytes by hand: ZeRO's formulas with each engine's documented facts."""
+
+import dataclasses
+
+import pytest
+
+from autotune.estimate import model_states, rank_parameters
+from autotune.space import TrainConfig
+from autotune.specs import load_workload
+
+TINY = load_workload("tiny")  # 4 layers, h 64, 4 heads, 2 KV groups (kv width 32), f 256, V 512
+
+
+def test_rank_parameters_by_hand() -> None:
+    layer = 2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 * 256 + 2 * 64  # q,o + k,v + mlp + two norms
+    embedding = head = 512 * 64
+    assert rank_parameters(TINY, tp=1, pp=1) == 4 * layer + embedding + head + 64
+    assert TINY.num_parameters == rank_parameters(TINY, 1, 1)
+    # pp=2: the last stage holds two layers, the output layer and the final norm
+    assert rank_parameters(TINY, tp=1, pp=2) == 2 * layer + head + 64
+    # tp=2 splits the linear layers and embeddings, not the norms
+    sharded = (layer - 2 * 64) // 2 + 2 * 64
+    assert rank_parameters(TINY, tp=2, pp=1) == 4 * sharded + embedding // 2 + head // 2 + 64
+
+
+PSI = TINY.num_parameters  # fp32: 4 bytes each
+
+
+@pytest.mark.parametrize(
+    ("engine", "zero", "bytes_per_param"),
+    [
+        ("deepspeed", 0, 4 + 4 + 8),  # params, grads, Adam moments
+        ("deepspeed", 1, 4 + 4 + 12 / 2),  # + fp32 master partition, sharded with the moments
+        ("deepspeed", 2, 4 + (4 + 12) / 2),
+        ("deepspeed", 3, (4 + 4 + 8) / 2),  # the fp32 partition is the master
+        ("torch", 0, 4 + 4 + 8),
+        ("torch", 1, 4 + 4 + 8 / 2),  # ZeroRedundancyOptimizer shards the moments
+        ("torch", 2, 4 + 4 / 2 + (4 + 8) / 2),  # FSDP2 keeps unsharded params beside the shards
+        ("torch", 3, (4 + 4 + 8) / 2),
+    ],
+)
+def test_zero_stages_fp32(engine: str, zero: int, bytes_per_param: float) -> None:
+    states = model_states(TINY, TrainConfig(dp=2, zero=zero), engine)
+    assert states.total == pytest.approx(PSI * bytes_per_param)
+
+
+def test_mixed_precision_matches_zero_paper_figure_1() -> None:
+    """ZeRO paper: 7.5B parameters on 64 GPUs: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB."""
+    bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
+    psi = rank_parameters(bf16, 1, 1)
+    for zero, gigabytes in ((0, 120.0), (1, 31.41), (2, 16.64), (3, 1.875)):
+        states = model_states(bf16, TrainConfig(dp=64, zero=zero), "deepspeed")
+        assert states.total / psi * 7.5e9 / 1e9 == pytest.approx(gigabytes, abs=0.01)

@@ -1,0 +1,59 @@
+"""How a launcher turns the files a trial left into an outcome kind and an error line."""
+
+import json
+from pathlib import Path
+
+from autotune.launchers.base import LOG_FILE, classify, first_error_line
+
+
+def write(folder: Path, name: str, data: dict) -> None:
+    (folder / name).write_text(json.dumps(data))
+
+
+def test_result_file_decides_success_not_the_log(tmp_path: Path) -> None:
+    write(tmp_path, "result.json", {"status": "ok", "tokens_per_s": 1.0})
+    (tmp_path / LOG_FILE).write_text("RuntimeError: error error error\n")
+    assert classify(tmp_path, 0, False, 1.0).kind == "ok"
+
+
+def test_root_cause_beats_the_communication_errors_it_caused(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "error-rank0.json",
+        {"kind": "comm_error", "time": 1.0, "error": "DistBackendError: peer closed"},
+    )
+    write(
+        tmp_path,
+        "error-rank1.json",
+        {"kind": "oom", "time": 2.0, "error": "OutOfMemoryError: CUDA out of memory"},
+    )
+    outcome = classify(tmp_path, 1, False, 3.0)
+    assert (outcome.kind, outcome.error) == ("oom", "OutOfMemoryError: CUDA out of memory")
+
+
+def test_earliest_crash_wins(tmp_path: Path) -> None:
+    write(tmp_path, "error-rank0.json", {"kind": "crash", "time": 5.0, "error": "B"})
+    write(tmp_path, "error-rank1.json", {"kind": "crash", "time": 4.0, "error": "A"})
+    assert classify(tmp_path, 1, False, 3.0).error == "A"
+
+
+def test_timeout_when_killed_without_result(tmp_path: Path) -> None:
+    assert classify(tmp_path, -9, True, 30.0).kind == "timeout"
+
+
+def test_no_rank_reported_is_a_launch_error_with_the_log_line(tmp_path: Path) -> None:
+    (tmp_path / LOG_FILE).write_text(
+        "W1130 some warning\nTraceback (most recent call last):\n  File x\n"
+        "ModuleNotFoundError: No module named 'deepspeed'\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: boom\n"
+    )
+    outcome = classify(tmp_path, 1, False, 2.0)
+    assert outcome.kind == "launch_error"
+    assert outcome.error == "ModuleNotFoundError: No module named 'deepspeed'"
+
+
+def test_first_error_line_falls_back_to_last_line() -> None:
+    assert first_error_line("starting\nbash: torchrun: command not found\n") == (
+        "bash: torchrun: command not found"
+    )
+    assert first_error_line("") is None

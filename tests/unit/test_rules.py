@@ -1,0 +1,192 @@
+"""Every validity rule: one config that breaks it and a neighbour that passes."""
+
+import dataclasses
+
+import pytest
+
+from autotune.engines import get_engine
+from autotune.space import GENERIC_RULES, TrainConfig, first_violation
+from autotune.specs import load_cluster, load_workload
+
+TINY = load_workload("tiny")  # 4 layers, 4 heads, 2 KV groups, seq 64, global batch 16
+LOCAL2 = load_cluster("local:2")
+LOCAL8 = load_cluster("local:8")
+H100 = load_cluster("dgx-h100:2")
+
+# rule name -> (engine, workload, cluster, breaking config, passing config)
+CASES = {
+    "world_size": (
+        "torch",
+        TINY,
+        LOCAL2,
+        TrainConfig(tp=2, dp=2, zero=2),
+        TrainConfig(tp=2, dp=1),
+    ),
+    "tp_within_node": (
+        "torch",
+        dataclasses.replace(TINY, num_attention_heads=32, num_query_groups=16, hidden_size=512),
+        H100,
+        TrainConfig(tp=16, dp=1),
+        TrainConfig(tp=8, dp=2, zero=2),
+    ),
+    "heads_divisible_by_tp": (
+        "torch",
+        dataclasses.replace(TINY, num_attention_heads=2, num_query_groups=2, hidden_size=64),
+        LOCAL8,
+        TrainConfig(tp=4, dp=2, zero=2),
+        TrainConfig(tp=2, dp=4, zero=2),
+    ),
+    "query_groups_divisible_by_tp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(tp=4, dp=2, zero=2),
+        TrainConfig(tp=2, dp=4, zero=2),
+    ),
+    "vpp_needs_pp": (
+        "torch",
+        TINY,
+        LOCAL2,
+        TrainConfig(vpp=2, dp=2),
+        TrainConfig(pp=2, vpp=2, dp=1),
+    ),
+    "layers_divisible_by_pp_vpp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(pp=8, dp=1),
+        TrainConfig(pp=4, dp=2),
+    ),
+    "batch_divisible_by_mbs_dp": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, mbs=16),
+        TrainConfig(dp=2, mbs=8),
+    ),
+    "zero_stage": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, zero=4),
+        TrainConfig(dp=2, zero=3),
+    ),
+    "zero_needs_dp": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(pp=2, dp=1, zero=1),
+        TrainConfig(dp=2, zero=1),
+    ),
+    "sp_needs_tp": (
+        "torch",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, sp=True),
+        TrainConfig(tp=2, dp=1, sp=True),
+    ),
+    "sp_seq_divisible_by_tp": (
+        "torch",
+        dataclasses.replace(TINY, seq_length=63),
+        LOCAL2,
+        TrainConfig(tp=2, dp=1, sp=True),
+        TrainConfig(tp=2, dp=1),
+    ),
+    "nccl_knobs_need_nccl": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, nccl_algo="Ring"),
+        TrainConfig(dp=2),
+    ),
+    "deepspeed_no_tp": ("deepspeed", TINY, LOCAL2, TrainConfig(tp=2, dp=1), TrainConfig(dp=2)),
+    "deepspeed_no_vpp": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(pp=2, vpp=2, dp=1),
+        TrainConfig(pp=2, dp=1),
+    ),
+    "deepspeed_pipeline_zero": (
+        "deepspeed",
+        TINY,
+        LOCAL8,
+        TrainConfig(pp=2, dp=4, zero=2),
+        TrainConfig(pp=2, dp=4, zero=1),
+    ),
+    "deepspeed_overlap_needs_zero": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, overlap_comm=True),
+        TrainConfig(dp=2, zero=1, overlap_comm=True),
+    ),
+    "deepspeed_allgather_bucket_zero12": (
+        "deepspeed",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, zero=3, allgather_bucket=10**6),
+        TrainConfig(dp=2, zero=2, allgather_bucket=10**6),
+    ),
+    "torch_zero1_plain_ddp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(pp=2, dp=4, zero=1),
+        TrainConfig(dp=8, zero=1, mbs=2),
+    ),
+    "torch_tp_dp_fsdp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(tp=2, dp=4, zero=0),
+        TrainConfig(tp=2, dp=4, zero=3),
+    ),
+    "torch_no_tp_with_pp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(tp=2, pp=2, dp=2, zero=2),
+        TrainConfig(pp=2, dp=4, zero=2),
+    ),
+    "torch_pipeline_microbatches": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(pp=4, dp=2, mbs=4),
+        TrainConfig(pp=4, dp=2, mbs=2),
+    ),
+    "torch_ddp_bucket_needs_ddp": (
+        "torch",
+        TINY,
+        LOCAL2,
+        TrainConfig(dp=2, zero=3, ddp_bucket_mb=50),
+        TrainConfig(dp=2, zero=0, ddp_bucket_mb=50),
+    ),
+}
+
+
+def all_rules() -> set[str]:
+    names = {r.name for r in GENERIC_RULES}
+    for engine in ("deepspeed", "torch"):
+        names |= {r.name for r in get_engine(engine).engine_rules}
+    return names
+
+
+def test_every_rule_has_a_case() -> None:
+    assert set(CASES) == all_rules()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule_rejects_breaking_config_and_passes_neighbour(name: str) -> None:
+    engine, workload, cluster, broken, fine = CASES[name]
+    rules = get_engine(engine).rules
+    violation = first_violation(broken, workload, cluster, rules)
+    assert violation is not None and violation.name == name
+    assert first_violation(fine, workload, cluster, rules) is None
+
+
+def test_every_rule_has_a_one_line_reason() -> None:
+    for engine in ("deepspeed", "torch"):
+        for rule in get_engine(engine).rules:
+            assert rule.reason and "\n" not in rule.reason
