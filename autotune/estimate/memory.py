@@ -35,14 +35,19 @@ class ModelStates:
         return self.params + self.grads + self.optimizer
 
 
-def rank_parameters(w: Workload, tp: int, pp: int) -> int:
-    """Parameters held by the most loaded rank: a pipeline stage's layers plus the input
-    embedding (first stage) or final norm and output layer (last stage), split over tp.
-    Norm weights are replicated across tp ranks."""
+def layer_parameters(w: Workload, tp: int) -> int:
+    """One decoder layer's parameters on a tp rank; norm weights are replicated."""
     h = w.hidden_size
     kv = w.num_query_groups * w.head_dim
     sharded = 2 * h * h + 2 * h * kv + (3 if w.swiglu else 2) * h * w.ffn_hidden_size
-    per_layer = sharded // tp + 2 * h
+    return sharded // tp + 2 * h
+
+
+def rank_parameters(w: Workload, tp: int, pp: int) -> int:
+    """Parameters held by the most loaded rank: a pipeline stage's layers plus the input
+    embedding (first stage) or final norm and output layer (last stage), split over tp."""
+    h = w.hidden_size
+    per_layer = layer_parameters(w, tp)
     layers = w.num_layers // pp
     embedding = w.vocab_size * h // tp
     head = w.vocab_size * h // tp + h
@@ -68,3 +73,89 @@ def model_states(w: Workload, config: TrainConfig, engine: str) -> ModelStates:
         params = psi * p + (psi * p / n if engine == "torch" else 0)
         return ModelStates(params, psi * g / n, psi * k / n)
     return ModelStates(psi * p / n, psi * g / n, psi * k / n)
+
+
+FRAMEWORK_OVERHEAD_BYTES = {"cpu": 350 * 2**20, "gpu": 3 * 2**30 // 2}
+"""CUDA context, NCCL and allocator slack on a GPU; interpreter, torch and engine on a CPU."""
+ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on the most loaded rank, by what holds them."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    comm_buffers: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.gradients + self.optimizer + self.activations
+                + self.comm_buffers + self.overhead)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "activations": self.activations,
+                "comm_buffers": self.comm_buffers, "overhead": self.overhead,
+                "total": self.total}
+
+
+def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
+    """Activations one layer keeps for backward, per micro-batch (Korthikanti et al. 2022,
+    Table 2, in Megatron's code form `s·b·h·(18 + 4·f/h)` for a 4h MLP; SwiGLU keeps three
+    f-wide tensors instead of two). Attention runs fused (flash), so the 5·a·s² score term
+    is never stored; selective recomputation therefore saves nothing more here."""
+    s, b, h, t = w.seq_length, config.mbs, w.hidden_size, config.tp
+    scale = BYTES_PER_ELEMENT[w.precision] / 2
+    mlp = 4 * w.ffn_hidden_size / h * (1.5 if w.swiglu else 1.0)
+    if config.recompute == "full":
+        return 2 * s * b * h / (t if config.sp else 1) * scale
+    if config.sp:
+        return s * b * h * (18 + mlp) / t * scale
+    return s * b * h * (10 + (8 + mlp) / t) * scale
+
+
+def activation_bytes(w: Workload, config: TrainConfig) -> float:
+    """Worst stage: the first holds the micro-batches in flight of the 1F1B warm-up (more when
+    interleaved), the last holds the fp32 logits for the loss."""
+    micro = config.grad_accum(w.global_batch_size)
+    pp, vpp = config.pp, config.vpp
+    in_flight = 1 if pp == 1 else min(micro, pp) * (1 + (pp - 1) / (pp * vpp))
+    layers = w.num_layers / pp
+    per_layer = layer_activation_bytes(w, config)
+    logits = config.mbs * w.seq_length * w.vocab_size / config.tp * 4
+    first = per_layer * layers * in_flight
+    last = per_layer * layers + logits
+    return max(first, last) if pp > 1 else first + logits
+
+
+def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
+    """Bucket buffers the engine allocates beside the gradients."""
+    width = BYTES_PER_ELEMENT[w.precision]
+    if engine == "deepspeed" and config.dp > 1:
+        if config.zero in (1, 2):
+            buckets = 2 if config.overlap_comm else 1
+            psi = rank_parameters(w, config.tp, config.pp)
+            return (min(config.reduce_bucket, psi) * buckets
+                    + min(config.allgather_bucket, psi)) * width
+        if config.zero == 3:
+            return (min(config.reduce_bucket, rank_parameters(w, config.tp, config.pp))
+                    + ZERO3_PREFETCH_ELEMENTS) * width
+    if engine == "torch" and config.zero == 3:
+        # FSDP2 all-gathers one layer ahead: two unsharded layers at a time.
+        return 2 * layer_parameters(w, config.tp) * width
+    return 0.0
+
+
+def memory_breakdown(w: Workload, config: TrainConfig, engine: str,
+                     device_generation: str) -> MemoryBreakdown:
+    states = model_states(w, config, engine)
+    overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
+    return MemoryBreakdown(
+        weights=states.params, gradients=states.grads, optimizer=states.optimizer,
+        activations=activation_bytes(w, config),
+        comm_buffers=comm_buffer_bytes(w, config, engine), overhead=overhead,
+    )

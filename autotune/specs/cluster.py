@@ -16,6 +16,10 @@ class DeviceKind:
     memory_bytes: int
     peak_flops: dict[str, float] = field(hash=False)
     """Dense peak FLOP/s per precision (bf16, fp16, fp32): the denominator of MFU."""
+    memory_bandwidth_bytes_per_s: float = 2.0e12
+    """Device memory bandwidth: bounds the optimizer step, which reads and writes every state."""
+    generation: str = "hopper"
+    """NCCL's GPU generation for its cost model: ampere or hopper (cpu for gloo hosts)."""
 
 
 @dataclass(frozen=True, kw_only=True)

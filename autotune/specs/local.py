@@ -51,7 +51,11 @@ def cpu_device(processes: int) -> DeviceKind:
     memory = _total_memory_bytes() // max(processes, 1)
     peak = _core_peak_flops()
     return DeviceKind(
-        name="cpu-core", memory_bytes=memory, peak_flops={"fp32": peak, "bf16": peak, "fp16": peak}
+        name="cpu-core",
+        memory_bytes=memory,
+        peak_flops={"fp32": peak, "bf16": peak, "fp16": peak},
+        memory_bandwidth_bytes_per_s=10e9,
+        generation="cpu",
     )
 
 

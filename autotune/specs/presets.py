@@ -88,16 +88,20 @@ DEVICES: dict[str, DeviceKind] = {
             name="a100-80gb",
             memory_bytes=80 * GiB,
             peak_flops={"bf16": 312e12, "fp16": 312e12, "fp32": 156e12},
+            memory_bandwidth_bytes_per_s=2.039e12,
+            generation="ampere",
         ),
         DeviceKind(
             name="h100-sxm",
             memory_bytes=80 * GiB,
             peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
+            memory_bandwidth_bytes_per_s=3.35e12,
         ),
         DeviceKind(
             name="h200",
             memory_bytes=143771 * 2**20,
             peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
+            memory_bandwidth_bytes_per_s=4.8e12,
         ),
     )
 }

@@ -115,31 +115,42 @@ def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
     assert not (out / "keep.txt").exists()
 
 
-def check_deepspeed_accepts(path: Path) -> None:
-    """DeepSpeed's own config class parses the export (dp from the config's batch split)."""
-    script = (
-        "import json, sys, types\n"
+def check_deepspeed_accepts(path: Path, world_size: int = 2) -> None:
+    """DeepSpeed's own config class parses the export, inside a process group of the tuned
+    world size (it checks the batch split against it)."""
+    script = path.parent / "check_ds_config.py"
+    script.write_text(
+        "import json, sys\n"
+        "import deepspeed\n"
         "from deepspeed.runtime.config import DeepSpeedConfig\n"
-        "cfg = json.load(open(sys.argv[1]))\n"
-        "dp = cfg['train_batch_size'] // (cfg['train_micro_batch_size_per_gpu']"
-        " * cfg['gradient_accumulation_steps'])\n"
-        "mpu = types.SimpleNamespace(get_data_parallel_world_size=lambda: dp,"
-        " get_model_parallel_world_size=lambda: 1)\n"
-        "c = DeepSpeedConfig(cfg, mpu=mpu)\n"
-        "print(c.zero_optimization_stage, c.train_batch_size)\n"
+        "deepspeed.init_distributed(dist_backend='gloo')\n"
+        "c = DeepSpeedConfig(json.load(open(sys.argv[1])))\n"
+        "rank = deepspeed.comm.get_rank()\n"
+        "out = {'stage': c.zero_optimization_stage, 'batch': c.train_batch_size}\n"
+        "open(f'{sys.argv[1]}.rank{rank}', 'w').write(json.dumps(out))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, str(path)],
+        [
+            str(Path(sys.executable).with_name("torchrun")),
+            "--standalone",
+            "--nproc-per-node",
+            str(world_size),
+            str(script),
+            str(path),
+        ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         env={**os.environ, "DS_ACCELERATOR": "cpu"},
     )
+    script.unlink()
     assert done.returncode == 0, done.stderr[-2000:]
-    stage, batch = done.stdout.split()[-2:]
     cfg = json.loads(path.read_text())
-    assert int(stage) == cfg["zero_optimization"]["stage"]
-    assert int(batch) == cfg["train_batch_size"]
+    parsed = [line.split() for line in done.stdout.splitlines() if line.startswith("parsed")]
+    assert len(parsed) == world_size
+    assert {(int(z), int(b)) for _, z, b in parsed} == {
+        (cfg["zero_optimization"]["stage"], cfg["train_batch_size"])
+    }
 
 
 def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:

@@ -1,0 +1,225 @@
+"""Collective time by NCCL's own cost model (src/graph/tuning.cc, v2.30 constants).
+
+time = latency(algo, proto) + bytes / algorithm_bandwidth(algo, proto), per algorithm
+(Ring, Tree, NVLS, NVLSTree) and protocol (LL, LL128, Simple); "default" is NCCL's argmin.
+Constants and formulas: shared research comm_cost_model.md §1.1-1.6. The topology search
+is replaced by the graph presets derived there (§1.6): they reproduce the measured busbw
+plateaus of DGX-A100 and DGX-H100 (§4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Op = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
+PROTOS = ("LL", "LL128", "Simple")
+
+BASE_LATENCY_US = {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4), "NVLS": (0, 0, 0),
+                   "NVLSTree": (0, 0, 0)}
+# hwLatencies per hop, (LL, LL128, Simple), by link type.
+HW_LATENCY_US = {
+    "NVLINK": {"Tree": (0.6, 1.25, 4.0), "Ring": (0.6, 1.9, 3.4), "NVLS": (0, 0, 25.0),
+               "NVLSTree": (0, 0, 25.0)},
+    "NET": {"Tree": (5.0, 8.5, 14.0), "Ring": (2.7, 4.0, 14.0), "NVLS": (0, 0, 18.0),
+            "NVLSTree": (0, 0, 20.9)},
+}
+NET_OVERHEAD_US = 1.0  # Intel x86 hosts; x3 for Simple
+# Per-channel caps by generation, columns: 1 node, 2 nodes, 4+ nodes.
+LL_MAX_BW = {"ampere": (87.7, 39.0, 20.4), "hopper": (141.0, 39.0, 20.4)}
+PER_CH_MAX_RING_LL128 = {"ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 36.7)}
+PER_CH_MAX_TREE_LL128 = {"ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 29.0)}
+PER_CH_MAX_TREE = {"ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0)}
+PER_CH_MAX_NVLS_TREE = {"ampere": (0.0, 0.0, 0.0), "hopper": (0.0, 57.7, 45.5)}
+NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85}
+TREE_CORRECTION = {  # AllReduce Tree bandwidth factor by log2(bytes / 64)
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}
+SPEEDS_INTRA = {"ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
+                "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3)}
+SPEEDS_INTER = {"ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
+                "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2)}
+PCIE_BW = {"ampere": 24.0, "hopper": 48.0}  # Gen4 / Gen5 x16, caps the NIC path
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """What NCCL's model needs of a machine: GPU generation and per-GPU link bandwidths."""
+
+    generation: Literal["ampere", "hopper"]
+    nvlink_gbps: float
+    """Per GPU, one direction, as NCCL models NVLink (A100 240, H100 370.8)."""
+    nic_gbps: float
+    """Per GPU, one direction (NDR 50, HDR 25)."""
+    nvswitch: bool = True
+
+
+@dataclass(frozen=True)
+class Graph:
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+def _fastest(speeds: tuple[float, ...], fits: float) -> float:
+    return next((s for s in speeds if s <= fits), speeds[-1])
+
+
+def ring_graph(f: Fabric, nodes: int, ppn: int) -> Graph:
+    """Ring/Tree graph: 6 channels doubled to 12 inside a node; 8 rail channels across nodes,
+    each limited by the NIC (through PCIe) and by 8 channels sharing the NVLink budget."""
+    if nodes == 1:
+        bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / 6) / 2
+        return Graph(channels=12, bw_intra=bw, bw_inter=bw)
+    nic = min(f.nic_gbps, PCIE_BW[f.generation])
+    bw = _fastest(SPEEDS_INTER[f.generation], min(nic, f.nvlink_gbps / 8))
+    return Graph(channels=ppn, bw_intra=bw, bw_inter=bw)
+
+
+def nvls_graph(f: Fabric, nodes: int, ppn: int) -> Graph | None:
+    """NVLink SHARP: Hopper with NVSwitch; (ppn+1)·bw must fit the NVLink budget."""
+    if f.generation != "hopper" or not f.nvswitch or ppn < 2:
+        return None
+    bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / (ppn + 1))
+    # One node: nothing leaves it, the search keeps its top speed; else the NIC through PCIe.
+    inter = SPEEDS_INTRA[f.generation][0] if nodes == 1 else min(f.nic_gbps,
+                                                                  PCIE_BW[f.generation])
+    return Graph(channels=ppn, bw_intra=bw, bw_inter=inter)
+
+
+@dataclass(frozen=True)
+class Choice:
+    algo: str
+    proto: str
+    latency_us: float
+    algbw_gbps: float
+
+    def time_s(self, nbytes: float) -> float:
+        return (self.latency_us + nbytes / (1000 * self.algbw_gbps)) * 1e-6
+
+
+def _steps(op: Op, n: int) -> int:
+    return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1,
+            "broadcast": n}[op]
+
+
+def _col(nodes: int) -> int:
+    return min(nodes - 1, 2) if nodes <= 2 else 2
+
+
+def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> Choice | None:
+    """NCCL's (latency, algorithm bandwidth) for one algorithm and protocol, or None."""
+    p = PROTOS.index(proto)
+    ppn = n // nodes
+    if algo in ("NVLS", "NVLSTree") and proto != "Simple":
+        return None
+    if op == "broadcast" and algo != "Ring":
+        return None
+    if op in ("all_gather", "reduce_scatter") and algo in ("Tree", "NVLSTree"):
+        return None
+    if algo == "NVLSTree" and (nodes == 1 or op != "all_reduce"):
+        return None
+    if algo == "NVLS" and nodes > 1:
+        return None  # multi-node NVLS needs CollNet (SHARP switches)
+    graph = nvls_graph(f, nodes, ppn) if algo.startswith("NVLS") else ring_graph(f, nodes, ppn)
+    if graph is None:
+        return None
+    gen, col = f.generation, _col(nodes)
+    intra_lat = HW_LATENCY_US["NVLINK"][algo][p]
+    inter_lat = HW_LATENCY_US["NET"]["Tree" if ppn == 1 and algo == "Ring" else algo][p]
+    steps = _steps(op, n)
+    base = BASE_LATENCY_US[algo][p]
+    if algo == "Ring":
+        n_inter = 0 if nodes == 1 else (2 * (nodes - 1) if op == "all_reduce" else nodes - 1)
+        overhead = 0.0 if nodes == 1 else NET_OVERHEAD_US * (3 if proto == "Simple" else 1)
+        latency = base + (steps - n_inter) * max(intra_lat, overhead) + n_inter * inter_lat
+    elif algo == "Tree":
+        latency = base + 2 * ((ppn - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
+    elif algo == "NVLS":
+        latency = intra_lat
+    else:
+        latency = base + intra_lat + 2 * int(math.log2(nodes)) * inter_lat
+
+    bw = graph.bw_intra if nodes <= 2 else graph.bw_inter
+    if algo.startswith("NVLS"):
+        intra_bw = graph.bw_intra * NVLS_EFFICIENCY[gen] * (graph.channels - 1) / graph.channels
+        intra_bw *= 2 if op == "all_reduce" else (ppn - 1) / ppn
+        inter_bw = graph.bw_inter * (2 if nodes <= 2 and algo == "NVLSTree" else 1)
+        bw = min(intra_bw, inter_bw)
+        if algo == "NVLSTree":
+            bw = min(bw, PER_CH_MAX_NVLS_TREE[gen][col])
+    bus = graph.channels * bw
+    if algo == "Ring" and proto == "LL":
+        bus = min(LL_MAX_BW[gen][col], bus * 0.5)
+    elif algo == "Ring" and proto == "LL128":
+        bus = min(bus * 0.92, graph.channels * PER_CH_MAX_RING_LL128[gen][col])
+    elif algo == "Tree":
+        bus = min(bus * 0.92, graph.channels * PER_CH_MAX_TREE[gen][col])
+        if proto == "LL":
+            bus = min(bus / 3.8, LL_MAX_BW[gen][col])
+        elif proto == "LL128":
+            bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128),
+                      graph.channels * PER_CH_MAX_TREE_LL128[gen][col])
+    if bus <= 0:
+        return None
+    if algo == "Tree":
+        ratio = 0.5
+    elif op in ("all_gather", "reduce_scatter") and algo != "Ring":
+        ratio = 1.0
+    else:
+        ratio = n / steps if op != "broadcast" else 1.0
+    return Choice(algo, proto, latency, bus * ratio)
+
+
+def nccl_bytes(op: Op, per_rank_bytes: float, n: int) -> float:
+    """The size NCCL's model uses: the whole buffer for all-gather and reduce-scatter."""
+    return per_rank_bytes * n if op in ("all_gather", "reduce_scatter") else per_rank_bytes
+
+
+def collective_time(op: Op, per_rank_bytes: float, n: int, nodes: int, f: Fabric,
+                    algo: str = "default", proto: str = "default") -> tuple[float, Choice]:
+    """Seconds for one collective of `per_rank_bytes` (AR: each rank's buffer; AG/RS: the
+    shard) over n ranks on `nodes` nodes, with the forced or NCCL's argmin algo/proto."""
+    if n <= 1:
+        return 0.0, Choice("none", "none", 0.0, math.inf)
+    nbytes = nccl_bytes(op, per_rank_bytes, n)
+    best: tuple[float, Choice] | None = None
+    for a in ALGOS if algo == "default" else (algo,):
+        for p in PROTOS if proto == "default" else (proto,):
+            c = candidate(op, a, p, n, nodes, f)
+            if c is None:
+                continue
+            c = _size_corrections(op, c, nbytes, n, nodes)
+            t = c.time_s(nbytes)
+            if best is None or t < best[0]:
+                best = (t, c)
+    if best is None:
+        raise ValueError(f"NCCL offers no {algo}/{proto} for {op} over {n} ranks")
+    return best
+
+
+def _size_corrections(op: Op, c: Choice, nbytes: float, n: int, nodes: int) -> Choice:
+    if op == "all_reduce" and c.algo == "Tree":
+        log_size = int(math.log2(max(nbytes, 64) / 64))
+        if log_size < 23:
+            factor = TREE_CORRECTION[c.proto][log_size]
+            return Choice(c.algo, c.proto, c.latency_us, c.algbw_gbps * factor)
+    if (op == "all_reduce" and c.algo == "Ring" and c.proto == "Simple" and nodes > 1
+            and nbytes / (8 * n) >= 64):
+        return Choice(c.algo, c.proto, c.latency_us * 1.4, c.algbw_gbps)
+    return c
+
+
+def bus_bandwidth(op: Op, per_rank_bytes: float, seconds: float, n: int) -> float:
+    """nccl-tests busbw in GB/s: algbw (size/time) times the op's bus factor."""
+    size = nccl_bytes(op, per_rank_bytes, n)
+    factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
+              "reduce_scatter": (n - 1) / n, "broadcast": 1.0}[op]
+    return size / seconds / 1e9 * factor

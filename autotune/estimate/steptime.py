@@ -1,0 +1,204 @@
+"""Step time of one config, broken down by where the time goes.
+
+compute: model FLOPs of the worst pipeline stage (plus recomputation) over an achievable rate
+that grows with GEMM size; tensor parallel: 4 all-reduces (or all-gather + reduce-scatter with
+sequence parallelism) of b·s·h per layer and micro-batch, 2 more under full recomputation;
+pipeline: the 1F1B bubble (p-1)/v micro-batch times and the activation point-to-point
+transfers; data parallel: gradient all-reduce (ZeRO 1-2: reduce-scatter + parameter
+all-gather; ZeRO 3: per-micro-batch parameter gathers too) in buckets, partly hidden behind
+the backward pass; optimizer: one pass over the rank's states at memory bandwidth.
+Formulas: shared research comm_cost_model.md §5.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from autotune.estimate import comm
+from autotune.estimate.memory import layer_parameters, rank_parameters
+from autotune.space import TrainConfig
+from autotune.specs import Cluster, Workload
+from autotune.specs.workload import BYTES_PER_ELEMENT
+
+TOKENS_HALF = 256.0
+"""Tokens per micro-batch (a GEMM's long side) at which efficiency halves: small either way."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The model's free parameters; defaults per device generation, fitted by `calibrate`."""
+
+    compute_efficiency: float = 0.62
+    """Share of peak FLOP/s that large GEMMs reach."""
+    gemm_half_size: float = 400.0
+    """Hidden width per tensor-parallel rank (h/tp, a GEMM's narrow side) at which half that
+    share is reached: narrow GEMMs and the elementwise work around them run far from peak."""
+    bandwidth_scale: float = 1.0
+    """Share of the collective model's bandwidth the fabric delivers."""
+    overlap: float = 0.8
+    """Share of the backward pass that data-parallel communication can hide behind."""
+
+
+# GPU defaults: fitted to the published runs in shared/data (scripts/validate_costmodel.py
+# reports the fit's held-out error); the CPU default is a first guess for gloo hosts.
+DEFAULT_CALIBRATION = {
+    "ampere": Calibration(compute_efficiency=0.70, gemm_half_size=400.0, bandwidth_scale=1.25,
+                          overlap=1.0),
+    "hopper": Calibration(compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07,
+                          overlap=0.8),
+    "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, overlap=0.3),
+}
+
+
+@dataclass(frozen=True)
+class StepTime:
+    compute_s: float
+    recompute_s: float
+    """Part of compute_s spent recomputing activations."""
+    tp_comm_s: float
+    pp_bubble_s: float
+    pp_p2p_s: float
+    dp_comm_s: float
+    """All data-parallel communication of the step, hidden or not."""
+    dp_exposed_s: float
+    optimizer_s: float
+
+    @property
+    def total_s(self) -> float:
+        return (self.compute_s + self.tp_comm_s + self.pp_bubble_s + self.pp_p2p_s
+                + self.dp_exposed_s + self.optimizer_s)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"compute_s": self.compute_s, "recompute_s": self.recompute_s,
+                "tp_comm_s": self.tp_comm_s, "pp_bubble_s": self.pp_bubble_s,
+                "pp_p2p_s": self.pp_p2p_s, "dp_comm_s": self.dp_comm_s,
+                "dp_exposed_s": self.dp_exposed_s, "optimizer_s": self.optimizer_s,
+                "total_s": self.total_s}
+
+    def dominant(self) -> str:
+        parts = self.as_dict()
+        del parts["total_s"], parts["recompute_s"], parts["dp_comm_s"]
+        return max(parts, key=parts.__getitem__).removesuffix("_s")
+
+
+def layer_forward_flops(w: Workload, micro_batch: int) -> float:
+    """Forward FLOPs of one layer for one micro-batch, the per-layer part of Megatron's
+    formula: 2·b·s·(2h² + 2h²g/a + glu·2hf... ) written out term by term."""
+    s, h, f = w.seq_length, w.hidden_size, w.ffn_hidden_size
+    kv = w.num_query_groups * w.head_dim
+    linear = 2 * h * h + 2 * h * kv + (3 if w.swiglu else 2) * h * f
+    attention = 2 * s * h  # QK^T and AV, full (non-causal) as Megatron counts
+    return 2 * micro_batch * s * (linear + attention)
+
+
+def head_forward_flops(w: Workload, micro_batch: int) -> float:
+    return 2 * micro_batch * w.seq_length * w.hidden_size * w.vocab_size
+
+
+def achievable_flops(w: Workload, config: TrainConfig, cluster: Cluster,
+                     cal: Calibration) -> float:
+    width = w.hidden_size / config.tp
+    tokens = config.mbs * w.seq_length
+    peak = cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
+    return (peak * cal.compute_efficiency * width / (width + cal.gemm_half_size)
+            * tokens / (tokens + TOKENS_HALF))
+
+
+def step_time(w: Workload, config: TrainConfig, cluster: Cluster, engine: str,
+              cal: Calibration | None = None) -> StepTime:
+    cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    c, dpn = config, cluster.devices_per_node
+    micro = c.grad_accum(w.global_batch_size)
+    width = BYTES_PER_ELEMENT[w.precision]
+    rate = achievable_flops(w, c, cluster, cal)
+    layers = w.num_layers / c.pp
+
+    # Compute of the most loaded stage (the last: its layers plus the output layer).
+    fwd = (layers * layer_forward_flops(w, c.mbs) + head_forward_flops(w, c.mbs)) / c.tp
+    recompute_fwd = 0.0
+    if c.recompute == "full":
+        recompute_fwd = layers * layer_forward_flops(w, c.mbs) / c.tp
+    elif c.recompute == "selective":
+        recompute_fwd = layers * 4 * c.mbs * w.seq_length ** 2 * w.hidden_size / c.tp
+    per_micro_compute = (3 * fwd + recompute_fwd) / rate
+
+    tp_group = comm.place(c.tp, 1, dpn)
+    activation = c.mbs * w.seq_length * w.hidden_size * width
+    per_collective = comm.seconds("all_reduce", activation, tp_group, cluster, c.nccl_algo,
+                                  c.nccl_proto, cal.bandwidth_scale)
+    tp_per_layer = (6 if c.recompute == "full" else 4) * per_collective
+    per_micro_tp = layers * tp_per_layer
+
+    per_micro = per_micro_compute + per_micro_tp
+    bubble = (c.pp - 1) / c.vpp * per_micro
+    pp_group = comm.place(c.pp, c.tp * c.dp, dpn)
+    link = cluster.intra_link if pp_group.nodes == 1 else cluster.inter_link
+    p2p_bytes = activation / (c.tp if c.tp > 1 else 1)
+    p2p = 0.0 if c.pp == 1 else 2 * micro * c.vpp * (
+        link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
+
+    dp_comm, dp_exposed = _data_parallel(w, c, cluster, engine, cal, micro, per_micro_compute)
+    psi = rank_parameters(w, c.tp, c.pp) / (c.dp if c.zero >= 1 else 1)
+    optimizer = psi * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
+
+    return StepTime(
+        compute_s=micro * per_micro_compute,
+        recompute_s=micro * recompute_fwd / rate,
+        tp_comm_s=micro * per_micro_tp,
+        pp_bubble_s=bubble,
+        pp_p2p_s=p2p,
+        dp_comm_s=dp_comm,
+        dp_exposed_s=dp_exposed,
+        optimizer_s=optimizer,
+    )
+
+
+def _data_parallel(w: Workload, c: TrainConfig, cluster: Cluster, engine: str,
+                   cal: Calibration, micro: int, per_micro_compute: float) -> tuple[float, float]:
+    """(all data-parallel communication, the part not hidden behind the backward pass)."""
+    if c.dp == 1:
+        return 0.0, 0.0
+    group = comm.place(c.dp, c.tp, cluster.devices_per_node)
+    width = BYTES_PER_ELEMENT[w.precision]
+    grad_bytes = rank_parameters(w, c.tp, c.pp) * width
+    bucket = _bucket_bytes(c, engine, width)
+    n_buckets = max(1, math.ceil(grad_bytes / bucket))
+
+    def bucketed(op: str, total: float) -> float:
+        return n_buckets * comm.seconds(op, total / n_buckets / (c.dp if op != "all_reduce"
+                                        else 1), group, cluster, c.nccl_algo, c.nccl_proto,
+                                        cal.bandwidth_scale)  # type: ignore[arg-type]
+
+    if c.zero == 0:
+        grads = bucketed("all_reduce", grad_bytes)
+        gathers = 0.0
+    else:
+        grads = bucketed("reduce_scatter", grad_bytes)
+        gathers = bucketed("all_gather", grad_bytes)
+    if c.zero >= 2 and micro > 1:
+        grads *= micro  # ZeRO-2/3 and FSDP reduce every micro-batch
+    if c.zero == 3:
+        gathers = gathers * 2 * micro  # parameters gathered for forward and backward
+    total = grads + gathers
+    overlaps = (engine == "torch" or c.overlap_comm or (engine == "megatron" and c.zero >= 0))
+    if c.zero == 0 and engine == "deepspeed":
+        overlaps = False  # DeepSpeed's stage 0 all-reduces after the backward pass
+    if not overlaps:
+        return total, total
+    # Gradient reductions hide behind the backward passes; ZeRO-3 / FSDP prefetching hides
+    # parameter gathers behind the forward passes too.
+    hidden_share = 1.0 if c.zero == 3 else 2 / 3
+    hideable = cal.overlap * hidden_share * micro * per_micro_compute
+    last = total / n_buckets
+    return total, max(last, total - hideable)
+
+
+def _bucket_bytes(c: TrainConfig, engine: str, width: int) -> float:
+    if engine == "deepspeed":
+        return c.reduce_bucket * width
+    return c.ddp_bucket_mb * 2**20
+
+
+def with_calibration(cal: Calibration, **changes: float) -> Calibration:
+    return replace(cal, **changes)
