@@ -186,9 +186,96 @@ def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+@cli.command(name="estimate")
+@problem_options
+@click.option("--config", "config_text", default="", help="Knobs to set, e.g. tp=8,pp=4.")
+@click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Where saved calibrations are looked up.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
+def estimate_command(
+    engine: str,
+    model: str,
+    cluster: str,
+    space: str | None,
+    config_text: str,
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Predict one config: memory and step-time breakdowns, tokens/s, MFU."""
+    from autotune.estimate.predict import estimate
+    from autotune.estimate.saved import load_calibration
+
+    problem = load_problem(engine, model, cluster, space)
+    config = problem.config(parse_overrides(config_text))
+    cal, which = load_calibration(results, problem.cluster)
+    e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
+    if as_json:
+        click.echo(json.dumps({**e.as_dict(), "calibration": which}, indent=2))
+        return
+    display.estimate(console, problem, e, which)
+
+
 @cli.command()
 @problem_options
-@click.option("--launcher", default="local", show_default=True, help="local (torchrun).")
+@click.option("--top", default=10, show_default=True, help="Configs to show (0: all).")
+@click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Where saved calibrations are looked up.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
+def plan(
+    engine: str,
+    model: str,
+    cluster: str,
+    space: str | None,
+    top: int,
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Rank every valid config by predicted throughput."""
+    from autotune.estimate.saved import load_calibration
+    from autotune.study.loop import memory_verdicts
+
+    problem = load_problem(engine, model, cluster, space)
+    found = problem.enumerate().require_some()
+    cal, which = load_calibration(results, problem.cluster)
+    ranked, too_big = memory_verdicts(problem, found.valid, cal)
+    shown = ranked if top == 0 else ranked[:top]
+    if as_json:
+        click.echo(json.dumps([e.as_dict() for e in shown], indent=2))
+        return
+    display.plan(console, problem, found, ranked, len(too_big), shown, which)
+
+
+@cli.command()
+@study_options
+def calibrate(study_name: str, storage: str | None, results: Path) -> None:
+    """Fit the model to a study's measured trials; later predictions for its cluster use it."""
+    from autotune.estimate.fit_study import calibrate_study
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    ref = study_ref(study_name, storage, results)
+    report = calibrate_study(load_existing_study(ref), ref.folder, results)
+    display.calibration(console, report)
+
+
+@cli.command()
+@problem_options
+@click.option(
+    "--launcher",
+    default="local",
+    show_default=True,
+    help="local (torchrun) or simulate (the model's predictions, labelled so).",
+)
 @click.option(
     "--trials",
     "n_trials",
@@ -244,6 +331,7 @@ def run(
     measured_steps: int | None,
 ) -> None:
     """Tune: search the space with real trials, then export the best config."""
+    from autotune.estimate.saved import load_calibration
     from autotune.export import export_best
     from autotune.launchers import get_launcher
     from autotune.study import Budget, open_study, run_study
@@ -258,7 +346,8 @@ def run(
         max_time_s=parse_duration(max_time, "--max-time"),
         timeout_per_trial_s=parse_duration(timeout_per_trial, "--timeout-per-trial"),
     )
-    chosen_launcher = get_launcher(launcher)
+    cal, _ = load_calibration(results, problem.cluster)
+    chosen_launcher = get_launcher(launcher, cal)
     ref = study_ref(study_name or default_study_name(problem), storage, results)
     study = open_study(ref, problem, make_sampler(sampler, seed))
     steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
@@ -267,7 +356,15 @@ def run(
         f"{problem.workload.name} / {problem.cluster.name}"
     )
     outcome = run_study(
-        problem, ref, study, chosen_launcher, budget, steps, display.RichProgress(console), seed
+        problem,
+        ref,
+        study,
+        chosen_launcher,
+        budget,
+        steps,
+        display.RichProgress(console),
+        seed,
+        cal,
     )
     if outcome.resumed_failed:
         console.print(

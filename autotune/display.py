@@ -10,6 +10,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from autotune.estimate.fit_study import CalibrationReport
+from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.space import Enumeration
 from autotune.trial import TrialRecord
@@ -139,7 +141,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         mfu = f", MFU {best['mfu']:.1%}" if best["mfu"] is not None else ""
         console.print(
             f"[bold]best[/]: trial {best['number']}  {best['label']}  "
-            f"{best['tokens_per_s']:,.0f} tok/s{mfu} (measured)"
+            f"{best['tokens_per_s']:,.0f} tok/s{mfu} ({best['source']})"
         )
         console.print(
             f"  {best['tokens_per_s'] / tps.median():.2f}x the median and "
@@ -152,3 +154,83 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     console.print(f"files: {ref.folder} (trials/, best/), storage {ref.storage_url}")
     if exported:
         console.print("exported: " + ", ".join(p.name for p in exported))
+
+
+def estimate(console: Console, problem: Problem, e: Estimate, calibration: str) -> None:
+    console.print(
+        f"[bold]predicted[/] {problem.engine.name} {e.config.label()} on "
+        f"{problem.workload.name} / {problem.cluster.name} (calibration: {calibration})"
+    )
+    step = Table("step time", "seconds", "share", title="where the time goes")
+    total = e.step.total_s
+    for name, value in e.step.as_dict().items():
+        if name != "total_s":
+            step.add_row(
+                name.removesuffix("_s"),
+                f"{value:.4g}",
+                f"{value / total:.0%}" if name not in ("dp_comm_s", "recompute_s") else "",
+            )
+    step.add_row("[bold]total[/]", f"{total:.4g}", "")
+    memory = Table("memory per rank", "size", title="worst rank")
+    for name, value in e.memory.as_dict().items():
+        memory.add_row(name, human_bytes(value))
+    console.print(step, memory)
+    fit = "fits" if e.fits else "[red]does not fit[/]"
+    mfu = f"{e.mfu:.1%}" if e.mfu is not None else "-"
+    console.print(
+        f"tokens/s {e.tokens_per_s:,.0f}, {e.tflops_per_device:.1f} TFLOP/s per "
+        f"device, MFU {mfu}; {fit} in {human_bytes(problem.cluster.device.memory_bytes)}"
+    )
+
+
+def plan(
+    console: Console,
+    problem: Problem,
+    found: Enumeration,
+    ranked: list[Estimate],
+    too_big: int,
+    shown: list[Estimate],
+    calibration: str,
+) -> None:
+    console.print(
+        f"[bold]plan[/] {problem.engine.name} on {problem.workload.name} / "
+        f"{problem.cluster.name}: {found.total} configs, {len(found.valid)} valid, "
+        f"{too_big} predicted not to fit, {len(ranked)} ranked "
+        f"(predicted; calibration: {calibration})"
+    )
+    removed = ", ".join(f"{k} {v}" for k, v in sorted(found.removed.items(), key=lambda x: -x[1]))
+    console.print(f"removed by rule: {removed or 'none'}; by the memory check: {too_big}")
+    table = Table("#", title="best predicted first")
+    table.add_column("config", overflow="fold")
+    for name in ("tokens/s", "MFU", "step", "memory/rank", "dominant"):
+        table.add_column(name)
+    for i, e in enumerate(shown, 1):
+        table.add_row(
+            str(i),
+            e.config.label(),
+            f"{e.tokens_per_s:,.0f}",
+            f"{e.mfu:.1%}" if e.mfu is not None else "-",
+            f"{e.step.total_s:.3g} s",
+            human_bytes(e.memory.total),
+            e.step.dominant(),
+        )
+    console.print(table)
+
+
+def calibration(console: Console, report: CalibrationReport) -> None:
+    table = Table("parameter", "before", "after", title=f"fitted to {report.trials} trials")
+    for name in ("compute_efficiency", "gemm_half_size", "bandwidth_scale", "overlap"):
+        table.add_row(
+            name, f"{getattr(report.before, name):.4g}", f"{getattr(report.after, name):.4g}"
+        )
+    console.print(table)
+    if report.held_out_before is not None:
+        console.print(
+            f"median error on held-out trials: {report.held_out_before:.1%} before, "
+            f"{report.held_out_after:.1%} after fitting (two folds)"
+        )
+    console.print(
+        f"median error on all trials: {report.in_sample_before:.1%} before, "
+        f"{report.in_sample_after:.1%} after"
+    )
+    console.print("saved: " + ", ".join(str(p) for p in report.saved_to))

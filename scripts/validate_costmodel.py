@@ -44,8 +44,8 @@ class Case:
 
 def eq3_flops(r: pd.Series) -> float:
     """Megatron eq. (3), hardware FLOPs per iteration (counts the recompute forward)."""
-    b, s, l, h, v = r.global_batch_seqs, r.seq_len, r.layers, r.hidden, r.vocab
-    return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    b, s, layers, h, v = r.global_batch_seqs, r.seq_len, r.layers, r.hidden, r.vocab
+    return 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
 
 
 def published_step(r: pd.Series) -> tuple[float, str] | None:
@@ -64,8 +64,18 @@ def skip_reason(r: pd.Series) -> str | None:
         return "V100: no device preset"
     if "offload" in str(r.dp_sharding).lower():
         return "CPU offload is not modelled"
-    needed = ("layers", "hidden", "heads", "seq_len", "tp", "pp", "micro_batch",
-              "global_batch_seqs", "num_gpus", "vocab")
+    needed = (
+        "layers",
+        "hidden",
+        "heads",
+        "seq_len",
+        "tp",
+        "pp",
+        "micro_batch",
+        "global_batch_seqs",
+        "num_gpus",
+        "vocab",
+    )
     missing = [k for k in needed if pd.isna(r[k])]
     if missing:
         return f"incomplete: no {', '.join(missing)}"
@@ -82,31 +92,67 @@ def case(r: pd.Series) -> Case | str:
     tp, pp = int(r.tp), int(r.pp)
     dp = int(r.num_gpus) // (tp * pp)
     recompute = str(r.act_recompute).lower()
-    mode = "selective" if "selective" in recompute else "full" if (
-        recompute.startswith(("full", "yes"))) else "none"
+    mode = (
+        "selective"
+        if "selective" in recompute
+        else "full"
+        if (recompute.startswith(("full", "yes")))
+        else "none"
+    )
     sharding = str(r.dp_sharding).lower()
-    zero = 3 if ("zero-3" in sharding or "full_shard" in sharding) else 1 if (
-        "distributed optimizer" in sharding) else 0
+    zero = (
+        3
+        if ("zero-3" in sharding or "full_shard" in sharding)
+        else 1
+        if ("distributed optimizer" in sharding)
+        else 0
+    )
     swiglu = "llama" in str(r.model).lower()
     workload = Workload(
-        name=str(r.model), num_layers=int(r.layers), hidden_size=int(r.hidden),
-        num_attention_heads=int(r.heads), num_query_groups=int(r.kv_heads if not pd.isna(
-            r.kv_heads) else r.heads), ffn_hidden_size=int(r.ffn_hidden),
-        vocab_size=int(r.vocab), seq_length=int(r.seq_len),
-        global_batch_size=int(r.global_batch_seqs), precision="bf16", swiglu=swiglu)
+        name=str(r.model),
+        num_layers=int(r.layers),
+        hidden_size=int(r.hidden),
+        num_attention_heads=int(r.heads),
+        num_query_groups=int(r.kv_heads if not pd.isna(r.kv_heads) else r.heads),
+        ffn_hidden_size=int(r.ffn_hidden),
+        vocab_size=int(r.vocab),
+        seq_length=int(r.seq_len),
+        global_batch_size=int(r.global_batch_seqs),
+        precision="bf16",
+        swiglu=swiglu,
+    )
     per_node = int(r.gpus_per_node) if not pd.isna(r.gpus_per_node) else 8
     kind = "dgx-h100" if "H100" in r.gpu else "dgx-a100"
     nodes = max(1, int(r.num_gpus) // per_node)
     mbs = int(r.micro_batch)
     if ENGINES[r.source_id] == "torch":  # FSDP frameworks state the per-GPU local batch
         mbs = min(mbs, int(r.global_batch_seqs) // dp)
-    config = TrainConfig(tp=tp, pp=pp, vpp=int(r.vpp) if not pd.isna(r.vpp) else 1, dp=dp,
-                         zero=zero, mbs=mbs, recompute=mode,
-                         sp=str(r.seq_parallel).lower().startswith("yes"))
-    sweep = f"{r.source_id} {r.gpu.split()[0]} {r.model}" if r.source_id == "S8" else (
-        f"{r.source_id} {r.gpu.split()[0]}")
-    return Case(int(r.row_id), r.source_id, sweep, workload, f"{kind}:{nodes}", config,
-                ENGINES[r.source_id], measured[0], measured[1])
+    config = TrainConfig(
+        tp=tp,
+        pp=pp,
+        vpp=int(r.vpp) if not pd.isna(r.vpp) else 1,
+        dp=dp,
+        zero=zero,
+        mbs=mbs,
+        recompute=mode,
+        sp=str(r.seq_parallel).lower().startswith("yes"),
+    )
+    sweep = (
+        f"{r.source_id} {r.gpu.split()[0]} {r.model}"
+        if r.source_id == "S8"
+        else (f"{r.source_id} {r.gpu.split()[0]}")
+    )
+    return Case(
+        int(r.row_id),
+        r.source_id,
+        sweep,
+        workload,
+        f"{kind}:{nodes}",
+        config,
+        ENGINES[r.source_id],
+        measured[0],
+        measured[1],
+    )
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -129,17 +175,27 @@ def main() -> None:
             continue
         cluster = load_cluster(c.cluster_name)
         observations.setdefault(cluster.device.generation, []).append(
-            Observation(c.workload, cluster, c.config, c.engine, c.published_step_s))
+            Observation(c.workload, cluster, c.config, c.engine, c.published_step_s)
+        )
         pred = step_time(c.workload, c.config, load_cluster(c.cluster_name), c.engine)
         gpus = c.config.tp * c.config.pp * c.config.dp
-        rows.append({"row": c.row_id, "source": c.source, "sweep": c.sweep,
-                     "model": c.workload.name, "gpus": c.config.tp * c.config.pp * c.config.dp,
-                     "layout": c.config.label(), "measure": c.measure,
-                     "published_s": c.published_step_s, "predicted_s": pred.total_s,
-                     "error": pred.total_s / c.published_step_s - 1,
-                     "published_tps": c.workload.tokens_per_step / c.published_step_s / gpus,
-                     "predicted_tps": c.workload.tokens_per_step / pred.total_s / gpus,
-                     "dominant": pred.dominant()})
+        rows.append(
+            {
+                "row": c.row_id,
+                "source": c.source,
+                "sweep": c.sweep,
+                "model": c.workload.name,
+                "gpus": c.config.tp * c.config.pp * c.config.dp,
+                "layout": c.config.label(),
+                "measure": c.measure,
+                "published_s": c.published_step_s,
+                "predicted_s": pred.total_s,
+                "error": pred.total_s / c.published_step_s - 1,
+                "published_tps": c.workload.tokens_per_step / c.published_step_s / gpus,
+                "predicted_tps": c.workload.tokens_per_step / pred.total_s / gpus,
+                "dominant": pred.dominant(),
+            }
+        )
     frame = pd.DataFrame(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report(frame, skipped, len(data)) + held_out(observations))
@@ -149,43 +205,70 @@ def main() -> None:
 
 def report(frame: pd.DataFrame, skipped: dict[str, int], total: int) -> str:
     frame["abs_error"] = frame["error"].abs()
-    lines = ["# Cost model against published runs", "",
-             "Made by `.venv/bin/python scripts/validate_costmodel.py`. Each source's figure is "
-             "converted to seconds per step (stated step time; tokens/s; or TFLOP/s with the "
-             "source's Megatron eq. 3) and predicted by `autotune.estimate.steptime` with the "
-             "default calibration.", "",
-             f"{len(frame)} of {total} rows predicted; skipped: "
-             + "; ".join(f"{why} ({n})" for why, n in skipped.items()) + ".", "",
-             "| source | rows | median abs error | median signed error | rank corr of tokens/s/GPU "
-             "(median over sweeps) |", "|---|---|---|---|---|"]
+    lines = [
+        "# Cost model against published runs",
+        "",
+        "Made by `.venv/bin/python scripts/validate_costmodel.py`. Each source's figure is "
+        "converted to seconds per step (stated step time; tokens/s; or TFLOP/s with the "
+        "source's Megatron eq. 3) and predicted by `autotune.estimate.steptime` with the "
+        "default calibration.",
+        "",
+        f"{len(frame)} of {total} rows predicted; skipped: "
+        + "; ".join(f"{why} ({n})" for why, n in skipped.items())
+        + ".",
+        "",
+        "| source | rows | median abs error | median signed error "
+        "| rank corr of tokens/s/GPU (median over sweeps) |",
+        "|---|---|---|---|---|",
+    ]
     for source, part in frame.groupby("source"):
-        corrs = [spearman(list(g["published_tps"]), list(g["predicted_tps"]))
-                 for _, g in part.groupby("sweep") if len(g) > 2]
+        corrs = [
+            spearman(list(g["published_tps"]), list(g["predicted_tps"]))
+            for _, g in part.groupby("sweep")
+            if len(g) > 2
+        ]
         corrs = [c for c in corrs if not math.isnan(c)]
         corr = f"{statistics.median(corrs):.2f} ({len(corrs)} sweeps)" if corrs else "-"
-        lines.append(f"| {source} | {len(part)} | {part['abs_error'].median():.1%} | "
-                     f"{part['error'].median():+.1%} | {corr} |")
-    lines += [f"| all | {len(frame)} | {frame['abs_error'].median():.1%} | "
-              f"{frame['error'].median():+.1%} | |", "", "## Every row", "",
-              frame.drop(columns=["abs_error"]).to_markdown(index=False, floatfmt=".3g"), ""]
+        lines.append(
+            f"| {source} | {len(part)} | {part['abs_error'].median():.1%} | "
+            f"{part['error'].median():+.1%} | {corr} |"
+        )
+    lines += [
+        f"| all | {len(frame)} | {frame['abs_error'].median():.1%} | "
+        f"{frame['error'].median():+.1%} | |",
+        "",
+        "## Every row",
+        "",
+        frame.drop(columns=["abs_error"]).to_markdown(index=False, floatfmt=".3g"),
+        "",
+    ]
     return "\n".join(lines)
 
 
 def held_out(observations: dict[str, list[Observation]]) -> str:
     """Two-fold cross-validation of the fit: fit on even rows, test on odd, and back."""
-    lines = ["## Held-out error of the calibration", "",
-             "The GPU defaults are fitted to these rows (in-sample above). Fitting on one half "
-             "of each generation's rows and predicting the other half (both ways) shows how "
-             "the fit generalises; 'unfitted' is the model with `Calibration()`'s generic "
-             "values.", "", "| generation | rows | unfitted | fitted, held out |",
-             "|---|---|---|---|"]
+    lines = [
+        "## Held-out error of the calibration",
+        "",
+        "The GPU defaults are fitted to these rows (in-sample above). Fitting on one half "
+        "of each generation's rows and predicting the other half (both ways) shows how "
+        "the fit generalises; 'unfitted' is the model with `Calibration()`'s generic "
+        "values.",
+        "",
+        "| generation | rows | unfitted | fitted, held out |",
+        "|---|---|---|---|",
+    ]
     for generation, data in observations.items():
         halves = (data[::2], data[1::2])
-        errors = [median_abs_pct_error(fit(train, Calibration()), test)
-                  for train, test in (halves, halves[::-1])]
-        lines.append(f"| {generation} | {len(data)} | "
-                     f"{median_abs_pct_error(Calibration(), data):.1%} | "
-                     f"{statistics.mean(errors):.1%} |")
+        errors = [
+            median_abs_pct_error(fit(train, Calibration()), test)
+            for train, test in (halves, halves[::-1])
+        ]
+        lines.append(
+            f"| {generation} | {len(data)} | "
+            f"{median_abs_pct_error(Calibration(), data):.1%} | "
+            f"{statistics.mean(errors):.1%} |"
+        )
     return "\n".join(lines) + "\n"
 
 

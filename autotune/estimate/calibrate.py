@@ -18,8 +18,12 @@ from autotune.specs import Cluster, Workload
 
 # bandwidth_scale stops at 1.25: NCCL's model is conservative (Tree measured up to ~1.2x its
 # table, shared research §4 row 16), but a fabric cannot deliver much more than its links.
-BOUNDS = {"compute_efficiency": (0.05, 0.95), "gemm_half_size": (1e2, 1e9),
-          "bandwidth_scale": (0.05, 1.25), "overlap": (0.0, 1.0)}
+BOUNDS = {
+    "compute_efficiency": (0.05, 0.95),
+    "gemm_half_size": (1e2, 1e9),
+    "bandwidth_scale": (0.05, 1.25),
+    "overlap": (0.0, 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -32,8 +36,10 @@ class Observation:
 
 
 def log_errors(cal: Calibration, data: Sequence[Observation]) -> list[float]:
-    return [math.log(step_time(o.workload, o.config, o.cluster, o.engine, cal).total_s
-                     / o.step_time_s) for o in data]
+    return [
+        math.log(step_time(o.workload, o.config, o.cluster, o.engine, cal).total_s / o.step_time_s)
+        for o in data
+    ]
 
 
 def median_abs_pct_error(cal: Calibration, data: Sequence[Observation]) -> float:
@@ -44,9 +50,12 @@ def _loss(cal: Calibration, data: Sequence[Observation]) -> float:
     return sum(e * e for e in log_errors(cal, data)) / len(data)
 
 
-def fit(data: Sequence[Observation], start: Calibration,
-        free: Sequence[str] = ("compute_efficiency", "gemm_half_size", "bandwidth_scale",
-                               "overlap"), rounds: int = 6) -> Calibration:
+def fit(
+    data: Sequence[Observation],
+    start: Calibration,
+    free: Sequence[str] = ("compute_efficiency", "gemm_half_size", "bandwidth_scale", "overlap"),
+    rounds: int = 6,
+) -> Calibration:
     """Least squared log error, one parameter at a time on shrinking multiplicative steps."""
     known = {f.name for f in fields(Calibration)}
     unknown = set(free) - known
@@ -57,12 +66,12 @@ def fit(data: Sequence[Observation], start: Calibration,
     for _ in range(rounds):
         for name in free:
             lo, hi = BOUNDS[name]
-            for factor in (step, 1 / step, step ** 0.5, step ** -0.5):
+            for factor in (step, 1 / step, step**0.5, step**-0.5):
                 value = getattr(best, name)
                 candidate_value = min(hi, max(lo, (value or 0.05) * factor))
                 candidate = replace(best, **{name: candidate_value})
                 loss = _loss(candidate, data)
                 if loss < best_loss:
                     best, best_loss = candidate, loss
-        step = step ** 0.5
+        step = step**0.5
     return best

@@ -17,14 +17,26 @@ Op = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
 PROTOS = ("LL", "LL128", "Simple")
 
-BASE_LATENCY_US = {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4), "NVLS": (0, 0, 0),
-                   "NVLSTree": (0, 0, 0)}
+BASE_LATENCY_US = {
+    "Tree": (6.8, 14.0, 8.4),
+    "Ring": (6.6, 14.0, 8.4),
+    "NVLS": (0, 0, 0),
+    "NVLSTree": (0, 0, 0),
+}
 # hwLatencies per hop, (LL, LL128, Simple), by link type.
 HW_LATENCY_US = {
-    "NVLINK": {"Tree": (0.6, 1.25, 4.0), "Ring": (0.6, 1.9, 3.4), "NVLS": (0, 0, 25.0),
-               "NVLSTree": (0, 0, 25.0)},
-    "NET": {"Tree": (5.0, 8.5, 14.0), "Ring": (2.7, 4.0, 14.0), "NVLS": (0, 0, 18.0),
-            "NVLSTree": (0, 0, 20.9)},
+    "NVLINK": {
+        "Tree": (0.6, 1.25, 4.0),
+        "Ring": (0.6, 1.9, 3.4),
+        "NVLS": (0, 0, 25.0),
+        "NVLSTree": (0, 0, 25.0),
+    },
+    "NET": {
+        "Tree": (5.0, 8.5, 14.0),
+        "Ring": (2.7, 4.0, 14.0),
+        "NVLS": (0, 0, 18.0),
+        "NVLSTree": (0, 0, 20.9),
+    },
 }
 NET_OVERHEAD_US = 1.0  # Intel x86 hosts; x3 for Simple
 # Per-channel caps by generation, columns: 1 node, 2 nodes, 4+ nodes.
@@ -35,17 +47,93 @@ PER_CH_MAX_TREE = {"ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0)}
 PER_CH_MAX_NVLS_TREE = {"ampere": (0.0, 0.0, 0.0), "hopper": (0.0, 57.7, 45.5)}
 NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85}
 TREE_CORRECTION = {  # AllReduce Tree bandwidth factor by log2(bytes / 64)
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
-           1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
-              .9, .9, 1.0, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
-               .8, .9, .9, .9),
+    "LL": (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.7,
+        0.7,
+        0.7,
+        0.7,
+        0.6,
+        0.5,
+        0.4,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    "LL128": (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.8,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.8,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    "Simple": (
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.7,
+        0.7,
+        0.8,
+        0.9,
+        0.9,
+        0.9,
+    ),
 }
-SPEEDS_INTRA = {"ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
-                "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3)}
-SPEEDS_INTER = {"ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
-                "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2)}
+SPEEDS_INTRA = {
+    "ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
+    "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
+}
+SPEEDS_INTER = {
+    "ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
+    "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
+}
 PCIE_BW = {"ampere": 24.0, "hopper": 48.0}  # Gen4 / Gen5 x16, caps the NIC path
 
 
@@ -59,6 +147,9 @@ class Fabric:
     nic_gbps: float
     """Per GPU, one direction (NDR 50, HDR 25)."""
     nvswitch: bool = True
+    nccl_version: tuple[int, int, int] = (2, 30, 7)
+    """Constants follow the NCCL release (§1.8); only NVLSTree's network latency differs
+    between the releases this model covers (14 us before 2.28.9, 20.9 us from it)."""
 
 
 @dataclass(frozen=True)
@@ -88,9 +179,9 @@ def nvls_graph(f: Fabric, nodes: int, ppn: int) -> Graph | None:
     if f.generation != "hopper" or not f.nvswitch or ppn < 2:
         return None
     bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / (ppn + 1))
-    # One node: nothing leaves it, the search keeps its top speed; else the NIC through PCIe.
-    inter = SPEEDS_INTRA[f.generation][0] if nodes == 1 else min(f.nic_gbps,
-                                                                  PCIE_BW[f.generation])
+    # One node: nothing leaves it. (§1.6 derives a bwInter of 60 here, marked unverified;
+    # measured NVLS on 5-8 GPUs, §4 row 6, shows no such cap.) Else the NIC through PCIe.
+    inter = math.inf if nodes == 1 else min(f.nic_gbps, PCIE_BW[f.generation])
     return Graph(channels=ppn, bw_intra=bw, bw_inter=inter)
 
 
@@ -106,8 +197,12 @@ class Choice:
 
 
 def _steps(op: Op, n: int) -> int:
-    return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1,
-            "broadcast": n}[op]
+    return {
+        "all_reduce": 2 * (n - 1),
+        "all_gather": n - 1,
+        "reduce_scatter": n - 1,
+        "broadcast": n,
+    }[op]
 
 
 def _col(nodes: int) -> int:
@@ -134,6 +229,8 @@ def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> C
     gen, col = f.generation, _col(nodes)
     intra_lat = HW_LATENCY_US["NVLINK"][algo][p]
     inter_lat = HW_LATENCY_US["NET"]["Tree" if ppn == 1 and algo == "Ring" else algo][p]
+    if algo == "NVLSTree" and f.nccl_version < (2, 28, 9):
+        inter_lat = 14.0
     steps = _steps(op, n)
     base = BASE_LATENCY_US[algo][p]
     if algo == "Ring":
@@ -165,8 +262,10 @@ def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> C
         if proto == "LL":
             bus = min(bus / 3.8, LL_MAX_BW[gen][col])
         elif proto == "LL128":
-            bus = min(bus * (7 / 9 if nodes == 1 else 120 / 128),
-                      graph.channels * PER_CH_MAX_TREE_LL128[gen][col])
+            bus = min(
+                bus * (7 / 9 if nodes == 1 else 120 / 128),
+                graph.channels * PER_CH_MAX_TREE_LL128[gen][col],
+            )
     if bus <= 0:
         return None
     if algo == "Tree":
@@ -183,12 +282,26 @@ def nccl_bytes(op: Op, per_rank_bytes: float, n: int) -> float:
     return per_rank_bytes * n if op in ("all_gather", "reduce_scatter") else per_rank_bytes
 
 
-def collective_time(op: Op, per_rank_bytes: float, n: int, nodes: int, f: Fabric,
-                    algo: str = "default", proto: str = "default") -> tuple[float, Choice]:
+def collective_time(
+    op: Op,
+    per_rank_bytes: float,
+    n: int,
+    nodes: int,
+    f: Fabric,
+    algo: str = "default",
+    proto: str = "default",
+) -> tuple[float, Choice]:
     """Seconds for one collective of `per_rank_bytes` (AR: each rank's buffer; AG/RS: the
-    shard) over n ranks on `nodes` nodes, with the forced or NCCL's argmin algo/proto."""
+    shard) over n ranks on `nodes` nodes, with the forced or NCCL's argmin algo/proto.
+
+    A forced algorithm or protocol that the collective does not offer (Tree for all-gather,
+    LL for NVLS) is modelled as NCCL's own choice for that collective; an assumption about
+    NCCL's fallback that commbench measurements should confirm.
+    """
     if n <= 1:
         return 0.0, Choice("none", "none", 0.0, math.inf)
+    if (algo, proto) != ("default", "default") and not _offered(op, n, nodes, f, algo, proto):
+        algo, proto = "default", "default"
     nbytes = nccl_bytes(op, per_rank_bytes, n)
     best: tuple[float, Choice] | None = None
     for a in ALGOS if algo == "default" else (algo,):
@@ -205,14 +318,27 @@ def collective_time(op: Op, per_rank_bytes: float, n: int, nodes: int, f: Fabric
     return best
 
 
+def _offered(op: Op, n: int, nodes: int, f: Fabric, algo: str, proto: str) -> bool:
+    return any(
+        candidate(op, a, p, n, nodes, f) is not None
+        for a in (ALGOS if algo == "default" else (algo,))
+        for p in (PROTOS if proto == "default" else (proto,))
+    )
+
+
 def _size_corrections(op: Op, c: Choice, nbytes: float, n: int, nodes: int) -> Choice:
     if op == "all_reduce" and c.algo == "Tree":
         log_size = int(math.log2(max(nbytes, 64) / 64))
         if log_size < 23:
             factor = TREE_CORRECTION[c.proto][log_size]
             return Choice(c.algo, c.proto, c.latency_us, c.algbw_gbps * factor)
-    if (op == "all_reduce" and c.algo == "Ring" and c.proto == "Simple" and nodes > 1
-            and nbytes / (8 * n) >= 64):
+    if (
+        op == "all_reduce"
+        and c.algo == "Ring"
+        and c.proto == "Simple"
+        and nodes > 1
+        and nbytes / (8 * n) >= 64
+    ):
         return Choice(c.algo, c.proto, c.latency_us * 1.4, c.algbw_gbps)
     return c
 
@@ -220,6 +346,10 @@ def _size_corrections(op: Op, c: Choice, nbytes: float, n: int, nodes: int) -> C
 def bus_bandwidth(op: Op, per_rank_bytes: float, seconds: float, n: int) -> float:
     """nccl-tests busbw in GB/s: algbw (size/time) times the op's bus factor."""
     size = nccl_bytes(op, per_rank_bytes, n)
-    factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
-              "reduce_scatter": (n - 1) / n, "broadcast": 1.0}[op]
+    factor = {
+        "all_reduce": 2 * (n - 1) / n,
+        "all_gather": (n - 1) / n,
+        "reduce_scatter": (n - 1) / n,
+        "broadcast": 1.0,
+    }[op]
     return size / seconds / 1e9 * factor

@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from autotune.estimate.collectives import Fabric, Op, bus_bandwidth, collective_time
 from autotune.specs import Cluster
 
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -31,21 +35,29 @@ def place(size: int, stride: int, devices_per_node: int) -> Group:
 def fabric(cluster: Cluster) -> Fabric | None:
     if cluster.backend != "nccl" or cluster.device.generation not in ("ampere", "hopper"):
         return None
-    return Fabric(generation=cluster.device.generation,  # type: ignore[arg-type]
-                  nvlink_gbps=cluster.intra_link.bandwidth_bytes_per_s / 1e9,
-                  nic_gbps=cluster.inter_link.bandwidth_bytes_per_s / 1e9)
+    return Fabric(
+        generation=cluster.device.generation,  # type: ignore[arg-type]
+        nvlink_gbps=cluster.intra_link.bandwidth_bytes_per_s / 1e9,
+        nic_gbps=cluster.inter_link.bandwidth_bytes_per_s / 1e9,
+    )
 
 
-def seconds(op: Op, per_rank_bytes: float, group: Group, cluster: Cluster,
-            algo: str = "default", proto: str = "default", bandwidth_scale: float = 1.0) -> float:
+def seconds(
+    op: Op,
+    per_rank_bytes: float,
+    group: Group,
+    cluster: Cluster,
+    algo: str = "default",
+    proto: str = "default",
+    bandwidth_scale: float = 1.0,
+) -> float:
     """One collective over `group`; `bandwidth_scale` is the calibrated share of the model's
     bandwidth the fabric really delivers."""
     if group.size <= 1 or per_rank_bytes <= 0:
         return 0.0
     nccl = fabric(cluster)
     if nccl is not None:
-        t, choice = collective_time(op, per_rank_bytes, group.size, group.nodes, nccl, algo,
-                                    proto)
+        t, choice = collective_time(op, per_rank_bytes, group.size, group.nodes, nccl, algo, proto)
         latency = choice.latency_us * 1e-6
         return latency + (t - latency) / bandwidth_scale
     link = cluster.intra_link if group.nodes == 1 else cluster.inter_link
@@ -53,7 +65,8 @@ def seconds(op: Op, per_rank_bytes: float, group: Group, cluster: Cluster,
     steps = 2 * (n - 1) if op == "all_reduce" else n - 1
     moved = per_rank_bytes * (n if op in ("all_gather", "reduce_scatter") else 1)
     return steps * link.latency_s + moved * BUS_FACTOR[op](n) / (
-        link.bandwidth_bytes_per_s * bandwidth_scale)
+        link.bandwidth_bytes_per_s * bandwidth_scale
+    )
 
 
 def busbw_gbps(op: Op, per_rank_bytes: float, t: float, n: int) -> float:

@@ -8,6 +8,10 @@ exists. Engine facts, measured on real tensors by the workers:
 
 - DeepSpeed ZeRO 1-2 keep an fp32 master partition even when the model is fp32 (K = 12);
   at stage 0 and 3 in fp32 the optimizer updates the (partitioned) parameters themselves.
+  In mixed precision its ZeRO optimizers also accumulate an fp32 gradient partition (4/N),
+  as DeepSpeed's own estimators count it (`estimate_zero2_model_states_mem_needs`:
+  2Ψ + 18Ψ/N; stage 3: 18Ψ/N plus a largest-layer buffer); the 16-bit gradients are
+  reduced into it as they come, so at stage 3 only the fp32 partition stays.
 - FSDP2 without resharding after forward (torch zero 2) holds the unsharded parameters
   beside their shards: P + P/N + (G+K)/N.
 """
@@ -51,8 +55,10 @@ def rank_parameters(w: Workload, tp: int, pp: int) -> int:
     layers = w.num_layers // pp
     embedding = w.vocab_size * h // tp
     head = w.vocab_size * h // tp + h
-    stages = [layers * per_layer + (embedding if s == 0 else 0) + (head if s == pp - 1 else 0)
-              for s in range(pp)]
+    stages = [
+        layers * per_layer + (embedding if s == 0 else 0) + (head if s == pp - 1 else 0)
+        for s in range(pp)
+    ]
     return max(stages)
 
 
@@ -62,17 +68,18 @@ def model_states(w: Workload, config: TrainConfig, engine: str) -> ModelStates:
     n = config.dp
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
-    master = FP32_MASTER_BYTES if mixed or (engine == "deepspeed" and config.zero in (1, 2)) \
-        else 0
+    master = FP32_MASTER_BYTES if mixed or (engine == "deepspeed" and config.zero in (1, 2)) else 0
     k = ADAM_MOMENTS_BYTES + master
     if config.zero == 0:
         return ModelStates(psi * p, psi * g, psi * k)
+    fp32_grads = 4 if engine == "deepspeed" and mixed else 0
     if config.zero == 1:
-        return ModelStates(psi * p, psi * g, psi * k / n)
+        return ModelStates(psi * p, psi * g + psi * fp32_grads / n, psi * k / n)
     if config.zero == 2:
         params = psi * p + (psi * p / n if engine == "torch" else 0)
-        return ModelStates(params, psi * g / n, psi * k / n)
-    return ModelStates(psi * p / n, psi * g / n, psi * k / n)
+        return ModelStates(params, psi * (g + fp32_grads) / n, psi * k / n)
+    grads = fp32_grads if fp32_grads else g
+    return ModelStates(psi * p / n, psi * grads / n, psi * k / n)
 
 
 FRAMEWORK_OVERHEAD_BYTES = {"cpu": 350 * 2**20, "gpu": 3 * 2**30 // 2}
@@ -93,14 +100,25 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> float:
-        return (self.weights + self.gradients + self.optimizer + self.activations
-                + self.comm_buffers + self.overhead)
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.comm_buffers
+            + self.overhead
+        )
 
     def as_dict(self) -> dict[str, float]:
-        return {"weights": self.weights, "gradients": self.gradients,
-                "optimizer": self.optimizer, "activations": self.activations,
-                "comm_buffers": self.comm_buffers, "overhead": self.overhead,
-                "total": self.total}
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "comm_buffers": self.comm_buffers,
+            "overhead": self.overhead,
+            "total": self.total,
+        }
 
 
 def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
@@ -139,23 +157,30 @@ def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
         if config.zero in (1, 2):
             buckets = 2 if config.overlap_comm else 1
             psi = rank_parameters(w, config.tp, config.pp)
-            return (min(config.reduce_bucket, psi) * buckets
-                    + min(config.allgather_bucket, psi)) * width
+            return (
+                min(config.reduce_bucket, psi) * buckets + min(config.allgather_bucket, psi)
+            ) * width
         if config.zero == 3:
-            return (min(config.reduce_bucket, rank_parameters(w, config.tp, config.pp))
-                    + ZERO3_PREFETCH_ELEMENTS) * width
+            return (
+                min(config.reduce_bucket, rank_parameters(w, config.tp, config.pp))
+                + ZERO3_PREFETCH_ELEMENTS
+            ) * width
     if engine == "torch" and config.zero == 3:
         # FSDP2 all-gathers one layer ahead: two unsharded layers at a time.
         return 2 * layer_parameters(w, config.tp) * width
     return 0.0
 
 
-def memory_breakdown(w: Workload, config: TrainConfig, engine: str,
-                     device_generation: str) -> MemoryBreakdown:
+def memory_breakdown(
+    w: Workload, config: TrainConfig, engine: str, device_generation: str
+) -> MemoryBreakdown:
     states = model_states(w, config, engine)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     return MemoryBreakdown(
-        weights=states.params, gradients=states.grads, optimizer=states.optimizer,
+        weights=states.params,
+        gradients=states.grads,
+        optimizer=states.optimizer,
         activations=activation_bytes(w, config),
-        comm_buffers=comm_buffer_bytes(w, config, engine), overhead=overhead,
+        comm_buffers=comm_buffer_bytes(w, config, engine),
+        overhead=overhead,
     )

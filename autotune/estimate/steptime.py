@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from autotune.estimate import comm
-from autotune.estimate.memory import layer_parameters, rank_parameters
+from autotune.estimate.memory import rank_parameters
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -43,10 +43,12 @@ class Calibration:
 # GPU defaults: fitted to the published runs in shared/data (scripts/validate_costmodel.py
 # reports the fit's held-out error); the CPU default is a first guess for gloo hosts.
 DEFAULT_CALIBRATION = {
-    "ampere": Calibration(compute_efficiency=0.70, gemm_half_size=400.0, bandwidth_scale=1.25,
-                          overlap=1.0),
-    "hopper": Calibration(compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07,
-                          overlap=0.8),
+    "ampere": Calibration(
+        compute_efficiency=0.70, gemm_half_size=400.0, bandwidth_scale=1.25, overlap=1.0
+    ),
+    "hopper": Calibration(
+        compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07, overlap=0.8
+    ),
     "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, overlap=0.3),
 }
 
@@ -66,15 +68,27 @@ class StepTime:
 
     @property
     def total_s(self) -> float:
-        return (self.compute_s + self.tp_comm_s + self.pp_bubble_s + self.pp_p2p_s
-                + self.dp_exposed_s + self.optimizer_s)
+        return (
+            self.compute_s
+            + self.tp_comm_s
+            + self.pp_bubble_s
+            + self.pp_p2p_s
+            + self.dp_exposed_s
+            + self.optimizer_s
+        )
 
     def as_dict(self) -> dict[str, float]:
-        return {"compute_s": self.compute_s, "recompute_s": self.recompute_s,
-                "tp_comm_s": self.tp_comm_s, "pp_bubble_s": self.pp_bubble_s,
-                "pp_p2p_s": self.pp_p2p_s, "dp_comm_s": self.dp_comm_s,
-                "dp_exposed_s": self.dp_exposed_s, "optimizer_s": self.optimizer_s,
-                "total_s": self.total_s}
+        return {
+            "compute_s": self.compute_s,
+            "recompute_s": self.recompute_s,
+            "tp_comm_s": self.tp_comm_s,
+            "pp_bubble_s": self.pp_bubble_s,
+            "pp_p2p_s": self.pp_p2p_s,
+            "dp_comm_s": self.dp_comm_s,
+            "dp_exposed_s": self.dp_exposed_s,
+            "optimizer_s": self.optimizer_s,
+            "total_s": self.total_s,
+        }
 
     def dominant(self) -> str:
         parts = self.as_dict()
@@ -96,17 +110,25 @@ def head_forward_flops(w: Workload, micro_batch: int) -> float:
     return 2 * micro_batch * w.seq_length * w.hidden_size * w.vocab_size
 
 
-def achievable_flops(w: Workload, config: TrainConfig, cluster: Cluster,
-                     cal: Calibration) -> float:
+def achievable_flops(
+    w: Workload, config: TrainConfig, cluster: Cluster, cal: Calibration
+) -> float:
     width = w.hidden_size / config.tp
     tokens = config.mbs * w.seq_length
     peak = cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
-    return (peak * cal.compute_efficiency * width / (width + cal.gemm_half_size)
-            * tokens / (tokens + TOKENS_HALF))
+    return (
+        peak
+        * cal.compute_efficiency
+        * width
+        / (width + cal.gemm_half_size)
+        * tokens
+        / (tokens + TOKENS_HALF)
+    )
 
 
-def step_time(w: Workload, config: TrainConfig, cluster: Cluster, engine: str,
-              cal: Calibration | None = None) -> StepTime:
+def step_time(
+    w: Workload, config: TrainConfig, cluster: Cluster, engine: str, cal: Calibration | None = None
+) -> StepTime:
     cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
     c, dpn = config, cluster.devices_per_node
     micro = c.grad_accum(w.global_batch_size)
@@ -120,13 +142,14 @@ def step_time(w: Workload, config: TrainConfig, cluster: Cluster, engine: str,
     if c.recompute == "full":
         recompute_fwd = layers * layer_forward_flops(w, c.mbs) / c.tp
     elif c.recompute == "selective":
-        recompute_fwd = layers * 4 * c.mbs * w.seq_length ** 2 * w.hidden_size / c.tp
+        recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / c.tp
     per_micro_compute = (3 * fwd + recompute_fwd) / rate
 
     tp_group = comm.place(c.tp, 1, dpn)
     activation = c.mbs * w.seq_length * w.hidden_size * width
-    per_collective = comm.seconds("all_reduce", activation, tp_group, cluster, c.nccl_algo,
-                                  c.nccl_proto, cal.bandwidth_scale)
+    per_collective = comm.seconds(
+        "all_reduce", activation, tp_group, cluster, c.nccl_algo, c.nccl_proto, cal.bandwidth_scale
+    )
     tp_per_layer = (6 if c.recompute == "full" else 4) * per_collective
     per_micro_tp = layers * tp_per_layer
 
@@ -135,8 +158,14 @@ def step_time(w: Workload, config: TrainConfig, cluster: Cluster, engine: str,
     pp_group = comm.place(c.pp, c.tp * c.dp, dpn)
     link = cluster.intra_link if pp_group.nodes == 1 else cluster.inter_link
     p2p_bytes = activation / (c.tp if c.tp > 1 else 1)
-    p2p = 0.0 if c.pp == 1 else 2 * micro * c.vpp * (
-        link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
+    p2p = (
+        0.0
+        if c.pp == 1
+        else 2
+        * micro
+        * c.vpp
+        * (link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
+    )
 
     dp_comm, dp_exposed = _data_parallel(w, c, cluster, engine, cal, micro, per_micro_compute)
     psi = rank_parameters(w, c.tp, c.pp) / (c.dp if c.zero >= 1 else 1)
@@ -154,8 +183,15 @@ def step_time(w: Workload, config: TrainConfig, cluster: Cluster, engine: str,
     )
 
 
-def _data_parallel(w: Workload, c: TrainConfig, cluster: Cluster, engine: str,
-                   cal: Calibration, micro: int, per_micro_compute: float) -> tuple[float, float]:
+def _data_parallel(
+    w: Workload,
+    c: TrainConfig,
+    cluster: Cluster,
+    engine: str,
+    cal: Calibration,
+    micro: int,
+    per_micro_compute: float,
+) -> tuple[float, float]:
     """(all data-parallel communication, the part not hidden behind the backward pass)."""
     if c.dp == 1:
         return 0.0, 0.0
@@ -166,9 +202,15 @@ def _data_parallel(w: Workload, c: TrainConfig, cluster: Cluster, engine: str,
     n_buckets = max(1, math.ceil(grad_bytes / bucket))
 
     def bucketed(op: str, total: float) -> float:
-        return n_buckets * comm.seconds(op, total / n_buckets / (c.dp if op != "all_reduce"
-                                        else 1), group, cluster, c.nccl_algo, c.nccl_proto,
-                                        cal.bandwidth_scale)  # type: ignore[arg-type]
+        return n_buckets * comm.seconds(
+            op,
+            total / n_buckets / (c.dp if op != "all_reduce" else 1),
+            group,
+            cluster,
+            c.nccl_algo,
+            c.nccl_proto,
+            cal.bandwidth_scale,
+        )  # type: ignore[arg-type]
 
     if c.zero == 0:
         grads = bucketed("all_reduce", grad_bytes)
@@ -181,7 +223,7 @@ def _data_parallel(w: Workload, c: TrainConfig, cluster: Cluster, engine: str,
     if c.zero == 3:
         gathers = gathers * 2 * micro  # parameters gathered for forward and backward
     total = grads + gathers
-    overlaps = (engine == "torch" or c.overlap_comm or (engine == "megatron" and c.zero >= 0))
+    overlaps = engine == "torch" or c.overlap_comm or (engine == "megatron" and c.zero >= 0)
     if c.zero == 0 and engine == "deepspeed":
         overlaps = False  # DeepSpeed's stage 0 all-reduces after the backward pass
     if not overlaps:

@@ -38,6 +38,8 @@ class Launcher(ABC):
     """Starts one trial and waits for it; kills only what it started."""
 
     name: ClassVar[str]
+    source: ClassVar[str] = "measured"
+    """How its results are labelled everywhere: measured, or simulated."""
 
     @abstractmethod
     def command(self, request: LaunchRequest) -> list[str]:
@@ -48,13 +50,20 @@ class Launcher(ABC):
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
 
 
-def get_launcher(name: str) -> Launcher:
-    from autotune.launchers.local import LocalLauncher
+LAUNCHERS = ("local", "simulate")
 
-    launchers: dict[str, type[Launcher]] = {"local": LocalLauncher}
-    if name not in launchers:
-        raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(launchers)}")
-    return launchers[name]()
+
+def get_launcher(name: str, calibration: Any = None) -> Launcher:
+    """A launcher by name; `calibration` tunes the simulate launcher's model."""
+    if name == "local":
+        from autotune.launchers.local import LocalLauncher
+
+        return LocalLauncher()
+    if name == "simulate":
+        from autotune.launchers.simulate import SimulateLauncher
+
+        return SimulateLauncher(calibration)
+    raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(LAUNCHERS)}")
 
 
 _ROOT_CAUSE_ORDER = {"oom": 0, "crash": 1, "comm_error": 2}

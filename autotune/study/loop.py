@@ -18,9 +18,12 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import trial as trials
+from autotune.errors import InputError
+from autotune.estimate.predict import Estimate, estimate
+from autotune.estimate.steptime import Calibration
 from autotune.launchers import Launcher
 from autotune.problem import Problem
-from autotune.space import first_violation
+from autotune.space import TrainConfig, first_violation
 from autotune.study.choices import StudySpace, config_key
 from autotune.study.storage import (
     INTERRUPTED,
@@ -31,6 +34,8 @@ from autotune.study.storage import (
 )
 from autotune.trialspec import StepPlan, TrialSpec
 
+SEEDS = 3
+"""Top predicted configs a new study runs first."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
 
@@ -87,6 +92,31 @@ def best_value(study: optuna.Study) -> float | None:
     return max((t.value for t in done if t.value is not None), default=None)
 
 
+def memory_verdicts(
+    problem: Problem, valid: tuple[TrainConfig, ...], cal: Calibration
+) -> tuple[list[Estimate], dict[str, str]]:
+    """Predictions of the configs that fit, best first; and why each other one cannot fit."""
+    fitting, too_big = [], {}
+    for config in valid:
+        e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
+        if e.fits:
+            fitting.append(e)
+        else:
+            too_big[config_key(config)] = memory_reason(e, problem.cluster.device.memory_bytes)
+    fitting.sort(key=lambda e: -e.tokens_per_s)
+    return fitting, too_big
+
+
+def memory_reason(e: Estimate, device_bytes: float) -> str:
+    parts = ", ".join(
+        f"{k} {v / 2**30:.1f}" for k, v in e.memory.as_dict().items() if k != "total" and v
+    )
+    return (
+        f"predicted not to fit: {e.memory.total / 2**30:.1f} GiB per rank > "
+        f"{device_bytes / 2**30:.1f} GiB ({parts} GiB)"
+    )
+
+
 def run_study(
     problem: Problem,
     ref: StudyRef,
@@ -96,10 +126,20 @@ def run_study(
     steps: StepPlan,
     progress: Progress,
     seed: int | None = None,
+    calibration: Calibration | None = None,
 ) -> StudyOutcome:
     valid = problem.enumerate().require_some().valid
     space = StudySpace.from_valid(valid)
     space.bind(study)
+    ranked, too_big = memory_verdicts(problem, valid, calibration or Calibration())
+    if not ranked:
+        raise InputError(
+            f"none of the {len(valid)} valid configs is predicted to fit in "
+            f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
+        )
+    if not study.get_trials(deepcopy=False):
+        for e in ranked[:SEEDS]:  # a new study starts where the model expects the best
+            study.enqueue_trial(space.params(e.config), user_attrs={"seeded_by": "plan"})
     resumed_failed = fail_abandoned_trials(study)
     seen = verdicts(study)
     finished = len(seen)
@@ -111,25 +151,28 @@ def run_study(
             return f"trial budget reached ({finished} trials)"
         if budget.max_time_s is not None and time.monotonic() - start >= budget.max_time_s:
             return f"time budget reached ({budget.max_time_s:.0f} s)"
-        if len(seen) >= len(valid):
-            return f"search space exhausted: all {len(valid)} valid configs measured"
+        if len(seen) >= len(ranked):
+            return (
+                f"search space exhausted: all {len(ranked)} valid configs that fit were measured"
+            )
         return None
 
     while (reason := stop_reason()) is None:
         if misses >= MAX_MISSES:
-            untried = [c for c in valid if config_key(c) not in seen]
+            untried = [e.config for e in ranked if config_key(e.config) not in seen]
             study.enqueue_trial(space.params(rng.choice(untried)))
             misses = 0
         trial = study.ask(space.distributions)
         config = space.config(trial.params, problem.cluster.world_size)
         key = config_key(config)
         broken = first_violation(config, problem.workload, problem.cluster, problem.engine.rules)
-        if broken is not None or key in seen:
-            why = (
-                f"rule {broken.name}: {broken.reason}"
-                if broken
-                else f"config already measured in trial {seen[key]}"
-            )
+        if broken is not None or key in seen or key in too_big:
+            if broken is not None:
+                why = f"rule {broken.name}: {broken.reason}"
+            elif key in too_big:
+                why = too_big[key]
+            else:
+                why = f"config already measured in trial {seen[key]}"
             trial.set_user_attr("pruned_reason", why)
             study.tell(trial, state=TrialState.PRUNED)
             misses += 1

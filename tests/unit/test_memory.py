@@ -45,9 +45,18 @@ def test_zero_stages_fp32(engine: str, zero: int, bytes_per_param: float) -> Non
 
 
 def test_mixed_precision_matches_zero_paper_figure_1() -> None:
-    """ZeRO paper: 7.5B parameters on 64 GPUs: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB."""
+    """ZeRO paper: 7.5B parameters on 64 GPUs: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB. An engine
+    name without engine facts gives the paper's own formulas."""
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
     for zero, gigabytes in ((0, 120.0), (1, 31.41), (2, 16.64), (3, 1.875)):
-        states = model_states(bf16, TrainConfig(dp=64, zero=zero), "deepspeed")
+        states = model_states(bf16, TrainConfig(dp=64, zero=zero), "zero-paper")
         assert states.total / psi * 7.5e9 / 1e9 == pytest.approx(gigabytes, abs=0.01)
+
+
+def test_deepspeed_mixed_precision_adds_its_fp32_gradient_partition() -> None:
+    bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
+    psi = rank_parameters(bf16, 1, 1)
+    for zero, per_param in ((1, 2 + 2 + 16 / 8), (2, 2 + 18 / 8), (3, 18 / 8)):
+        states = model_states(bf16, TrainConfig(dp=8, zero=zero), "deepspeed")
+        assert states.total == pytest.approx(psi * per_param)

@@ -1,0 +1,57 @@
+"""One prediction for one config: both breakdowns and the figures a trial would measure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.estimate.memory import MemoryBreakdown, memory_breakdown
+from autotune.estimate.steptime import Calibration, StepTime, step_time
+from autotune.space import TrainConfig
+from autotune.specs import Cluster, Workload
+
+
+@dataclass(frozen=True)
+class Estimate:
+    config: TrainConfig
+    step: StepTime
+    memory: MemoryBreakdown
+    tokens_per_s: float
+    tflops_per_device: float
+    mfu: float | None
+    fits: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.as_dict(),
+            "source": "predicted",
+            "step_time_s": self.step.total_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_device": self.tflops_per_device,
+            "mfu": self.mfu,
+            "fits": self.fits,
+            "dominant": self.step.dominant(),
+            "step": self.step.as_dict(),
+            "memory": {
+                "total_bytes": self.memory.total,
+                **{f"{k}_bytes": v for k, v in self.memory.as_dict().items() if k != "total"},
+            },
+        }
+
+
+def estimate(
+    w: Workload, config: TrainConfig, cluster: Cluster, engine: str, cal: Calibration | None = None
+) -> Estimate:
+    step = step_time(w, config, cluster, engine, cal)
+    memory = memory_breakdown(w, config, engine, cluster.device.generation)
+    flops = w.model_flops_per_step() / step.total_s / cluster.world_size
+    peak = cluster.device.peak_flops.get(w.precision)
+    return Estimate(
+        config=config,
+        step=step,
+        memory=memory,
+        tokens_per_s=w.tokens_per_step / step.total_s,
+        tflops_per_device=flops / 1e12,
+        mfu=flops / peak if peak else None,
+        fits=memory.total <= cluster.device.memory_bytes,
+    )

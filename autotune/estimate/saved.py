@@ -1,0 +1,33 @@
+"""Calibrations saved per cluster, so later predictions for that cluster use them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.specs import Cluster
+from autotune.trialspec import write_atomically
+
+
+def calibration_path(results: Path, cluster: Cluster) -> Path:
+    return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', cluster.name)}.json"
+
+
+def load_calibration(results: Path, cluster: Cluster) -> tuple[Calibration, str]:
+    """The cluster's fitted calibration if one was saved, else the default; and which."""
+    path = calibration_path(results, cluster)
+    if path.is_file():
+        data = json.loads(path.read_text())
+        return Calibration(**data["calibration"]), f"fitted ({path})"
+    default = DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    return default, f"default for {cluster.device.generation}"
+
+
+def save_calibration(path: Path, cal: Calibration, meta: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(
+        path, json.dumps({"calibration": dataclasses.asdict(cal), **meta}, indent=2) + "\n"
+    )

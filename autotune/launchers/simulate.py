@@ -1,0 +1,54 @@
+"""The simulate launcher: no processes, the model's prediction written as the trial's result.
+
+For planning a cluster one does not have. Everything it produces says `simulated`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from autotune.estimate.predict import estimate
+from autotune.estimate.steptime import Calibration
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.trialspec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
+
+
+class SimulateLauncher(Launcher):
+    name = "simulate"
+    source = "simulated"
+
+    def __init__(self, calibration: Calibration | None = None) -> None:
+        self.calibration = calibration
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["autotune", "estimate", "--trial-file", TRIAL_FILE]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        start = time.monotonic()
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        e = estimate(spec.workload, spec.config, spec.cluster, spec.engine, self.calibration)
+        if not e.fits:
+            return LaunchOutcome(
+                kind="oom",
+                wall_s=time.monotonic() - start,
+                error=f"simulated: predicted {e.memory.total / 2**30:.1f} GiB per rank > "
+                f"{spec.cluster.device.memory_bytes / 2**30:.1f} GiB",
+            )
+        result = {
+            "status": "ok",
+            "source": "simulated",
+            "step_time_s": e.step.total_s,
+            "step_time_stdev_s": 0.0,
+            "tokens_per_s": e.tokens_per_s,
+            "tflops_per_device": e.tflops_per_device,
+            "mfu": e.mfu,
+            "peak_memory_bytes": e.memory.total,
+            "model_state_bytes": e.memory.weights + e.memory.gradients + e.memory.optimizer,
+            "profile": None,
+            "warmup_steps": 0,
+            "measured_steps": 0,
+            "predicted": e.as_dict(),
+        }
+        write_atomically(request.folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        return LaunchOutcome(kind="ok", error=None, wall_s=time.monotonic() - start, result=result)

@@ -1,0 +1,104 @@
+"""The step-time terms by hand, on a gloo host where collectives are plain alpha-beta rings."""
+
+import dataclasses
+
+import pytest
+
+from autotune.estimate.comm import Group, seconds
+from autotune.estimate.memory import activation_bytes, layer_activation_bytes
+from autotune.estimate.steptime import (
+    Calibration,
+    achievable_flops,
+    head_forward_flops,
+    layer_forward_flops,
+    step_time,
+)
+from autotune.space import TrainConfig
+from autotune.specs import load_cluster, load_workload
+
+CAL = Calibration(compute_efficiency=0.5, gemm_half_size=64.0, bandwidth_scale=1.0, overlap=0.5)
+W = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
+C8 = load_cluster("local:8")
+
+
+def test_forward_flops_add_up_to_megatrons_formula() -> None:
+    fwd = W.num_layers * layer_forward_flops(W, 1) + head_forward_flops(W, 1)
+    assert 3 * fwd * W.global_batch_size == pytest.approx(W.model_flops_per_step())
+
+
+def test_pipeline_bubble_and_p2p_by_hand() -> None:
+    c = TrainConfig(pp=4, vpp=2, dp=2, mbs=2)
+    st = step_time(W, c, C8, "torch", CAL)
+    micro = 32 // (2 * 2)
+    per_micro = (st.compute_s + st.tp_comm_s) / micro
+    assert st.pp_bubble_s == pytest.approx((4 - 1) / 2 * per_micro)
+    link = C8.intra_link
+    activation = 2 * W.seq_length * W.hidden_size * 4  # fp32
+    assert st.pp_p2p_s == pytest.approx(
+        2 * micro * 2 * (link.latency_s + activation / link.bandwidth_bytes_per_s)
+    )
+
+
+def test_tensor_parallel_collectives_per_layer() -> None:
+    c = TrainConfig(tp=2, dp=4, zero=3, mbs=1)
+    ar = seconds("all_reduce", W.seq_length * W.hidden_size * 4, Group(2, 1), C8)
+    micro = 32 // 4
+    assert step_time(W, c, C8, "torch", CAL).tp_comm_s == pytest.approx(4 * 4 * micro * ar)
+    full = dataclasses.replace(c, recompute="full")
+    assert step_time(W, full, C8, "torch", CAL).tp_comm_s == pytest.approx(6 * 4 * micro * ar)
+
+
+def test_full_recompute_adds_one_forward_of_the_layers() -> None:
+    c = TrainConfig(dp=8, mbs=1)
+    rate = achievable_flops(W, c, C8, CAL)
+    plain = step_time(W, c, C8, "deepspeed", CAL)
+    full = step_time(W, dataclasses.replace(c, recompute="full"), C8, "deepspeed", CAL)
+    extra = 4 * W.num_layers * layer_forward_flops(W, 1) / rate
+    assert full.compute_s - plain.compute_s == pytest.approx(extra)
+    assert full.recompute_s == pytest.approx(extra)
+
+
+def test_deepspeed_stage0_all_reduce_is_fully_exposed_in_buckets() -> None:
+    c = TrainConfig(dp=8, mbs=4, reduce_bucket=20_000)
+    st = step_time(W, c, C8, "deepspeed", CAL)
+    grad_bytes = W.num_parameters * 4
+    buckets = -(-grad_bytes // (20_000 * 4))
+    one = seconds("all_reduce", grad_bytes / buckets, Group(8, 1), C8)
+    assert st.dp_comm_s == pytest.approx(buckets * one)
+    assert st.dp_exposed_s == st.dp_comm_s
+
+
+def test_ddp_overlap_hides_all_but_the_last_bucket_behind_backward() -> None:
+    wide = dataclasses.replace(W, hidden_size=256, ffn_hidden_size=1024)
+    st = step_time(wide, TrainConfig(dp=8, mbs=4, ddp_bucket_mb=1), C8, "torch", CAL)
+    buckets = -(-wide.num_parameters * 4 // 2**20)
+    assert buckets > 1
+    assert st.dp_comm_s / buckets <= st.dp_exposed_s < st.dp_comm_s
+    # No bucket splitting: one bucket is the whole reduction, all of it exposed.
+    one = step_time(W, TrainConfig(dp=8, mbs=4), C8, "torch", CAL)
+    assert one.dp_exposed_s == one.dp_comm_s
+
+
+def test_activation_memory_terms_by_hand() -> None:
+    s, h, f = W.seq_length, W.hidden_size, W.ffn_hidden_size
+    b = 2
+    scale = 2  # fp32 is twice the 16-bit table
+    none = TrainConfig(tp=2, dp=4, mbs=b, zero=3)
+    assert layer_activation_bytes(W, none) == pytest.approx(
+        s * b * h * (10 + (8 + 4 * f / h) / 2) * scale
+    )
+    sp = dataclasses.replace(none, sp=True)
+    assert layer_activation_bytes(W, sp) == pytest.approx(s * b * h * (18 + 4 * f / h) / 2 * scale)
+    full = dataclasses.replace(none, recompute="full")
+    assert layer_activation_bytes(W, full) == pytest.approx(2 * s * b * h * scale)
+    logits = b * s * W.vocab_size / 2 * 4
+    assert activation_bytes(W, none) == pytest.approx(
+        W.num_layers * layer_activation_bytes(W, none) + logits
+    )
+
+
+def test_pipeline_first_stage_holds_micro_batches_in_flight() -> None:
+    c = TrainConfig(pp=4, dp=2, mbs=1)
+    per_layer = layer_activation_bytes(W, c)
+    first = per_layer * (W.num_layers / 4) * 4 * (1 + 3 / 4)
+    assert activation_bytes(W, c) == pytest.approx(first)
