@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import signal
 import sys
 import warnings
@@ -18,10 +19,11 @@ from rich.console import Console
 
 from autotune import display
 from autotune.errors import AutotuneError, InputError
-from autotune.problem import load_problem
+from autotune.problem import load_problem, problem_from_trial_file
 from autotune.space import parse_overrides
 
-console = Console(soft_wrap=True)
+# Tables stay readable when output goes to a file or pipe (80 columns otherwise).
+console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
 
 
 def _quiet_optuna() -> None:
@@ -196,6 +198,12 @@ def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Where saved calibrations are looked up.",
 )
+@click.option(
+    "--trial-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Predict the trial a trial.json describes (what a simulated trial re-runs).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
 def estimate_command(
     engine: str,
@@ -204,14 +212,18 @@ def estimate_command(
     space: str | None,
     config_text: str,
     results: Path,
+    trial_file: Path | None,
     as_json: bool,
 ) -> None:
     """Predict one config: memory and step-time breakdowns, tokens/s, MFU."""
     from autotune.estimate.predict import estimate
     from autotune.estimate.saved import load_calibration
 
-    problem = load_problem(engine, model, cluster, space)
-    config = problem.config(parse_overrides(config_text))
+    if trial_file is not None:
+        problem, config = problem_from_trial_file(trial_file)
+    else:
+        problem = load_problem(engine, model, cluster, space)
+        config = problem.config(parse_overrides(config_text))
     cal, which = load_calibration(results, problem.cluster)
     e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
     if as_json:
@@ -274,7 +286,13 @@ def calibrate(study_name: str, storage: str | None, results: Path) -> None:
     "--launcher",
     default="local",
     show_default=True,
-    help="local (torchrun) or simulate (the model's predictions, labelled so).",
+    help="local (torchrun), simulate (the model's predictions) or replay (a recorded sweep).",
+)
+@click.option(
+    "--table",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The recorded sweep (CSV) that --launcher replay replays.",
 )
 @click.option(
     "--trials",
@@ -306,7 +324,12 @@ def calibrate(study_name: str, storage: str | None, results: Path) -> None:
     show_default=True,
     help="Results root folder.",
 )
-@click.option("--sampler", default="tpe", show_default=True, help="tpe or random.")
+@click.option(
+    "--sampler",
+    default="guided",
+    show_default=True,
+    help="guided (the model proposes), tpe, gp, random or grid.",
+)
 @click.option("--seed", default=None, type=int, help="Seed for reproducible proposals.")
 @click.option(
     "--measured-steps",
@@ -320,6 +343,7 @@ def run(
     cluster: str,
     space: str | None,
     launcher: str,
+    table: Path | None,
     n_trials: int,
     max_time: str | None,
     timeout_per_trial: str,
@@ -347,7 +371,12 @@ def run(
         timeout_per_trial_s=parse_duration(timeout_per_trial, "--timeout-per-trial"),
     )
     cal, _ = load_calibration(results, problem.cluster)
-    chosen_launcher = get_launcher(launcher, cal)
+    if launcher == "replay" and table is not None:
+        from autotune.launchers.replay import replay_world
+
+        problem, chosen_launcher = replay_world(problem, table)
+    else:
+        chosen_launcher = get_launcher(launcher, cal)
     ref = study_ref(study_name or default_study_name(problem), storage, results)
     study = open_study(ref, problem, make_sampler(sampler, seed))
     steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
@@ -365,6 +394,7 @@ def run(
         display.RichProgress(console),
         seed,
         cal,
+        sampler,
     )
     if outcome.resumed_failed:
         console.print(

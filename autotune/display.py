@@ -35,7 +35,7 @@ def space_summary(console: Console, problem: Problem, found: Enumeration, sample
     )
     console.print(f"{len(found.valid)} valid of {found.total} configs")
     if found.removed:
-        rules = {r.name: r.reason for r in problem.engine.rules}
+        rules = {r.name: r.reason for r in problem.rules}
         table = Table("rule", "removed", "why", title="removed by rule (first rule broken)")
         for name, count in sorted(found.removed.items(), key=lambda kv: -kv[1]):
             table.add_row(name, str(count), rules.get(name, ""))
@@ -102,13 +102,46 @@ class RichProgress:
             )
 
 
+HEADERS = {
+    "number": "#",
+    "label": "config",
+    "tokens_per_s": "tokens/s",
+    "mfu": "MFU",
+    "step_time_s": "step",
+    "peak_memory_bytes": "peak mem",
+}
+HEADERS = {
+    "number": "#",
+    "label": "config",
+    "tokens_per_s": "tokens/s",
+    "mfu": "MFU",
+    "step_time_s": "step",
+    "peak_memory_bytes": "peak mem",
+}
+TABLE_COLUMNS = (
+    "number",
+    "label",
+    "kind",
+    "tokens_per_s",
+    "mfu",
+    "step_time_s",
+    "peak_memory_bytes",
+    "source",
+    "error",
+)
+
+
 def trial_table(console: Console, frame: pd.DataFrame) -> None:
-    table = Table(
-        *[c for c in frame.columns if c not in ("label", "source")], title="trials, best first"
-    )
-    for row in frame.itertuples(index=False):
-        values = row._asdict()
-        table.add_row(*[_cell(k, v) for k, v in values.items() if k not in ("label", "source")])
+    """The terminal view: the config as its label (CSV and JSON keep a column per knob)."""
+    table = Table(title="trials, best first")
+    for name in TABLE_COLUMNS:
+        table.add_column(
+            HEADERS.get(name, name),
+            overflow="fold",
+            max_width=40 if name in ("label", "error") else None,
+        )
+    for row in frame.to_dict("records"):
+        table.add_row(*[_cell(k, row.get(k)) for k in TABLE_COLUMNS])
     console.print(table)
 
 

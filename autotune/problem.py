@@ -8,7 +8,14 @@ from typing import Any
 
 from autotune.engines import Engine, get_engine
 from autotune.errors import InputError
-from autotune.space import Enumeration, SearchSpace, TrainConfig, enumerate_space, first_violation
+from autotune.space import (
+    Enumeration,
+    Rule,
+    SearchSpace,
+    TrainConfig,
+    enumerate_space,
+    first_violation,
+)
 from autotune.space.enumerate import build_config
 from autotune.space.spacefile import default_space_path, load_space
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
@@ -20,9 +27,15 @@ class Problem:
     workload: Workload
     cluster: Cluster
     space: SearchSpace
+    extra_rules: tuple[Rule, ...] = ()
+    """Rules of the world rather than the engine (e.g. a replay table's recorded configs)."""
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return self.engine.rules + self.extra_rules
 
     def enumerate(self) -> Enumeration:
-        return enumerate_space(self.space, self.workload, self.cluster, self.engine.rules)
+        return enumerate_space(self.space, self.workload, self.cluster, self.rules)
 
     def config(self, overrides: dict[str, Any]) -> TrainConfig:
         """A single config from defaults plus `--config` overrides, checked by every rule."""
@@ -40,7 +53,7 @@ class Problem:
                 f"{self.cluster.world_size} with tp={config.tp}, pp={config.pp} "
                 f"gives dp={config.dp}"
             )
-        broken = first_violation(config, self.workload, self.cluster, self.engine.rules)
+        broken = first_violation(config, self.workload, self.cluster, self.rules)
         if broken is not None:
             raise InputError(f"config {config.label()} breaks rule {broken.name}: {broken.reason}")
         return config
@@ -57,3 +70,27 @@ def load_problem(engine: str, model: str, cluster: str, space: str | None = None
         cluster=load_cluster(cluster),
         space=load_space(path, chosen.name, chosen.knobs),
     )
+
+
+def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:
+    """The problem and config a trial.json describes, checked by the same rules."""
+    from pydantic import ValidationError
+
+    from autotune.trialspec import TrialSpec
+
+    try:
+        spec = TrialSpec.from_json(path.read_text())
+    except (OSError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: not a readable trial file: {first}") from None
+    engine = get_engine(spec.engine)
+    problem = Problem(
+        engine=engine,
+        workload=spec.workload,
+        cluster=spec.cluster,
+        space=load_space(default_space_path(engine.name), engine.name, engine.knobs),
+    )
+    broken = first_violation(spec.config, spec.workload, spec.cluster, engine.rules)
+    if broken is not None:
+        raise InputError(f"{path}: config breaks rule {broken.name}: {broken.reason}")
+    return problem, spec.config

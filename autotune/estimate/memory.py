@@ -14,6 +14,9 @@ exists. Engine facts, measured on real tensors by the workers:
   reduced into it as they come, so at stage 3 only the fp32 partition stays.
 - FSDP2 without resharding after forward (torch zero 2) holds the unsharded parameters
   beside their shards: P + P/N + (G+K)/N.
+- Megatron keeps fp32 main gradients (G = 4) and, with the distributed optimizer (zero 1),
+  shards only the optimizer: 18 or 6 + 12/N bytes per parameter in bf16, as its
+  `theoretical_memory_usage.py` counts (§5.2).
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ def model_states(w: Workload, config: TrainConfig, engine: str) -> ModelStates:
     mixed = w.precision != "fp32"
     master = FP32_MASTER_BYTES if mixed or (engine == "deepspeed" and config.zero in (1, 2)) else 0
     k = ADAM_MOMENTS_BYTES + master
+    if engine == "megatron":
+        k = ADAM_MOMENTS_BYTES + FP32_MASTER_BYTES
+        # fp32 main_grad buffers, reduced in place; zero 1 is the distributed optimizer.
+        return ModelStates(psi * p, psi * 4, psi * k / (n if config.zero >= 1 else 1))
     if config.zero == 0:
         return ModelStates(psi * p, psi * g, psi * k)
     fp32_grads = 4 if engine == "deepspeed" and mixed else 0

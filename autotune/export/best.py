@@ -118,10 +118,21 @@ def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str,
     }
 
 
+def simulated_banner(trial: optuna.trial.FrozenTrial) -> list[str]:
+    """The first comment lines of an export whose figures were predicted, not measured."""
+    if trial.user_attrs.get("source") != "simulated":
+        return []
+    return [
+        "# SIMULATED: this config and its figures come from autotune's model, not from a "
+        "measured trial. Measure it on the real cluster before relying on it."
+    ]
+
+
 def nccl_env_text(env: dict[str, str], spec: TrialSpec, trial: optuna.trial.FrozenTrial) -> str:
     lines = [
+        *simulated_banner(trial),
         f"# NCCL settings of study trial {trial.number} ({spec.cluster.name}, "
-        f"{spec.cluster.backend} backend)."
+        f"{spec.cluster.backend} backend).",
     ]
     if spec.cluster.backend != "nccl":
         lines.append("# The gloo backend was tuned: NCCL settings do not apply; none are set.")
@@ -155,6 +166,7 @@ def train_script(
     return "\n".join(
         [
             "#!/usr/bin/env bash",
+            *simulated_banner(trial),
             f"# autotune: best config of study {shell.quote(study_name)}, trial {trial.number} "
             f"({trial.user_attrs.get('source', 'measured')}: {measured}).",
             f"# Runs it with autotune's worker on {cluster.nodes} node(s) x "

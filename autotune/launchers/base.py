@@ -50,7 +50,7 @@ class Launcher(ABC):
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
 
 
-LAUNCHERS = ("local", "simulate")
+LAUNCHERS = ("local", "simulate", "replay")
 
 
 def get_launcher(name: str, calibration: Any = None) -> Launcher:
@@ -63,6 +63,8 @@ def get_launcher(name: str, calibration: Any = None) -> Launcher:
         from autotune.launchers.simulate import SimulateLauncher
 
         return SimulateLauncher(calibration)
+    if name == "replay":
+        raise InputError("--launcher replay needs --table FILE.csv (a recorded sweep)")
     raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(LAUNCHERS)}")
 
 

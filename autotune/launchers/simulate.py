@@ -6,6 +6,7 @@ For planning a cluster one does not have. Everything it produces says `simulated
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from autotune.estimate.predict import estimate
@@ -22,7 +23,7 @@ class SimulateLauncher(Launcher):
         self.calibration = calibration
 
     def command(self, request: LaunchRequest) -> list[str]:
-        return ["autotune", "estimate", "--trial-file", TRIAL_FILE]
+        return [sys.executable, "-m", "autotune", "estimate", "--trial-file", TRIAL_FILE]
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         start = time.monotonic()

@@ -189,6 +189,13 @@ def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise InputError(f"{path}: {field}: {err['msg']}") from None
+        # For a field that takes one of several forms, the deepest error is the useful one
+        # (a device given as a mapping with a bad memory, not "should be a string").
+        err = max(exc.errors(), key=lambda e: len(e["loc"]))
+        parts = [str(p) for p in err["loc"] if not _is_type_tag(p)]
+        raise InputError(f"{path}: {'.'.join(parts) or '(top level)'}: {err['msg']}") from None
+
+
+def _is_type_tag(part: object) -> bool:
+    """pydantic names the member of a union it tried (`str`, `DeviceFile`) in the location."""
+    return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float"))

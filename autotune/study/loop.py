@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
 from autotune import trial as trials
@@ -25,6 +26,8 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, first_violation
 from autotune.study.choices import StudySpace, config_key
+from autotune.study.guided import GuidedSearch
+from autotune.study.samplers import ENQUEUEING
 from autotune.study.storage import (
     INTERRUPTED,
     StudyRef,
@@ -117,6 +120,15 @@ def memory_reason(e: Estimate, device_bytes: float) -> str:
     )
 
 
+def running_keys(study: optuna.Study) -> set[str]:
+    """Configs other workers are measuring right now."""
+    return {
+        t.user_attrs["config_key"]
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if "config_key" in t.user_attrs
+    }
+
+
 def run_study(
     problem: Problem,
     ref: StudyRef,
@@ -127,17 +139,30 @@ def run_study(
     progress: Progress,
     seed: int | None = None,
     calibration: Calibration | None = None,
+    strategy: str = "guided",
 ) -> StudyOutcome:
+    """Search until the budget, the space or (guided) the stop rule says so.
+
+    `strategy` is "guided" (the model proposes), "grid" (enumeration order) or an Optuna
+    sampler's name (the study's sampler proposes; the plan's best configs run first).
+    """
     valid = problem.enumerate().require_some().valid
     space = StudySpace.from_valid(valid)
     space.bind(study)
-    ranked, too_big = memory_verdicts(problem, valid, calibration or Calibration())
+    cal = calibration or Calibration()
+    ranked, too_big = memory_verdicts(problem, valid, cal)
     if not ranked:
         raise InputError(
             f"none of the {len(valid)} valid configs is predicted to fit in "
             f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
         )
-    if not study.get_trials(deepcopy=False):
+    guide = (
+        GuidedSearch(problem, [e.config for e in ranked], cal, seed)
+        if strategy == "guided"
+        else None
+    )
+    in_order = [c for c in valid if config_key(c) not in too_big]
+    if strategy not in ENQUEUEING and not study.get_trials(deepcopy=False):
         for e in ranked[:SEEDS]:  # a new study starts where the model expects the best
             study.enqueue_trial(space.params(e.config), user_attrs={"seeded_by": "plan"})
     resumed_failed = fail_abandoned_trials(study)
@@ -146,7 +171,7 @@ def run_study(
     rng = random.Random(seed)
     misses, ran, start = 0, 0, time.monotonic()
 
-    def stop_reason() -> str | None:
+    def budget_reason() -> str | None:
         if budget.trials is not None and finished >= budget.trials:
             return f"trial budget reached ({finished} trials)"
         if budget.max_time_s is not None and time.monotonic() - start >= budget.max_time_s:
@@ -157,15 +182,34 @@ def run_study(
             )
         return None
 
-    while (reason := stop_reason()) is None:
-        if misses >= MAX_MISSES:
+    def next_config() -> tuple[TrainConfig | None, str | None]:
+        """The guided or grid proposal (None, why) when there is none."""
+        claimed = set(seen) | running_keys(study)
+        if guide is not None:
+            guide.learn(study.get_trials(deepcopy=False))
+            why = guide.converged(claimed, best_value(study))
+            if why:
+                return None, why
+            config = guide.propose(claimed)
+        else:
+            config = next((c for c in in_order if config_key(c) not in claimed), None)
+        return config, None if config else "search space exhausted: every config is claimed"
+
+    reason = budget_reason()
+    while reason is None:
+        if strategy in ENQUEUEING:
+            proposal, reason = next_config()
+            if proposal is None:
+                break
+            study.enqueue_trial(space.params(proposal))
+        elif misses >= MAX_MISSES:
             untried = [e.config for e in ranked if config_key(e.config) not in seen]
             study.enqueue_trial(space.params(rng.choice(untried)))
             misses = 0
         trial = study.ask(space.distributions)
         config = space.config(trial.params, problem.cluster.world_size)
         key = config_key(config)
-        broken = first_violation(config, problem.workload, problem.cluster, problem.engine.rules)
+        broken = first_violation(config, problem.workload, problem.cluster, problem.rules)
         if broken is not None or key in seen or key in too_big:
             if broken is not None:
                 why = f"rule {broken.name}: {broken.reason}"
@@ -185,8 +229,9 @@ def run_study(
         finished += 1
         ran += 1
         progress.finished(trial.number, config.label(), record, best_value(study))
+        reason = budget_reason()
     return StudyOutcome(
-        ran=ran, finished_total=finished, stop_reason=reason, resumed_failed=resumed_failed
+        ran=ran, finished_total=finished, stop_reason=reason or "", resumed_failed=resumed_failed
     )
 
 
@@ -208,7 +253,7 @@ def _run_one(
         "config_key": key,
         "label": label,
         "owner": owner_tag(),
-        "source": "measured",
+        "source": launcher.source,
     }.items():
         trial.set_user_attr(name, value)
     folder = ref.folder / "trials" / str(trial.number)
@@ -258,7 +303,9 @@ def _run_or_interrupt(
 def _with_heartbeat(
     study: optuna.Study, trial_id: int, work: Callable[[], trials.TrialRecord]
 ) -> trials.TrialRecord:
-    study._storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+    if not isinstance(study._storage, BaseHeartbeat):  # in-memory studies (benchmarks)
+        return work()
+    study._storage.record_heartbeat(trial_id)
     stop = threading.Event()
     beat = threading.Thread(target=heartbeat, args=(study, trial_id, stop), daemon=True)
     beat.start()

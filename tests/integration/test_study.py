@@ -110,6 +110,22 @@ def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((best / "result.json").read_text())["status"] == "ok"
 
+    calibrated = autotune("calibrate", "--study", STUDY, "--results", str(tmp_path))
+    assert calibrated.returncode == 0, calibrated.stderr
+    assert (tmp_path / "calibration" / "local_2.json").is_file()
+    assert (tmp_path / STUDY / "calibration.json").is_file()
+    predicted = autotune(
+        "estimate",
+        "--cluster",
+        "local:2",
+        "--config",
+        "zero=1,mbs=4",
+        "--results",
+        str(tmp_path),
+        "--json",
+    )
+    assert json.loads(predicted.stdout)["calibration"].startswith("fitted")
+
     out = tmp_path / "exported"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -201,8 +217,8 @@ def test_ctrl_c_stops_the_trial_within_seconds(tmp_path: Path) -> None:
     assert tuner.returncode == 130
     assert not leftovers(tmp_path)
     trials = trials_of(tmp_path)
-    assert trials[-1].state == optuna.trial.TrialState.FAIL
-    assert trials[-1].user_attrs["kind"] == "interrupted"
+    interrupted = [t for t in trials if t.user_attrs.get("kind") == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0].state == optuna.trial.TrialState.FAIL
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
@@ -227,9 +243,9 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(
         env={"AUTOTUNE_INJECT_FAULT": fault},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    trials = trials_of(tmp_path)
-    assert len(trials) == 2
-    for t in trials:
+    ran = [t for t in trials_of(tmp_path) if t.state != optuna.trial.TrialState.WAITING]
+    assert len(ran) == 2  # the plan's third seed waits for a later run
+    for t in ran:
         assert t.state == optuna.trial.TrialState.FAIL
         assert t.user_attrs["kind"] == kind and error in t.user_attrs["error"]
     assert f"failures: {kind} 2" in result.stdout

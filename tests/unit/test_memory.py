@@ -60,3 +60,14 @@ def test_deepspeed_mixed_precision_adds_its_fp32_gradient_partition() -> None:
     for zero, per_param in ((1, 2 + 2 + 16 / 8), (2, 2 + 18 / 8), (3, 18 / 8)):
         states = model_states(bf16, TrainConfig(dp=8, zero=zero), "deepspeed")
         assert states.total == pytest.approx(psi * per_param)
+
+
+def test_megatron_bytes_per_parameter_match_its_own_accounting() -> None:
+    """megatron/training/theoretical_memory_usage.py: 18, or 6 + 12/dp with the
+    distributed optimizer."""
+    bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
+    psi = rank_parameters(bf16, 1, 1)
+    plain = model_states(bf16, TrainConfig(dp=8), "megatron")
+    assert plain.total == pytest.approx(18 * psi)
+    distributed = model_states(bf16, TrainConfig(dp=8, zero=1), "megatron")
+    assert distributed.total == pytest.approx((6 + 12 / 8) * psi)

@@ -1,0 +1,369 @@
+"""How fast each search strategy finds a config within 2% of a world's best.
+
+Worlds: recorded real sweeps of the tiny workload (results/benchmarks/sweep_<engine>.csv,
+made by scripts/sweep.py, replayed), and simulated large worlds whose truth is the model's
+prediction perturbed by a seeded, config-dependent error (~10%) and a random bias between
+compute and communication, so the guided sampler's model is not the truth. Strategies: the
+study loop with each of autotune's samplers (guided, tpe, gp, random, grid), and two
+re-implemented baselines: DeepSpeed's autotuner "fast" mode (ZeRO stage ladder with a
+micro-batch search, other knobs at defaults) and a NeMo-style tp/pp/mbs grid truncated at the
+budget. Writes results/bench/search.md.
+
+    .venv/bin/python scripts/bench_search.py [--seeds 20] [--budget 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import optuna
+
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.launchers.replay import replay_world
+from autotune.problem import Problem, load_problem
+from autotune.space import TrainConfig
+from autotune.study.choices import config_key
+from autotune.study.loop import Budget, memory_verdicts, run_study
+from autotune.study.samplers import make_sampler
+from autotune.study.storage import StudyRef
+from autotune.trialspec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec, write_atomically
+
+REPO = Path(__file__).resolve().parents[1]
+LOOP_STRATEGIES = ("guided", "tpe", "gp", "random", "grid")
+BASELINES = ("deepspeed-autotuner", "nemo-grid")
+SIMULATED = [
+    ("torch", "llama3-8b", "dgx-h100:4"),
+    ("torch", "llama3-70b", "dgx-h100:32"),
+    ("torch", "gpt3-175b", "dgx-a100:64"),
+]
+TRIAL_OVERHEAD_S = 90.0  # launch, imports, initialisation of a real large-model trial
+TRIAL_STEPS = 30  # warm-up plus measured steps of a real trial
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+@dataclass
+class World:
+    """What a strategy searches: the problem, the truth of every config, and trial cost."""
+
+    name: str
+    problem: Problem
+    truth: dict[str, float | None]
+    """Config key -> true tokens/s, or None for a config that fails."""
+    wall: dict[str, float]
+    launcher_factory: Callable[[], Launcher]
+
+    @property
+    def best(self) -> float:
+        return max(v for v in self.truth.values() if v)
+
+
+class PerturbedLauncher(Launcher):
+    """The model's prediction times a seeded, config-dependent error: a world to search."""
+
+    name = "perturbed"
+    source = "simulated"
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["echo", "simulated world"]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        key = config_key(spec.config)
+        tps = self.world.truth.get(key)
+        if not tps:
+            return LaunchOutcome(
+                kind="oom", error="simulated out of memory", wall_s=self.world.wall[key]
+            )
+        step = spec.workload.tokens_per_step / tps
+        result = {
+            "status": "ok",
+            "source": "simulated",
+            "step_time_s": step,
+            "tokens_per_s": tps,
+            "tflops_per_device": 0.0,
+            "mfu": None,
+        }
+        write_atomically(request.folder / RESULT_FILE, json.dumps(result))
+        return LaunchOutcome(kind="ok", error=None, wall_s=self.world.wall[key], result=result)
+
+
+def _noise(key: str, seed: int) -> float:
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return random.Random(digest).gauss(0.0, 0.10)
+
+
+def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
+    problem = load_problem(engine, model, cluster)
+    cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
+    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
+    rng = random.Random(seed)
+    compute_bias, comm_bias = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
+    truth, wall = {}, {}
+    for e in ranked:
+        s = e.step
+        comm = s.tp_comm_s + s.pp_p2p_s + s.dp_exposed_s
+        step = (s.total_s - comm) * compute_bias + comm * comm_bias
+        step *= math.exp(_noise(config_key(e.config), seed))
+        key = config_key(e.config)
+        truth[key] = problem.workload.tokens_per_step / step
+        wall[key] = TRIAL_OVERHEAD_S + TRIAL_STEPS * step
+    world = World(f"{model} on {cluster} (simulated)", problem, truth, wall, lambda: None)
+    world.launcher_factory = lambda: PerturbedLauncher(world)
+    return world
+
+
+def replayed_world(engine: str, table: Path) -> World:
+    problem, launcher = replay_world(load_problem(engine, "tiny", "local:2"), table)
+    truth, wall = {}, {}
+    for key, row in launcher.table.rows.items():
+        ok = row["status"] == "ok"
+        truth[key] = problem.workload.tokens_per_step / float(row["step_time_s"]) if ok else None
+        wall[key] = float(row.get("wall_s") or 0.0)
+    return World(f"tiny / {engine} (replayed sweep)", problem, truth, wall, lambda: launcher)
+
+
+# --- strategies --------------------------------------------------------------------------
+def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
+    """The real study loop with one of autotune's samplers; the configs it ran, in order."""
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(strategy, seed))
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = StudyRef(name="bench", storage_url="memory", folder=Path(tmp))
+        cal = DEFAULT_CALIBRATION.get(world.problem.cluster.device.generation, Calibration())
+        run_study(
+            world.problem,
+            ref,
+            study,
+            world.launcher_factory(),
+            Budget(trials=budget),
+            StepPlan(),
+            _Quiet(),
+            seed,
+            cal,
+            strategy,
+        )
+    ran = [
+        t
+        for t in study.get_trials()
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    ]
+    return [t.user_attrs["config_key"] for t in sorted(ran, key=lambda t: t.number)]
+
+
+class _Quiet:
+    def started(self, number: int, label: str) -> None:
+        pass
+
+    def finished(self, *args: object) -> None:
+        pass
+
+
+def _fitting(world: World) -> list[TrainConfig]:
+    return [TrainConfig(**json.loads(k)) for k in world.truth]
+
+
+def deepspeed_autotuner(world: World, budget: int) -> list[str]:
+    """DeepSpeed's "fast" mode: ZeRO 0 to 3 in order, in each a binary search for the largest
+    micro-batch that runs, then the micro-batches below it; other knobs at their defaults
+    (no tensor or pipeline parallelism); stop when a stage is slower than the one before."""
+    default = TrainConfig()
+    ran: list[str] = []
+    best_prev = 0.0
+    for zero in range(4):
+        stage = sorted(
+            (
+                c
+                for c in _fitting(world)
+                if c.zero == zero
+                and c.tp == 1
+                and c.pp == 1
+                and all(
+                    getattr(c, k) == getattr(default, k)
+                    for k in (
+                        "recompute",
+                        "sp",
+                        "vpp",
+                        "nccl_algo",
+                        "nccl_proto",
+                        "reduce_bucket",
+                        "allgather_bucket",
+                        "overlap_comm",
+                        "ddp_bucket_mb",
+                    )
+                )
+            ),
+            key=lambda c: c.mbs,
+        )
+        if not stage:
+            continue
+        lo, hi, largest = 0, len(stage) - 1, -1
+        while lo <= hi and len(ran) < budget:
+            mid = (lo + hi) // 2
+            ran.append(config_key(stage[mid]))
+            if world.truth[ran[-1]]:
+                largest, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        for c in reversed(stage[:largest]):
+            if len(ran) >= budget:
+                break
+            ran.append(config_key(c))
+        best_stage = max(
+            (world.truth[k] or 0.0 for k in ran if json.loads(k)["zero"] == zero), default=0.0
+        )
+        if best_stage < best_prev or len(ran) >= budget:
+            break
+        best_prev = best_stage
+    return ran[:budget]
+
+
+def nemo_grid(world: World, budget: int) -> list[str]:
+    """NeMo's auto-configurator style: a grid over tp, pp and micro-batch size with the other
+    knobs at their defaults where valid, run in grid order until the budget."""
+    default = TrainConfig()
+    by_triple: dict[tuple[int, int, int], TrainConfig] = {}
+    for c in _fitting(world):
+        triple = (c.tp, c.pp, c.mbs)
+        distance = sum(
+            getattr(c, k) != getattr(default, k)
+            for k in ("zero", "recompute", "sp", "vpp", "nccl_algo", "nccl_proto")
+        )
+        if triple not in by_triple or distance < sum(
+            getattr(by_triple[triple], k) != getattr(default, k)
+            for k in ("zero", "recompute", "sp", "vpp", "nccl_algo", "nccl_proto")
+        ):
+            by_triple[triple] = c
+    return [config_key(by_triple[t]) for t in sorted(by_triple)][:budget]
+
+
+# --- scoring -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Score:
+    trials_to_2pct: float
+    seconds_to_2pct: float
+    regret: dict[int, float]
+
+
+def score(world: World, ran: list[str], budget: int) -> Score:
+    best, found_at, seconds, at_found = world.best, math.inf, 0.0, math.inf
+    running_best, regret = 0.0, {}
+    for i, key in enumerate(ran, 1):
+        seconds += world.wall.get(key, 0.0)
+        running_best = max(running_best, world.truth.get(key) or 0.0)
+        if found_at == math.inf and running_best >= best * 0.98:
+            found_at, at_found = i, seconds
+        for n in (5, 10, 20):
+            if i == n:
+                regret[n] = 1 - running_best / best
+    for n in (5, 10, 20):
+        regret.setdefault(n, 1 - running_best / best)  # a strategy that stopped early
+    return Score(found_at, at_found, regret)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--budget", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=REPO / "results/bench/search.md")
+    args = parser.parse_args()
+    worlds: list[Callable[[int], World]] = []
+    for engine in ("deepspeed", "torch"):
+        table = REPO / "results/benchmarks" / f"sweep_{engine}.csv"
+        if table.exists():
+            worlds.append(lambda _s, e=engine, t=table: replayed_world(e, t))
+    for spec in SIMULATED:
+        worlds.append(lambda s, spec=spec: simulated_world(*spec, seed=s))
+    rows = []
+    for make in worlds:
+        scores: dict[str, list[Score]] = {s: [] for s in (*LOOP_STRATEGIES, *BASELINES)}
+        for seed in range(args.seeds):
+            world = make(seed)
+            for strategy in LOOP_STRATEGIES:
+                scores[strategy].append(
+                    score(world, run_loop(world, strategy, seed, args.budget), args.budget)
+                )
+            scores["deepspeed-autotuner"].append(
+                score(world, deepspeed_autotuner(world, args.budget), args.budget)
+            )
+            scores["nemo-grid"].append(score(world, nemo_grid(world, args.budget), args.budget))
+        rows.append((world.name, len(world.truth), scores))
+        print(
+            world.name,
+            {s: statistics.median(x.trials_to_2pct for x in v) for s, v in scores.items()},
+            flush=True,
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(rows, args))
+    print(f"wrote {args.out}")
+
+
+def _median(values: list[float]) -> str:
+    m = statistics.median(values)
+    return "never" if m == math.inf else f"{m:.0f}" if m >= 10 else f"{m:.1f}"
+
+
+def report(rows: list[tuple[str, int, dict[str, list[Score]]]], args: argparse.Namespace) -> str:
+    lines = [
+        "# Search strategies: trials to a config within 2% of the best",
+        "",
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by "
+        f"`.venv/bin/python scripts/bench_search.py --seeds {args.seeds} --budget "
+        f"{args.budget}`. Medians over seeds; 'never' when the median run did not get "
+        f"within 2% in {args.budget} trials (or stopped). Trial-seconds: simulated worlds "
+        f"charge {TRIAL_OVERHEAD_S:.0f} s + {TRIAL_STEPS} steps per trial; replayed "
+        "worlds charge the recorded wall time. Regret: 1 - best found / best.",
+        "",
+    ]
+    for name, size, scores in rows:
+        lines += [
+            f"## {name}: {size} configs",
+            "",
+            "| strategy | trials to 2% | trial-seconds to 2% | regret @5 | @10 | @20 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for strategy, s in scores.items():
+            lines.append(
+                f"| {strategy} | {_median([x.trials_to_2pct for x in s])} | "
+                f"{_median([x.seconds_to_2pct for x in s])} | "
+                + " | ".join(
+                    f"{statistics.median(x.regret[n] for x in s):.1%}" for n in (5, 10, 20)
+                )
+                + " |"
+            )
+        guided = statistics.median(x.trials_to_2pct for x in scores["guided"])
+        tpe = statistics.median(x.trials_to_2pct for x in scores["tpe"])
+        rnd = statistics.median(x.trials_to_2pct for x in scores["random"])
+        lines += [
+            "",
+            f"Goals: guided <= TPE/3 ({guided:g} vs {tpe / 3:.1f}): "
+            f"{'met' if guided <= tpe / 3 else 'not met'}; guided <= random/10 "
+            f"({guided:g} vs {rnd / 10:.1f}): {'met' if guided <= rnd / 10 else 'not met'}"
+            + (
+                ""
+                if "replayed" in name
+                else f"; guided <= 12: {'met' if guided <= 12 else 'not met'}"
+            )
+            + ".",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    started = time.time()
+    main()
+    print(f"{time.time() - started:.0f} s")

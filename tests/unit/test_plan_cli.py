@@ -1,0 +1,135 @@
+"""`autotune estimate`, `plan` and a simulated study, through the real command."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import autotune
+
+BIG = ("--engine", "torch", "--model", "llama3-70b", "--cluster", "dgx-h100:32")
+
+
+def test_estimate_json_has_both_breakdowns(tmp_path: Path) -> None:
+    done = autotune(
+        "estimate", *BIG, "--config", "tp=8,mbs=1,zero=2,sp=true", "--json", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    e = json.loads(done.stdout)
+    for key in ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "fits"):
+        assert key in e
+    assert e["source"] == "predicted"
+    memory = e["memory"]
+    terms = (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "comm_buffers_bytes",
+        "overhead_bytes",
+    )
+    assert memory["total_bytes"] == pytest.approx(sum(memory[t] for t in terms))
+    assert e["step"]["total_s"] == pytest.approx(e["step_time_s"])
+    assert e["tokens_per_s"] == pytest.approx(128 * 8192 / e["step_time_s"])
+
+
+def test_plan_ranks_configs_that_fit_best_first(tmp_path: Path) -> None:
+    done = autotune("plan", *BIG, "--top", "0", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    records = json.loads(done.stdout)
+    assert len(records) > 10 and all(r["fits"] for r in records)
+    speeds = [r["tokens_per_s"] for r in records]
+    assert speeds == sorted(speeds, reverse=True)
+    assert all(set(r["config"]) >= {"tp", "pp", "dp", "zero", "mbs"} for r in records)
+    table = autotune("plan", *BIG, "--top", "3", cwd=tmp_path)
+    assert "predicted not to fit" in table.stdout and "removed by rule" in table.stdout
+
+
+def test_a_config_that_cannot_fit_is_reported_not_to_fit(tmp_path: Path) -> None:
+    done = autotune(
+        "estimate",
+        "--engine",
+        "torch",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100:1",
+        "--config",
+        "tp=1,zero=0,mbs=1",
+        "--json",
+        cwd=tmp_path,
+    )
+    e = json.loads(done.stdout)
+    assert not e["fits"] and e["memory"]["total_bytes"] > 80 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["estimate", *BIG, "--config", "tp=3"], "rule world_size"),
+        (["estimate", *BIG, "--config", "tp=8,pp=8,dp=2"], "dp=2 but the world size 256"),
+        (["plan", "--model", "llama3-70b", "--cluster", "dgx-h900:4"], "unknown cluster"),
+    ],
+)
+def test_bad_plan_input(tmp_path: Path, args: list[str], message: str) -> None:
+    done = autotune(*args, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("tpu9", "unknown device 'tpu9'"),
+        ("{name: x, memory_gib: 0, peak_tflops: {bf16: 100}}", "memory_gib"),
+    ],
+)
+def test_bad_cluster_devices(tmp_path: Path, device: str, message: str) -> None:
+    (tmp_path / "c.yaml").write_text(
+        f"devices_per_node: 8\ndevice: {device}\n"
+        "intra_link: {bandwidth_gbps: 300, latency_us: 1}\n"
+    )
+    done = autotune("plan", "--model", "llama3-8b", "--cluster", "c.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_simulated_study_is_labelled_simulated_everywhere(tmp_path: Path) -> None:
+    done = autotune(
+        "run",
+        "--launcher",
+        "simulate",
+        *BIG,
+        "--trials",
+        "6",
+        "--seed",
+        "1",
+        "--results",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(simulated)" in done.stdout
+    study = "llama3-70b-dgx-h100_32-torch"
+    rows = json.loads(
+        autotune(
+            "trials",
+            "--study",
+            study,
+            "--results",
+            str(tmp_path),
+            "--format",
+            "json",
+            cwd=tmp_path,
+        ).stdout
+    )
+    assert len(rows) == 6 and {r["source"] for r in rows} == {"simulated"}
+    best = tmp_path / study / "best"
+    assert "SIMULATED" in (best / "train.sh").read_text().splitlines()[1]
+    assert (best / "nccl.env").read_text().startswith("# SIMULATED")
+    assert yaml.safe_load((best / "best.yaml").read_text())["source"] == "simulated"
+    # The plan seeds the study: its best predicted configs ran first.
+    plan = json.loads(autotune("plan", *BIG, "--top", "1", "--json", cwd=tmp_path).stdout)
+    first = min(rows, key=lambda r: r["number"])
+    assert first["tokens_per_s"] == pytest.approx(plan[0]["tokens_per_s"])
