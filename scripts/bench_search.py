@@ -107,8 +107,23 @@ def _noise(key: str, seed: int) -> float:
     return random.Random(digest).gauss(0.0, 0.10)
 
 
+LAYOUT_SPACE = {
+    "tp": [1, 2, 4, 8],
+    "pp": [1, 2, 4, 8, 16],
+    "vpp": [1, 2],
+    "zero": [0, 1, 2, 3],
+    "mbs": [1, 2, 4, 8],
+    "recompute": ["none", "selective", "full"],
+    "sp": [False, True],
+}
+"""The layout knobs: NCCL settings are a refinement searched once a layout leads."""
+
+
 def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
-    problem = load_problem(engine, model, cluster)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(json.dumps({"engine": engine, "knobs": LAYOUT_SPACE}))
+    problem = load_problem(engine, model, cluster, f.name)
+    Path(f.name).unlink()
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
     ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
     rng = random.Random(seed)
@@ -144,6 +159,8 @@ def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         ref = StudyRef(name="bench", storage_url="memory", folder=Path(tmp))
         cal = DEFAULT_CALIBRATION.get(world.problem.cluster.device.generation, Calibration())
+        # Optuna's samplers run plain, as users of Optuna alone have them (autotune itself
+        # seeds them with the plan's best configs).
         run_study(
             world.problem,
             ref,
@@ -155,6 +172,7 @@ def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
             seed,
             cal,
             strategy,
+            seed_from_plan=False,
         )
     ran = [
         t

@@ -18,21 +18,32 @@ from dataclasses import dataclass, field
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.estimate.calibrate import Observation, fit, log_errors
+from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.study.choices import config_key
 
-PRIOR_SPREAD = 0.3
-"""Relative error assumed before three trials have measured the model."""
+PRIOR_SPREAD = 0.15
+"""The model's relative error before measurements say otherwise (its held-out error on
+published runs is 6-9%; a new cluster may be worse)."""
+PRIOR_WEIGHT = 3
+"""The prior counts as this many residuals when the spread is estimated from trials."""
 MIN_SPREAD = 0.03
 """Floor on the model's error: measurements themselves are noisy by a few percent."""
-DISTANCE_WEIGHT = 0.25
+DISTANCE_WEIGHT = 0.1
 """Extra uncertainty per knob a config differs by from its nearest measured config."""
-CONFIDENCE = 1.0
-"""Standard deviations of optimism: about an 84% one-sided bound."""
+EXPLORE = 1.0
+"""Standard deviations of optimism when proposing (about an 84% one-sided bound)."""
+CONFIDENCE = 2.0
+"""Standard deviations the stop rule demands (about 98% one-sided): stopping is for good."""
+FULL_FIT_AFTER = 8
+"""Measured trials before all four parameters are fitted; fewer fit compute efficiency only,
+so that a handful of points cannot be explained away by a free parameter each."""
+
+
+FREE_PARAMETERS = tuple(BOUNDS)
 
 
 @dataclass
@@ -68,13 +79,16 @@ class GuidedSearch:
             if t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s")
         ]
         self.measured = [o.config for o in data]
-        if len(data) >= 2:
-            self.calibration = fit(data, self.calibration, rounds=3)
-        errors = log_errors(self.calibration, data) if data else []
-        self.spread = (
-            max(MIN_SPREAD, math.sqrt(sum(e * e for e in errors) / len(errors)))
-            if len(errors) >= 3
-            else PRIOR_SPREAD
+        free = FREE_PARAMETERS if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
+        if data:
+            self.calibration = fit(data, self.calibration, free=free, rounds=3)
+        # Residuals after fitting understate the error by the parameters fitted; the prior
+        # keeps a few trials from making the model look exact.
+        squares = sum(e * e for e in log_errors(self.calibration, data))
+        dof = max(0, len(data) - len(free))
+        self.spread = max(
+            MIN_SPREAD,
+            math.sqrt((PRIOR_WEIGHT * PRIOR_SPREAD**2 + squares) / (PRIOR_WEIGHT + dof)),
         )
         for t in trials:
             if t.user_attrs.get("kind") == "oom" and "config" in t.user_attrs:
@@ -82,7 +96,9 @@ class GuidedSearch:
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
 
     # --- proposing ----------------------------------------------------------------------
-    def ranked(self, excluded: set[str]) -> list[tuple[float, Estimate, float]]:
+    def ranked(
+        self, excluded: set[str], optimism: float = EXPLORE
+    ) -> list[tuple[float, Estimate, float]]:
         """(optimistic log tokens/s, estimate, uncertainty) for every config still open."""
         scored = []
         for config in self.candidates:
@@ -92,7 +108,7 @@ class GuidedSearch:
             if e.memory.total > self.memory_limit:
                 continue
             unc = self.spread * (1 + DISTANCE_WEIGHT * self._distance(config))
-            scored.append((math.log(e.tokens_per_s) + CONFIDENCE * unc, e, unc))
+            scored.append((math.log(e.tokens_per_s) + optimism * unc, e, unc))
         scored.sort(key=lambda s: -s[0])
         return scored
 
@@ -106,7 +122,7 @@ class GuidedSearch:
 
     def converged(self, excluded: set[str], best_tokens_per_s: float | None) -> str | None:
         """Why the search can stop, or None while some config may still win."""
-        scored = self.ranked(excluded)
+        scored = self.ranked(excluded, optimism=CONFIDENCE)
         if best_tokens_per_s is None or not scored:
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))

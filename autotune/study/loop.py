@@ -140,11 +140,13 @@ def run_study(
     seed: int | None = None,
     calibration: Calibration | None = None,
     strategy: str = "guided",
+    seed_from_plan: bool = True,
 ) -> StudyOutcome:
     """Search until the budget, the space or (guided) the stop rule says so.
 
     `strategy` is "guided" (the model proposes), "grid" (enumeration order) or an Optuna
-    sampler's name (the study's sampler proposes; the plan's best configs run first).
+    sampler's name (the study's sampler proposes; unless `seed_from_plan` is off, the plan's
+    best configs run first).
     """
     valid = problem.enumerate().require_some().valid
     space = StudySpace.from_valid(valid)
@@ -162,7 +164,7 @@ def run_study(
         else None
     )
     in_order = [c for c in valid if config_key(c) not in too_big]
-    if strategy not in ENQUEUEING and not study.get_trials(deepcopy=False):
+    if strategy not in ENQUEUEING and seed_from_plan and not study.get_trials(deepcopy=False):
         for e in ranked[:SEEDS]:  # a new study starts where the model expects the best
             study.enqueue_trial(space.params(e.config), user_attrs={"seeded_by": "plan"})
     resumed_failed = fail_abandoned_trials(study)
