@@ -332,6 +332,25 @@ def calibrate(study_name: str, storage: str | None, results: Path) -> None:
 )
 @click.option("--seed", default=None, type=int, help="Seed for reproducible proposals.")
 @click.option(
+    "--early-stop/--no-early-stop",
+    default=True,
+    show_default=True,
+    help="Stop trials clearly slower than the best so far (sign test on steps).",
+)
+@click.option(
+    "--confirm/--no-confirm",
+    default=True,
+    show_default=True,
+    help="Re-measure leaders within noise with longer trials before naming one.",
+)
+@click.option(
+    "--early-stop-margin",
+    default=0.10,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="How much slower than the best a trial must be, as a fraction.",
+)
+@click.option(
     "--measured-steps",
     default=None,
     type=click.IntRange(min=2),
@@ -352,6 +371,9 @@ def run(
     results: Path,
     sampler: str,
     seed: int | None,
+    early_stop: bool,
+    early_stop_margin: float,
+    confirm: bool,
     measured_steps: int | None,
 ) -> None:
     """Tune: search the space with real trials, then export the best config."""
@@ -369,6 +391,8 @@ def run(
         trials=n_trials,
         max_time_s=parse_duration(max_time, "--max-time"),
         timeout_per_trial_s=parse_duration(timeout_per_trial, "--timeout-per-trial"),
+        early_stop_margin=early_stop_margin if early_stop else None,
+        confirm=confirm,
     )
     cal, _ = load_calibration(results, problem.cluster)
     if launcher == "replay" and table is not None:

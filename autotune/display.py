@@ -96,6 +96,10 @@ class RichProgress:
                 f"trial {number:>3} [green]ok[/]       {label}  "
                 f"{tps:,.0f} tok/s{mark}  ({best_text}, {record.wall_s:.0f} s)"
             )
+        elif record.kind == "pruned":
+            self.console.print(
+                f"trial {number:>3} [yellow]pruned[/]   {label}  {record.error}  ({best_text})"
+            )
         else:
             self.console.print(
                 f"trial {number:>3} [red]{record.kind}[/]  {label}  {record.error}  ({best_text})"
@@ -161,20 +165,29 @@ def _cell(key: str, value: Any) -> str:
 
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
     """Best config and its figures, speed-up over the median and worst, failures by kind."""
+    from autotune.report.table import best_trial
     from autotune.report.table import trial_table as table_of
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
     failed = frame[frame["status"] == "fail"]
-    if ok.empty:
+    winner = best_trial(study)
+    if ok.empty or winner is None:
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
-        best = ok.iloc[0]
+        best = ok[ok["number"] == winner.number].iloc[0]
         tps = ok["tokens_per_s"].astype(float)
         mfu = f", MFU {best['mfu']:.1%}" if best["mfu"] is not None else ""
+        stdev = winner.user_attrs.get("step_time_stdev_s")
+        spread = f" ± {stdev / best['step_time_s']:.1%}" if stdev else ""
+        confirmed = (
+            f", confirmed by a longer trial of trial {winner.user_attrs['confirms']}"
+            if "confirms" in winner.user_attrs
+            else ""
+        )
         console.print(
             f"[bold]best[/]: trial {best['number']}  {best['label']}  "
-            f"{best['tokens_per_s']:,.0f} tok/s{mfu} ({best['source']})"
+            f"{best['tokens_per_s']:,.0f} tok/s{spread}{mfu} ({best['source']}{confirmed})"
         )
         console.print(
             f"  {best['tokens_per_s'] / tps.median():.2f}x the median and "
@@ -184,6 +197,9 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    stopped = frame[frame["status"] == "pruned"]
+    if not stopped.empty:
+        console.print(f"stopped early (clearly slower than the best): {len(stopped)}")
     console.print(f"files: {ref.folder} (trials/, best/), storage {ref.storage_url}")
     if exported:
         console.print("exported: " + ", ".join(p.name for p in exported))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 from autotune import shell
 from autotune.engines.base import Engine
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
+from autotune.launchers.early_stop import EarlyStop
 from autotune.trialspec import TRIAL_FILE, TrialSpec, write_atomically
 
 OUTCOME_FILE = "outcome.json"
@@ -87,9 +89,16 @@ def launch_script(launcher: Launcher, request: LaunchRequest) -> str:
 
 
 def run(
-    spec: TrialSpec, engine: Engine, launcher: Launcher, folder: Path, time_limit_s: float
+    spec: TrialSpec,
+    engine: Engine,
+    launcher: Launcher,
+    folder: Path,
+    time_limit_s: float,
+    early_stop: EarlyStop | None = None,
 ) -> TrialRecord:
-    request = prepare(spec, engine, launcher, folder, time_limit_s)
+    request = dataclasses.replace(
+        prepare(spec, engine, launcher, folder, time_limit_s), early_stop=early_stop
+    )
     outcome: LaunchOutcome = launcher.run(request)
     record = TrialRecord(
         kind=outcome.kind,

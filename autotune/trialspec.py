@@ -16,8 +16,22 @@ from pydantic import TypeAdapter
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 
-Outcome = Literal["ok", "oom", "timeout", "comm_error", "launch_error", "crash"]
-OUTCOMES: tuple[Outcome, ...] = ("ok", "oom", "timeout", "comm_error", "launch_error", "crash")
+Outcome = Literal["ok", "oom", "timeout", "comm_error", "launch_error", "crash", "pruned"]
+OUTCOMES: tuple[Outcome, ...] = (
+    "ok",
+    "oom",
+    "timeout",
+    "comm_error",
+    "launch_error",
+    "crash",
+    "pruned",
+)
+"""`pruned`: stopped early because it was clearly slower than the best so far."""
+
+FAULT_ENV = "AUTOTUNE_INJECT_FAULT"
+"""Test hook: `hang`, `crash` or `oom` makes rank 0 misbehave at its first step."""
+LAUNCH_EPOCH_ENV = "AUTOTUNE_LAUNCH_EPOCH"
+"""Set by launchers: wall-clock time the launch began, to split trial overhead into phases."""
 
 TRIAL_FILE = "trial.json"
 RESULT_FILE = "result.json"

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Creates .venv with everything autotune and its tests need. Safe to run again.
+# Creates .venv with everything autotune and its tests need, and the Debian packages the
+# integration tests use (PostgreSQL). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "setup.sh: PostgreSQL is missing and this is not root; multi-worker tests will skip" >&2
+  fi
+fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 # A CPU build of torch: a bare "torch" requirement would pull a multi-GB CUDA build.

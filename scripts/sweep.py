@@ -65,6 +65,7 @@ def sweep(engine: str, workdir: Path) -> pd.DataFrame:
             "5",
             "--timeout-per-trial",
             "5m",
+            "--no-early-stop",  # a sweep measures every config in full
         ],
         check=True,
         cwd=REPO,

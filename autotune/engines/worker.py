@@ -26,12 +26,14 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from autotune.lifetime import die_with_parent  # noqa: E402
-from autotune.trialspec import METRICS_FILE, RESULT_FILE, TrialSpec, write_atomically  # noqa: E402
-
-FAULT_ENV = "AUTOTUNE_INJECT_FAULT"
-"""Test hook: `hang`, `crash` or `oom` makes rank 0 misbehave at its first step."""
-LAUNCH_EPOCH_ENV = "AUTOTUNE_LAUNCH_EPOCH"
-"""Set by launchers: wall-clock time the launch began, to split trial overhead into phases."""
+from autotune.trialspec import (  # noqa: E402
+    FAULT_ENV,
+    LAUNCH_EPOCH_ENV,
+    METRICS_FILE,
+    RESULT_FILE,
+    TrialSpec,
+    write_atomically,
+)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.errors import InputError
+from autotune.launchers.early_stop import EarlyStop
 from autotune.trialspec import RESULT_FILE, Outcome, read_json
 
 LOG_FILE = "log.txt"
@@ -23,6 +24,9 @@ class LaunchRequest:
     nnodes: int = 1
     env: dict[str, str] = field(default_factory=dict, hash=False)
     time_limit_s: float = 600.0
+    early_stop: EarlyStop | None = None
+    """Stop the trial once its steps are clearly slower than this bar (launchers that run
+    processes; others ignore it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +76,11 @@ _ROOT_CAUSE_ORDER = {"oom": 0, "crash": 1, "comm_error": 2}
 
 
 def classify(
-    folder: Path, returncode: int | None, timed_out: bool, wall_s: float
+    folder: Path,
+    returncode: int | None,
+    timed_out: bool,
+    wall_s: float,
+    stopped_early: str | None = None,
 ) -> LaunchOutcome:
     """The outcome from the worker's files first, the launcher's knowledge second.
 
@@ -83,6 +91,10 @@ def classify(
     if result and result.get("status") == "ok":
         return LaunchOutcome(
             kind="ok", error=None, wall_s=wall_s, result=result, returncode=returncode
+        )
+    if stopped_early:
+        return LaunchOutcome(
+            kind="pruned", error=stopped_early, wall_s=wall_s, returncode=returncode
         )
     if timed_out:
         return LaunchOutcome(

@@ -14,11 +14,14 @@ from pathlib import Path
 import psutil
 
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
+from autotune.launchers.early_stop import measured_step_times
 from autotune.lifetime import die_with_parent
-from autotune.trialspec import TRIAL_FILE
+from autotune.trialspec import LAUNCH_EPOCH_ENV, TRIAL_FILE
 
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL when stopping a trial."""
+POLL_S = 0.5
+"""How often a running trial's time limit and streamed step times are checked."""
 
 
 def torchrun() -> str:
@@ -46,8 +49,6 @@ class LocalLauncher(Launcher):
         ]
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
-        from autotune.engines.worker import LAUNCH_EPOCH_ENV
-
         env = {**os.environ, **request.env, LAUNCH_EPOCH_ENV: repr(time.time())}
         start = time.monotonic()
         with (request.folder / LOG_FILE).open("ab") as log:
@@ -61,17 +62,26 @@ class LocalLauncher(Launcher):
                 start_new_session=True,
                 preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
-        timed_out = False
+        timed_out, stopped_early = False, None
         try:
-            proc.wait(timeout=request.time_limit_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            stop_tree(proc)
+            while proc.poll() is None:
+                if time.monotonic() - start > request.time_limit_s:
+                    timed_out = True
+                    break
+                if request.early_stop is not None:
+                    times = measured_step_times(request.folder)
+                    stopped_early = request.early_stop.evidence(times)
+                    if stopped_early:
+                        break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=POLL_S)
         except BaseException:
             stop_tree(proc)
             raise
-        stop_tree(proc)  # stragglers: workers live in sessions of their own
-        return classify(request.folder, proc.returncode, timed_out, time.monotonic() - start)
+        stop_tree(proc)  # on timeout or early stop; else stragglers in their own sessions
+        return classify(
+            request.folder, proc.returncode, timed_out, time.monotonic() - start, stopped_early
+        )
 
 
 def stop_tree(proc: subprocess.Popen[bytes]) -> None:

@@ -26,8 +26,9 @@ def trial_table(study: optuna.Study, include_pruned: bool = False) -> pd.DataFra
     knobs = list(study.user_attrs.get("choices", {}))
     rows = []
     for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.PRUNED and not include_pruned:
-            continue
+        proposal_only = t.state == TrialState.PRUNED and "config_key" not in t.user_attrs
+        if proposal_only and not include_pruned:
+            continue  # rejected by a rule or the memory check before anything ran
         if t.state == TrialState.RUNNING and "config" not in t.user_attrs:
             continue
         attrs = t.user_attrs
@@ -59,9 +60,12 @@ def trial_table(study: optuna.Study, include_pruned: bool = False) -> pd.DataFra
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The winner: the best trial, or, when the leaders were re-measured with longer trials
+    (confirmation), the best of those longer measurements."""
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.value is not None
     ]
-    return max(done, key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]
+    confirmed = [t for t in done if "confirms" in t.user_attrs]
+    return max(confirmed or done, key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]

@@ -117,8 +117,10 @@ class GuidedSearch:
         if not scored:
             return None
         top = scored[0][0]
-        ties = [s for s in scored if s[0] >= top - 1e-12]
-        return self.rng.choice(ties)[1].config
+        ties = [s[1].config for s in scored if s[0] >= top - 1e-12]
+        # Among equals, the config closest to the defaults (e.g. leaving NCCL its own choice).
+        simplest = min(len(c.differs_from_default()) for c in ties)
+        return self.rng.choice([c for c in ties if len(c.differs_from_default()) == simplest])
 
     def converged(self, excluded: set[str], best_tokens_per_s: float | None) -> str | None:
         """Why the search can stop, or None while some config may still win."""

@@ -7,6 +7,7 @@ no budget; one that runs is told complete (tokens/s) or failed (with its kind).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -16,16 +17,18 @@ from typing import Any, Protocol
 
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import trial as trials
 from autotune.errors import InputError
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.steptime import Calibration
 from autotune.launchers import Launcher
+from autotune.launchers.early_stop import EarlyStop
 from autotune.problem import Problem
 from autotune.space import TrainConfig, first_violation
 from autotune.study.choices import StudySpace, config_key
+from autotune.study.confirm import LONGER, confirm
 from autotune.study.guided import GuidedSearch
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.storage import (
@@ -63,6 +66,11 @@ class Budget:
     max_time_s: float | None = None
     """No new trial starts once this run has lasted this long."""
     timeout_per_trial_s: float = 600.0
+    early_stop_margin: float | None = 0.10
+    """Stop a trial whose steps are clearly slower than the best so far by this fraction;
+    None turns early stopping off."""
+    confirm: bool = True
+    """Re-measure leaders within noise of each other with longer trials before naming one."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class StudyOutcome:
     finished_total: int
     stop_reason: str
     resumed_failed: list[int] = field(default_factory=list)
+    confirmations: list[int] = field(default_factory=list)
+    """Trials that re-measured the leaders (see study.confirm)."""
 
 
 class Progress(Protocol):
@@ -82,12 +92,47 @@ class Progress(Protocol):
 
 
 def verdicts(study: optuna.Study) -> dict[str, int]:
-    """Config key -> trial number, for configs that completed or failed (not interrupted)."""
+    """Config key -> trial number, for configs that completed, failed or were stopped early
+    (not those interrupted, which may run again)."""
     found: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    for t in study.get_trials(deepcopy=False, states=states):
         if "config_key" in t.user_attrs and t.user_attrs.get("kind") != INTERRUPTED:
             found.setdefault(t.user_attrs["config_key"], t.number)
     return found
+
+
+def early_stop_bar(study: optuna.Study, budget: Budget) -> EarlyStop | None:
+    """The bar a running trial must not clearly exceed: the best step time so far plus the
+    margin; None before any trial completed or when early stopping is off."""
+    if budget.early_stop_margin is None:
+        return None
+    times = [
+        t.user_attrs["step_time_s"]
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("step_time_s")
+    ]
+    return EarlyStop(bar_s=min(times) * (1 + budget.early_stop_margin)) if times else None
+
+
+def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
+    """Mark the config as this trial's; the number of an earlier trial that holds it (running
+    or with a verdict) when two workers took it at once, else None."""
+    trial.set_user_attr("claim", key)
+
+    def holds(t: FrozenTrial) -> bool:
+        if t.number >= trial.number or t.user_attrs.get("kind") == INTERRUPTED:
+            return False
+        if t.state == TrialState.RUNNING:
+            return t.user_attrs.get("claim") == key
+        return t.user_attrs.get("config_key") == key and t.state in (
+            TrialState.COMPLETE,
+            TrialState.FAIL,
+            TrialState.PRUNED,
+        )
+
+    holders = [t.number for t in study.get_trials(deepcopy=False) if holds(t)]
+    return min(holders) if holders else None
 
 
 def best_value(study: optuna.Study) -> float | None:
@@ -123,9 +168,9 @@ def memory_reason(e: Estimate, device_bytes: float) -> str:
 def running_keys(study: optuna.Study) -> set[str]:
     """Configs other workers are measuring right now."""
     return {
-        t.user_attrs["config_key"]
+        t.user_attrs["claim"]
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if "config_key" in t.user_attrs
+        if "claim" in t.user_attrs
     }
 
 
@@ -224,16 +269,47 @@ def run_study(
             misses += 1
             continue
         misses = 0
+        owner = claim(study, trial, key)
+        if owner is not None:  # another worker took the same config a moment earlier
+            trial.set_user_attr("pruned_reason", f"config claimed by trial {owner}")
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
         record = _run_one(
             problem, ref, study, trial, config, key, launcher, budget, steps, progress
         )
-        seen[key] = trial.number
-        finished += 1
         ran += 1
         progress.finished(trial.number, config.label(), record, best_value(study))
+        fail_abandoned_trials(study)  # other workers that died meanwhile
+        seen = verdicts(study)  # this worker's and every other worker's
+        finished = len(seen)
         reason = budget_reason()
+    confirmations: list[int] = []
+    if budget.confirm and launcher.source == "measured":
+        patient = dataclasses.replace(budget, early_stop_margin=None)
+        longer = dataclasses.replace(steps, measured_steps=steps.measured_steps * LONGER)
+        confirmations = confirm(
+            study,
+            space.params,
+            space.distributions,
+            lambda trial, config: _run_one(
+                problem,
+                ref,
+                study,
+                trial,
+                config,
+                config_key(config),
+                launcher,
+                patient,
+                longer,
+                progress,
+            ),
+        )
     return StudyOutcome(
-        ran=ran, finished_total=finished, stop_reason=reason or "", resumed_failed=resumed_failed
+        ran=ran,
+        finished_total=finished,
+        stop_reason=reason or "",
+        resumed_failed=resumed_failed,
+        confirmations=confirmations,
     )
 
 
@@ -277,6 +353,8 @@ def _run_one(
         trial.set_user_attr(name, value)
     if record.kind == "ok" and record.result is not None:
         study.tell(trial, record.result["tokens_per_s"])
+    elif record.kind == "pruned":
+        study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, state=TrialState.FAIL)
     return record
@@ -292,7 +370,14 @@ def _run_or_interrupt(
     budget: Budget,
 ) -> trials.TrialRecord:
     try:
-        return trials.run(spec, problem.engine, launcher, folder, budget.timeout_per_trial_s)
+        return trials.run(
+            spec,
+            problem.engine,
+            launcher,
+            folder,
+            budget.timeout_per_trial_s,
+            early_stop_bar(study, budget),
+        )
     except BaseException:
         # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
         # as interrupted so the study stays consistent and a resume may run the config again.

@@ -18,7 +18,7 @@ from tests.conftest import REPO, autotune
 
 pytestmark = pytest.mark.slow
 STUDY = "tiny-local_2-deepspeed"
-RUN = ("run", "--cluster", "local:2", "--measured-steps", "3", "--seed", "3")
+RUN = ("run", "--cluster", "local:2", "--measured-steps", "3", "--seed", "3", "--no-confirm")
 
 
 def trials_of(results: Path) -> list[optuna.trial.FrozenTrial]:

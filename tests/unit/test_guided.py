@@ -1,0 +1,94 @@
+"""The guided search on in-memory studies against the simulate launcher (model = truth)."""
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.estimate.steptime import DEFAULT_CALIBRATION
+from autotune.launchers.simulate import SimulateLauncher
+from autotune.problem import load_problem
+from autotune.study.choices import config_key
+from autotune.study.guided import GuidedSearch
+from autotune.study.loop import Budget, memory_verdicts, run_study
+from autotune.study.samplers import make_sampler
+from autotune.study.storage import StudyRef
+from autotune.trialspec import StepPlan
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+CAL = DEFAULT_CALIBRATION["hopper"]
+
+
+class Quiet:
+    def started(self, *args: object) -> None:
+        pass
+
+    def finished(self, *args: object) -> None:
+        pass
+
+
+def search(tmp_path: Path, strategy: str = "guided", seed: int = 0, trials: int = 20):  # type: ignore[no-untyped-def]
+    problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(strategy, seed))
+    outcome = run_study(
+        problem,
+        StudyRef("t", "memory", tmp_path),
+        study,
+        SimulateLauncher(CAL),
+        Budget(trials=trials),
+        StepPlan(),
+        Quiet(),
+        seed,
+        CAL,
+        strategy,
+    )
+    ran = [t for t in study.get_trials() if t.state != optuna.trial.TrialState.WAITING]
+    return problem, outcome, sorted(ran, key=lambda t: t.number)
+
+
+def test_first_proposal_is_the_plans_best_and_none_repeats(tmp_path: Path) -> None:
+    problem, outcome, ran = search(tmp_path)
+    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    assert ran[0].user_attrs["config_key"] == config_key(ranked[0].config)
+    keys = [t.user_attrs["config_key"] for t in ran]
+    assert len(keys) == len(set(keys))
+    fitting = {config_key(e.config) for e in ranked}
+    assert set(keys) <= fitting
+
+
+def test_converges_when_the_model_is_the_truth(tmp_path: Path) -> None:
+    _, outcome, ran = search(tmp_path, trials=200)
+    assert outcome.stop_reason.startswith("search converged:")
+    assert "none predicted to beat the best by more than 2%" in outcome.stop_reason
+    assert len(ran) < 40
+    best = max(ran, key=lambda t: t.value or 0)
+    assert best.number == 0  # the model was right from the start
+
+
+def test_same_seed_same_proposals(tmp_path: Path) -> None:
+    for strategy in ("guided", "tpe", "random"):
+        first = [t.params for t in search(tmp_path / f"{strategy}a", strategy, 7, 8)[2]]
+        second = [t.params for t in search(tmp_path / f"{strategy}b", strategy, 7, 8)[2]]
+        assert first == second, strategy
+
+
+def test_out_of_memory_tightens_the_memory_model() -> None:
+    problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
+    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    guide = GuidedSearch(problem, [e.config for e in ranked], CAL, seed=0)
+    big = max(ranked, key=lambda e: e.memory.total)
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    trial.set_user_attr("config", big.config.as_dict())
+    trial.set_user_attr("kind", "oom")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    guide.learn(study.get_trials())
+    open_configs = [s[1] for s in guide.ranked(set())]
+    assert open_configs and all(e.memory.total < big.memory.total for e in open_configs)
+
+
+def test_unknown_sampler_is_refused() -> None:
+    from autotune.errors import InputError
+
+    with pytest.raises(InputError, match="unknown sampler 'bayes'"):
+        make_sampler("bayes", 0)
