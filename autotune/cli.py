@@ -36,6 +36,15 @@ def _quiet_optuna() -> None:
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
+results_option = click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root: studies, trial folders, saved calibrations.",
+)
+
+
 def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--engine, --model, --cluster and --space, shared by every command that plans or runs."""
     options = [
@@ -127,18 +136,12 @@ def trial(
     """Run one config for real and print what was measured."""
     from autotune import trial as trials
     from autotune.launchers import get_launcher
-    from autotune.trialspec import StepPlan, TrialSpec
+    from autotune.trialspec import StepPlan
 
     problem = load_problem(engine, model, cluster, space)
     config = problem.config(parse_overrides(config_text))
     steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
-    spec = TrialSpec(
-        engine=problem.engine.name,
-        workload=problem.workload,
-        cluster=problem.cluster,
-        config=config,
-        steps=steps,
-    )
+    spec = problem.trial_spec(config, steps)
     folder = out or Path(
         "results", "trials", f"{engine}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     )
@@ -175,13 +178,7 @@ def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
         ),
-        click.option(
-            "--results",
-            type=click.Path(path_type=Path),
-            default=Path("results"),
-            show_default=True,
-            help="Results root folder.",
-        ),
+        results_option,
     ]
     for option in reversed(options):
         func = option(func)
@@ -191,13 +188,7 @@ def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @cli.command(name="estimate")
 @problem_options
 @click.option("--config", "config_text", default="", help="Knobs to set, e.g. tp=8,pp=4.")
-@click.option(
-    "--results",
-    type=click.Path(path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="Where saved calibrations are looked up.",
-)
+@results_option
 @click.option(
     "--trial-file",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -235,13 +226,7 @@ def estimate_command(
 @cli.command()
 @problem_options
 @click.option("--top", default=10, show_default=True, help="Configs to show (0: all).")
-@click.option(
-    "--results",
-    type=click.Path(path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="Where saved calibrations are looked up.",
-)
+@results_option
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
 def plan(
     engine: str,
@@ -317,13 +302,7 @@ def calibrate(study_name: str, storage: str | None, results: Path) -> None:
     default=None,
     help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
 )
-@click.option(
-    "--results",
-    type=click.Path(path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="Results root folder.",
-)
+@results_option
 @click.option(
     "--sampler",
     default="guided",

@@ -114,14 +114,6 @@ HEADERS = {
     "step_time_s": "step",
     "peak_memory_bytes": "peak mem",
 }
-HEADERS = {
-    "number": "#",
-    "label": "config",
-    "tokens_per_s": "tokens/s",
-    "mfu": "MFU",
-    "step_time_s": "step",
-    "peak_memory_bytes": "peak mem",
-}
 TABLE_COLUMNS = (
     "number",
     "label",

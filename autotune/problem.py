@@ -19,6 +19,7 @@ from autotune.space import (
 from autotune.space.enumerate import build_config
 from autotune.space.spacefile import default_space_path, load_space
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
+from autotune.trialspec import StepPlan, TrialSpec
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,16 @@ class Problem:
     @property
     def rules(self) -> tuple[Rule, ...]:
         return self.engine.rules + self.extra_rules
+
+    def trial_spec(self, config: TrainConfig, steps: StepPlan) -> TrialSpec:
+        """What a worker is told to run for `config` on this problem."""
+        return TrialSpec(
+            engine=self.engine.name,
+            workload=self.workload,
+            cluster=self.cluster,
+            config=config,
+            steps=steps,
+        )
 
     def enumerate(self) -> Enumeration:
         return enumerate_space(self.space, self.workload, self.cluster, self.rules)
@@ -75,8 +86,6 @@ def load_problem(engine: str, model: str, cluster: str, space: str | None = None
 def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:
     """The problem and config a trial.json describes, checked by the same rules."""
     from pydantic import ValidationError
-
-    from autotune.trialspec import TrialSpec
 
     try:
         spec = TrialSpec.from_json(path.read_text())

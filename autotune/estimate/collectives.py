@@ -343,13 +343,16 @@ def _size_corrections(op: Op, c: Choice, nbytes: float, n: int, nodes: int) -> C
     return c
 
 
-def bus_bandwidth(op: Op, per_rank_bytes: float, seconds: float, n: int) -> float:
-    """nccl-tests busbw in GB/s: algbw (size/time) times the op's bus factor."""
-    size = nccl_bytes(op, per_rank_bytes, n)
-    factor = {
+def bus_factor(op: Op, n: int) -> float:
+    """nccl-tests' factor from algorithm to bus bandwidth (PERFORMANCE.md)."""
+    return {
         "all_reduce": 2 * (n - 1) / n,
         "all_gather": (n - 1) / n,
         "reduce_scatter": (n - 1) / n,
         "broadcast": 1.0,
     }[op]
-    return size / seconds / 1e9 * factor
+
+
+def bus_bandwidth(op: Op, per_rank_bytes: float, seconds: float, n: int) -> float:
+    """nccl-tests busbw in GB/s: algbw (size/time) times the op's bus factor."""
+    return nccl_bytes(op, per_rank_bytes, n) / seconds / 1e9 * bus_factor(op, n)

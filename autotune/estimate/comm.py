@@ -9,15 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autotune.estimate.collectives import Fabric, Op, bus_bandwidth, collective_time
+from autotune.estimate.collectives import Fabric, Op, bus_factor, collective_time, nccl_bytes
 from autotune.specs import Cluster
-
-BUS_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-}
 
 
 @dataclass(frozen=True)
@@ -63,11 +56,5 @@ def seconds(
     link = cluster.intra_link if group.nodes == 1 else cluster.inter_link
     n = group.size
     steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-    moved = per_rank_bytes * (n if op in ("all_gather", "reduce_scatter") else 1)
-    return steps * link.latency_s + moved * BUS_FACTOR[op](n) / (
-        link.bandwidth_bytes_per_s * bandwidth_scale
-    )
-
-
-def busbw_gbps(op: Op, per_rank_bytes: float, t: float, n: int) -> float:
-    return bus_bandwidth(op, per_rank_bytes, t, n)
+    moved = nccl_bytes(op, per_rank_bytes, n) * bus_factor(op, n)
+    return steps * link.latency_s + moved / (link.bandwidth_bytes_per_s * bandwidth_scale)

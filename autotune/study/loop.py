@@ -274,6 +274,21 @@ def run_study(
             trial.set_user_attr("pruned_reason", f"config claimed by trial {owner}")
             study.tell(trial, state=TrialState.PRUNED)
             continue
+        predicted = estimate(
+            problem.workload,
+            config,
+            problem.cluster,
+            problem.engine.name,
+            guide.calibration if guide is not None else cal,
+        )
+        trial.set_user_attr(
+            "predicted",
+            {
+                "step_time_s": predicted.step.total_s,
+                "memory_bytes": predicted.memory.total,
+                "step": predicted.step.as_dict(),
+            },
+        )
         record = _run_one(
             problem, ref, study, trial, config, key, launcher, budget, steps, progress
         )
@@ -336,13 +351,7 @@ def _run_one(
         trial.set_user_attr(name, value)
     folder = ref.folder / "trials" / str(trial.number)
     trial.set_user_attr("folder", str(folder))
-    spec = TrialSpec(
-        engine=problem.engine.name,
-        workload=problem.workload,
-        cluster=problem.cluster,
-        config=config,
-        steps=steps,
-    )
+    spec = problem.trial_spec(config, steps)
     progress.started(trial.number, label)
     record = _with_heartbeat(
         study,

@@ -31,8 +31,12 @@ def test_leaders_within_their_noise_are_re_measured() -> None:
     rows = recorded()
     leaders = contenders(study_of(rows))
     best_noise = 2 * rows.step_time_stdev_s[0] / rows.step_time_s[0]
-    close = [i for i in (1, 2) if rows.step_time_s[0] / rows.step_time_s[i] >= 1 - max(
-        best_noise, 2 * rows.step_time_stdev_s[i] / rows.step_time_s[i], 0.02)]
+    close = [
+        i
+        for i in (1, 2)
+        if rows.step_time_s[0] / rows.step_time_s[i]
+        >= 1 - max(best_noise, 2 * rows.step_time_stdev_s[i] / rows.step_time_s[i], 0.02)
+    ]
     assert close, "the recorded sweep's leaders are within noise of each other"
     assert [t.number for t in leaders] == [0, *close]
 
