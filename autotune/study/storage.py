@@ -5,20 +5,24 @@ nothing but the study's name and storage."""
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 import psutil
+import sqlalchemy.exc
 from pydantic import TypeAdapter
 
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
 
+CREATE_ATTEMPTS = 5
 HEARTBEAT_S = 10
 GRACE_S = 60
 INTERRUPTED = "interrupted"
@@ -49,16 +53,26 @@ def study_ref(name: str, storage: str | None, results: Path) -> StudyRef:
 def _storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return optuna.storages.RDBStorage(
-            url,
-            heartbeat_interval=HEARTBEAT_S,
-            grace_period=GRACE_S,
-            engine_kwargs={"pool_pre_ping": True},
-        )
-    except Exception as exc:  # SQLAlchemy raises many kinds; all mean "cannot open this URL"
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"cannot open storage {url}: {message}") from None
+    failure: Exception | None = None
+    for _ in range(CREATE_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+                engine_kwargs={"pool_pre_ping": True},
+            )
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+            # Workers starting together on a fresh database race to create Optuna's tables;
+            # the losers find them made a moment later.
+            failure = exc
+            time.sleep(random.uniform(0.2, 1.0))
+        except Exception as exc:  # SQLAlchemy raises many kinds; all mean "cannot open it"
+            failure = exc
+            break
+    text = str(failure).strip()
+    message = text.splitlines()[0] if text else type(failure).__name__
+    raise InputError(f"cannot open storage {url}: {message}") from None
 
 
 def problem_attrs(problem: Problem) -> dict[str, Any]:
