@@ -302,11 +302,9 @@ def run_study(
     if budget.confirm and launcher.source == "measured":
         patient = dataclasses.replace(budget, early_stop_margin=None)
         longer = dataclasses.replace(steps, measured_steps=steps.measured_steps * LONGER)
-        confirmations = confirm(
-            study,
-            space.params,
-            space.distributions,
-            lambda trial, config: _run_one(
+
+        def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
+            record = _run_one(
                 problem,
                 ref,
                 study,
@@ -317,8 +315,11 @@ def run_study(
                 patient,
                 longer,
                 progress,
-            ),
-        )
+            )
+            label = f"{config.label()} (confirming trial {trial.user_attrs['confirms']})"
+            progress.finished(trial.number, label, record, best_value(study))
+
+        confirmations = confirm(study, space.params, space.distributions, run_confirmation)
     return StudyOutcome(
         ran=ran,
         finished_total=finished,
