@@ -13,7 +13,7 @@ Formulas: shared research comm_cost_model.md §5.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autotune.estimate import comm
 from autotune.estimate.memory import rank_parameters
@@ -241,6 +241,3 @@ def _bucket_bytes(c: TrainConfig, engine: str, width: int) -> float:
         return c.reduce_bucket * width
     return c.ddp_bucket_mb * 2**20
 
-
-def with_calibration(cal: Calibration, **changes: float) -> Calibration:
-    return replace(cal, **changes)

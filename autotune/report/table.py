@@ -20,14 +20,13 @@ COLUMNS = (
 )
 
 
-def trial_table(study: optuna.Study, include_pruned: bool = False) -> pd.DataFrame:
+def trial_table(study: optuna.Study) -> pd.DataFrame:
     """One row per trial that ran (and, if asked, per pruned proposal): knobs that vary in the
     study, status and outcome kind, measured metrics; sorted by tokens/s, failures last."""
     knobs = list(study.user_attrs.get("choices", {}))
     rows = []
     for t in study.get_trials(deepcopy=False):
-        proposal_only = t.state == TrialState.PRUNED and "config_key" not in t.user_attrs
-        if proposal_only and not include_pruned:
+        if t.state == TrialState.PRUNED and "config_key" not in t.user_attrs:
             continue  # rejected by a rule or the memory check before anything ran
         if t.state == TrialState.RUNNING and "config" not in t.user_attrs:
             continue
