@@ -21,7 +21,7 @@ COLUMNS = (
 
 
 def trial_table(study: optuna.Study) -> pd.DataFrame:
-    """One row per trial that ran (and, if asked, per pruned proposal): knobs that vary in the
+    """One row per trial that ran (rejected proposals are left out): knobs that vary in the
     study, status and outcome kind, measured metrics; sorted by tokens/s, failures last."""
     knobs = list(study.user_attrs.get("choices", {}))
     rows = []
