@@ -353,7 +353,9 @@ def report(rows: list[tuple[str, int, dict[str, list[Score]]]], args: argparse.N
         f"seeds; 'never' when the median run did not get "
         f"within 2% in {args.budget} trials (or stopped). Trial-seconds: simulated worlds "
         f"charge {TRIAL_OVERHEAD_S:.0f} s + {TRIAL_STEPS} steps per trial; replayed "
-        "worlds charge the recorded wall time. Regret: 1 - best found / best.",
+        "worlds charge the recorded wall time. Regret: 1 - best found / best; 100% means "
+        "the strategy ran nothing that works (DeepSpeed's heuristic keeps tp = pp = 1, which "
+        "does not fit the largest models).",
         "",
     ]
     for name, size, scores in rows:
