@@ -27,6 +27,20 @@ def autotune(
     )
 
 
+def spawn_autotune(*args: str) -> subprocess.Popen[str]:
+    """Start `python -m autotune ARGS` in the background, in a session of its own (so that a
+    test can signal it like a user's shell would), output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 @pytest.fixture
 def tiny_cluster_file(tmp_path: Path) -> Path:
     """Four gloo processes on this CPU, whatever its core count (oversubscribed is fine)."""

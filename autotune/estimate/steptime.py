@@ -240,4 +240,3 @@ def _bucket_bytes(c: TrainConfig, engine: str, width: int) -> float:
     if engine == "deepspeed":
         return c.reduce_bucket * width
     return c.ddp_bucket_mb * 2**20
-

@@ -14,11 +14,23 @@ import optuna
 import psutil
 import pytest
 
-from tests.conftest import REPO, autotune
+from tests.conftest import autotune, spawn_autotune
 
 pytestmark = pytest.mark.slow
 STUDY = "tiny-local_2-deepspeed"
-RUN = ("run", "--cluster", "local:2", "--measured-steps", "3", "--seed", "3", "--no-confirm")
+# Exact trial counts: no confirmation trials, and no trial stopped early (both are tested on
+# their own: tests/unit/test_confirm.py, test_early_stop.py, scripts/bench_early_stop.py).
+RUN = (
+    "run",
+    "--cluster",
+    "local:2",
+    "--measured-steps",
+    "3",
+    "--seed",
+    "3",
+    "--no-confirm",
+    "--no-early-stop",
+)
 
 
 def trials_of(results: Path) -> list[optuna.trial.FrozenTrial]:
@@ -56,15 +68,7 @@ def wait_for(
 
 
 def start_tuner(results: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "autotune", *RUN, "--results", str(results), *extra],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-    )
+    return spawn_autotune(*RUN, "--results", str(results), *extra)
 
 
 def a_trial_is_running(results: Path, after_completed: int) -> bool:

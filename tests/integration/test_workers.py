@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import REPO, autotune
+from tests.conftest import REPO, autotune, spawn_autotune
 
 pytestmark = pytest.mark.slow
 WORKER = (
@@ -25,6 +24,7 @@ WORKER = (
     "--study",
     "shared",
     "--no-confirm",
+    "--no-early-stop",
 )
 
 
@@ -54,25 +54,8 @@ def storage(server: str) -> str:
 
 
 def start_worker(storage: str, results: Path, trials: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "autotune",
-            *WORKER,
-            "--storage",
-            storage,
-            "--results",
-            str(results),
-            "--trials",
-            str(trials),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
+    return spawn_autotune(
+        *WORKER, "--storage", storage, "--results", str(results), "--trials", str(trials)
     )
 
 
