@@ -409,6 +409,10 @@ def run(
     with contextlib.suppress(InputError):  # no completed trial: nothing to export
         exported = export_best(study, ref.folder / "best", force=True)
     display.study_summary(console, study, ref, exported)
+    if outcome.ran or outcome.confirmations:
+        from autotune.report.html import write_report
+
+        console.print(f"report: {write_report(study, ref.folder / 'report.html')}")
 
 
 @cli.command(name="trials")
@@ -457,6 +461,24 @@ def export(
     study = load_existing_study(ref)
     for path in export_best(study, out or ref.folder / "best", force=force):
         console.print(str(path))
+
+
+@cli.command()
+@study_options
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="HTML file [default: results/<study>/report.html].",
+)
+def report(study_name: str, storage: str | None, results: Path, out: Path | None) -> None:
+    """Write the study's self-contained HTML report."""
+    from autotune.report.html import write_report
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    ref = study_ref(study_name, storage, results)
+    console.print(str(write_report(load_existing_study(ref), out or ref.folder / "report.html")))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

@@ -1,6 +1,7 @@
 """`autotune estimate`, `plan` and a simulated study, through the real command."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,54 @@ def test_simulated_study_is_labelled_simulated_everywhere(tmp_path: Path) -> Non
     plan = json.loads(autotune("plan", *BIG, "--top", "1", "--json", cwd=tmp_path).stdout)
     first = min(rows, key=lambda r: r["number"])
     assert first["tokens_per_s"] == pytest.approx(plan[0]["tokens_per_s"])
+
+
+def test_report_is_self_contained_and_labelled(tmp_path: Path) -> None:
+    done = autotune(
+        "run",
+        "--launcher",
+        "simulate",
+        *BIG,
+        "--trials",
+        "5",
+        "--seed",
+        "2",
+        "--results",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    study = "llama3-70b-dgx-h100_32-torch"
+    page = (tmp_path / study / "report.html").read_text()
+    assert not re.search(r"<script[^>]+src=", page)  # plotly.js is inline: no network needed
+    assert "Plotly.newPlot" in page
+    assert "Figures are <b>simulated</b>" in page
+    figures = page.count("Plotly.newPlot")
+    assert figures >= 5 and page.count("(simulated)") >= figures
+    rows = json.loads(
+        autotune(
+            "trials",
+            "--study",
+            study,
+            "--results",
+            str(tmp_path),
+            "--format",
+            "json",
+            cwd=tmp_path,
+        ).stdout
+    )
+    for row in rows:
+        assert f"<td>{row['number']}</td>" in page
+    again = autotune(
+        "report",
+        "--study",
+        study,
+        "--results",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "r.html"),
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0 and (tmp_path / "r.html").is_file()
+    unknown = autotune("report", "--study", "nope", "--results", str(tmp_path), cwd=tmp_path)
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
