@@ -42,7 +42,9 @@ def write_report(study: optuna.Study, out: Path) -> Path:
     ]
     parts = [_header(study, frame, source)]
     for i, fig in enumerate(figures):
-        fig.update_layout(template="plotly_white", height=420, margin={"t": 60})
+        fig.update_layout(template="plotly_white", height=420)
+        if not fig.layout.margin.t:
+            fig.update_layout(margin={"t": 60})
         parts.append(
             fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
         )
@@ -158,6 +160,7 @@ def _knobs(frame: pd.DataFrame, study: optuna.Study, source: str) -> go.Figure |
         go.Parcoords(dimensions=dims, line={"color": ok["tokens_per_s"], "colorscale": "Viridis"})
     )
     fig.update_layout(title=_titled("Knobs against throughput", source))
+    fig.update_layout(margin={"t": 110})  # room for the axis labels above the plot
     return fig
 
 
