@@ -25,6 +25,8 @@ WORKER = (
     "shared",
     "--no-confirm",
     "--no-early-stop",
+    "--sampler",
+    "grid",  # sharing is under test, not search: no convergence stop before the budget
 )
 
 
@@ -107,8 +109,18 @@ def test_killing_a_worker_mid_trial_loses_nothing(storage: str, tmp_path: Path) 
     assert all(w.returncode == 0 for w in others), outputs
     trials, distinct = completed_distinct(storage)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    states = [
+        (
+            t.number,
+            t.state.name,
+            t.user_attrs.get("kind"),
+            t.user_attrs.get("error"),
+            t.user_attrs.get("pruned_reason"),
+        )
+        for t in trials
+    ]
     assert completed_before <= {t.number for t in complete}
-    assert len(complete) >= 6 and len(distinct) == len(complete)
+    assert len(complete) >= 6 and len(distinct) == len(complete), (states, outputs)
     killed = [t for t in trials if t.user_attrs.get("kind") == "interrupted"]
     assert len(killed) == 1 and killed[0].state == optuna.trial.TrialState.FAIL
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
