@@ -99,16 +99,17 @@ def open_study(
     )
     attrs = problem_attrs(problem)
     stored = study.user_attrs
-    if not stored:
-        for key, value in attrs.items():
-            study.set_user_attr(key, value)
-        return study
     for key in ("engine", "workload", "cluster"):
-        if stored.get(key) != attrs[key]:
+        if key in stored and stored[key] != attrs[key]:
             raise InputError(
                 f"study {ref.name!r} was created for another {key} "
-                f"({_describe(stored.get(key))}); use another --study name"
+                f"({_describe(stored[key])}); use another --study name"
             )
+    # A new study, or one another worker is creating this moment: write what is missing
+    # (the same values the other worker writes).
+    for key, value in attrs.items():
+        if key not in stored:
+            study.set_user_attr(key, value)
     return study
 
 

@@ -112,8 +112,11 @@ def test_model_states_fall_as_zero_stage_rises(tmp_path: Path, engine: str) -> N
 
 
 def test_same_config_twice_within_15_percent(tmp_path: Path) -> None:
+    # 20 measured steps: with the default 8, this shared machine's noise has reached ~20%.
     first, second = (
-        run_trial(tmp_path / str(i), "deepspeed", "zero=1,mbs=4", steps=8)["result"]["step_time_s"]
+        run_trial(tmp_path / str(i), "deepspeed", "zero=1,mbs=4", steps=20)["result"][
+            "step_time_s"
+        ]
         for i in range(2)
     )
     assert abs(first - second) / min(first, second) < 0.15
