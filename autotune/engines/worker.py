@@ -97,7 +97,6 @@ class Session(Protocol):
 def main(build: Callable[[TrialSpec, Path], Session]) -> None:
     """Entry point of an engine's worker module."""
     die_with_parent()
-    _pin_to_core()
     trial_file = Path(sys.argv[1])
     folder = trial_file.parent
     spec = TrialSpec.from_json(trial_file.read_text())
@@ -289,19 +288,6 @@ def _profiled_step(session: Session) -> dict[str, float]:
             end = hi
     comm = min(comm_us / 1e6, wall)
     return {"step_time_s": wall, "comm_s": comm, "compute_s": wall - comm}
-
-
-def _pin_to_core() -> None:
-    """On CPU runs with a core per local rank, keep each rank on its own core: processes
-    that migrate between cores make repeated trials of one config differ by 10% or more."""
-    if torch.cuda.is_available():
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    local_rank, local_size = (
-        int(os.environ.get(k, "0")) for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE")
-    )
-    if 0 < local_size <= len(cores):
-        os.sched_setaffinity(0, {cores[local_rank]})
 
 
 def _maybe_inject_fault(rank: int) -> None:
