@@ -139,6 +139,7 @@ def trial(
     from autotune.trialspec import StepPlan
 
     problem = load_problem(engine, model, cluster, space)
+    problem.engine.check_runnable(problem.cluster)
     config = problem.config(parse_overrides(config_text))
     steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
     spec = problem.trial_spec(config, steps)
@@ -380,6 +381,9 @@ def run(
         problem, chosen_launcher = replay_world(problem, table)
     else:
         chosen_launcher = get_launcher(launcher, cal)
+        if chosen_launcher.source == "measured":
+            problem.engine.check_runnable(problem.cluster)
+
     ref = study_ref(study_name or default_study_name(problem), storage, results)
     study = open_study(ref, problem, make_sampler(sampler, seed))
     steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)

@@ -118,7 +118,7 @@ def case(r: pd.Series) -> Case | str:
         vocab_size=int(r.vocab),
         seq_length=int(r.seq_len),
         global_batch_size=int(r.global_batch_seqs),
-        precision="bf16",
+        precision="fp16" if str(r.precision).endswith("fp16") else "bf16",
         swiglu=swiglu,
     )
     per_node = int(r.gpus_per_node) if not pd.isna(r.gpus_per_node) else 8
@@ -136,6 +136,9 @@ def case(r: pd.Series) -> Case | str:
         mbs=mbs,
         recompute=mode,
         sp=str(r.seq_parallel).lower().startswith("yes"),
+        # Megatron-LM's published runs overlap gradient reduction and parameter gathers.
+        overlap_comm=ENGINES[r.source_id] == "megatron",
+        overlap_param_gather=ENGINES[r.source_id] == "megatron" and zero == 1,
     )
     sweep = (
         f"{r.source_id} {r.gpu.split()[0]} {r.model}"

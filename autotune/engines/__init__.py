@@ -2,10 +2,13 @@
 
 from autotune.engines.base import Engine
 from autotune.engines.deepspeed import DeepSpeedEngine
+from autotune.engines.megatron import MegatronEngine
 from autotune.engines.torch_native import TorchEngine
 from autotune.errors import InputError
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (DeepSpeedEngine(), TorchEngine())}
+ENGINES: dict[str, Engine] = {
+    e.name: e for e in (DeepSpeedEngine(), TorchEngine(), MegatronEngine())
+}
 
 
 def get_engine(name: str) -> Engine:

@@ -33,6 +33,11 @@ class Engine(ABC):
         """Variables every rank of a trial needs, besides the NCCL knobs."""
         return {}
 
+    def check_runnable(self, cluster: Cluster) -> None:
+        """Raise InputError when this engine's trials cannot run for real on this cluster
+        from this machine (planning and simulation still can)."""
+        return None
+
     @abstractmethod
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         """Write the engine's own config files for this trial; return their paths."""

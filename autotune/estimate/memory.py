@@ -21,6 +21,8 @@ exists. Engine facts, measured on real tensors by the workers:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from autotune.space import TrainConfig
@@ -143,17 +145,46 @@ def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
     return s * b * h * (10 + (8 + mlp) / t) * scale
 
 
+def recomputed_layers(w: Workload, config: TrainConfig) -> float:
+    """Layers of one pipeline stage whose forward pass runs again in backward (full
+    recomputation): all of them (uniform), or the first `recompute_num_layers` of each model
+    chunk (block)."""
+    layers = w.num_layers / config.pp
+    if config.recompute != "full":
+        return 0.0
+    if config.recompute_method == "block":
+        return min(layers, config.recompute_num_layers * config.vpp)
+    return layers
+
+
+def stage_activation_bytes(w: Workload, config: TrainConfig) -> tuple[float, float]:
+    """(kept per micro-batch in flight, rebuilt once at a time in backward) on one stage.
+
+    Full recomputation keeps each recompute unit's input and rebuilds one unit when its
+    backward pass comes: uniform units of `recompute_num_layers` layers, block units of one
+    layer with the rest of the chunk kept whole."""
+    layers = w.num_layers / config.pp
+    if config.recompute != "full":
+        return layers * layer_activation_bytes(w, config), 0.0
+    whole = layer_activation_bytes(w, dataclasses.replace(config, recompute="none"))
+    unit_input = layer_activation_bytes(w, config)
+    recomputed = recomputed_layers(w, config)
+    if config.recompute_method == "block":
+        return recomputed * unit_input + (layers - recomputed) * whole, whole
+    units = math.ceil(layers / config.vpp / config.recompute_num_layers) * config.vpp
+    return units * unit_input, config.recompute_num_layers * whole
+
+
 def activation_bytes(w: Workload, config: TrainConfig) -> float:
     """Worst stage: the first holds the micro-batches in flight of the 1F1B warm-up (more when
     interleaved), the last holds the fp32 logits for the loss."""
     micro = config.grad_accum(w.global_batch_size)
     pp, vpp = config.pp, config.vpp
     in_flight = 1 if pp == 1 else min(micro, pp) * (1 + (pp - 1) / (pp * vpp))
-    layers = w.num_layers / pp
-    per_layer = layer_activation_bytes(w, config)
+    kept, rebuilt = stage_activation_bytes(w, config)
     logits = config.mbs * w.seq_length * w.vocab_size / config.tp * 4
-    first = per_layer * layers * in_flight
-    last = per_layer * layers + logits
+    first = kept * in_flight + rebuilt
+    last = kept + rebuilt + logits
     return max(first, last) if pp > 1 else first + logits
 
 

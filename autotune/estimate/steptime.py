@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.estimate import comm
-from autotune.estimate.memory import rank_parameters
+from autotune.estimate.memory import rank_parameters, recomputed_layers
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -139,8 +139,9 @@ def step_time(
     # Compute of the most loaded stage (the last: its layers plus the output layer).
     fwd = (layers * layer_forward_flops(w, c.mbs) + head_forward_flops(w, c.mbs)) / c.tp
     recompute_fwd = 0.0
+    rebuilt = recomputed_layers(w, c)
     if c.recompute == "full":
-        recompute_fwd = layers * layer_forward_flops(w, c.mbs) / c.tp
+        recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / c.tp
     elif c.recompute == "selective":
         recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / c.tp
     per_micro_compute = (3 * fwd + recompute_fwd) / rate
@@ -150,8 +151,7 @@ def step_time(
     per_collective = comm.seconds(
         "all_reduce", activation, tp_group, cluster, c.nccl_algo, c.nccl_proto, cal.bandwidth_scale
     )
-    tp_per_layer = (6 if c.recompute == "full" else 4) * per_collective
-    per_micro_tp = layers * tp_per_layer
+    per_micro_tp = (4 * layers + 2 * rebuilt) * per_collective
 
     per_micro = per_micro_compute + per_micro_tp
     bubble = (c.pp - 1) / c.vpp * per_micro
@@ -197,9 +197,13 @@ def _data_parallel(
         return 0.0, 0.0
     group = comm.place(c.dp, c.tp, cluster.devices_per_node)
     width = BYTES_PER_ELEMENT[w.precision]
+    if engine == "megatron" and w.precision == "bf16":
+        width = 4  # Megatron-LM reduces bf16 models' gradients in fp32
     grad_bytes = rank_parameters(w, c.tp, c.pp) * width
     bucket = _bucket_bytes(c, engine, width)
     n_buckets = max(1, math.ceil(grad_bytes / bucket))
+    if engine == "megatron" and not c.overlap_comm:
+        n_buckets = 1  # Megatron-LM drops the bucket size without --overlap-grad-reduce
 
     def bucketed(op: str, total: float) -> float:
         return n_buckets * comm.seconds(
@@ -222,8 +226,11 @@ def _data_parallel(
         grads *= micro  # ZeRO-2/3 and FSDP reduce every micro-batch
     if c.zero == 3:
         gathers = gathers * 2 * micro  # parameters gathered for forward and backward
+    if engine == "megatron":
+        work = cal.overlap * micro * per_micro_compute
+        return grads + gathers, _megatron_exposed(c, work, grads, gathers, n_buckets)
     total = grads + gathers
-    overlaps = engine == "torch" or c.overlap_comm or (engine == "megatron" and c.zero >= 0)
+    overlaps = engine == "torch" or c.overlap_comm
     if c.zero == 0 and engine == "deepspeed":
         overlaps = False  # DeepSpeed's stage 0 all-reduces after the backward pass
     if not overlaps:
@@ -234,6 +241,17 @@ def _data_parallel(
     hideable = cal.overlap * hidden_share * micro * per_micro_compute
     last = total / n_buckets
     return total, max(last, total - hideable)
+
+
+def _megatron_exposed(
+    c: TrainConfig, work: float, grads: float, gathers: float, n_buckets: int
+) -> float:
+    """Megatron hides gradient reduction behind the backward passes only with
+    --overlap-grad-reduce (its last bucket stays exposed), and the distributed optimizer's
+    parameter all-gather behind the next forward passes only with --overlap-param-gather."""
+    exposed_grads = max(grads / n_buckets, grads - work * 2 / 3) if c.overlap_comm else grads
+    exposed_gathers = max(0.0, gathers - work / 3) if c.overlap_param_gather else gathers
+    return exposed_grads + exposed_gathers
 
 
 def _bucket_bytes(c: TrainConfig, engine: str, width: int) -> float:

@@ -29,6 +29,9 @@ from autotune.trial import nccl_environment
 from autotune.trialspec import TRIAL_FILE, TrialSpec
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
+COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")
+"""Engine files that take `#` comments, so a simulated export says so at their top."""
+
 NVIDIA_CAUTION = (
     "NVIDIA documents NCCL_ALGO and NCCL_PROTO as debugging variables that "
     "production code should generally not set; keep them only while they win."
@@ -66,7 +69,9 @@ def _write_all(
     spec: TrialSpec,
 ) -> None:
     source = trial.user_attrs.get("source", "measured")
-    engine.write_files(spec, folder)
+    for path in engine.write_files(spec, folder):
+        if path.suffix in COMMENTED_SUFFIXES and simulated_banner(trial):
+            path.write_text("\n".join(simulated_banner(trial)) + "\n" + path.read_text())
     (folder / TRIAL_FILE).write_text(spec.to_json())
     env = nccl_environment(spec)
     (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial))
@@ -156,6 +161,8 @@ def train_script(
         "deepspeed": "pass ds_config.json to deepspeed.initialize(config=...) in your "
         "script and launch it with the same torchrun line",
         "torch": "torch_parallel.yaml lists the mesh and wrappers to apply in your script",
+        "megatron": "megatron_args.txt holds the same config as Megatron-LM pretrain_gpt.py "
+        "flags, megatron_core.py as megatron-core config objects",
     }
     rendezvous = (
         "--standalone"

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from autotune.errors import InputError
 
 Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,14 +25,23 @@ class TrainConfig:
     """ZeRO stage 0-3 (DeepSpeed; FSDP for torch); Megatron: 1 = distributed optimizer."""
     mbs: int = 1
     recompute: Recompute = "none"
+    recompute_method: RecomputeMethod = "uniform"
+    """With full recomputation (Megatron): `uniform` checkpoints every chunk of
+    `recompute_num_layers` layers; `block` recomputes only the first `recompute_num_layers`
+    layers of each pipeline stage and keeps the rest."""
+    recompute_num_layers: int = 1
     sp: bool = False
     reduce_bucket: int = 500_000_000
     """DeepSpeed reduce_bucket_size, in elements."""
     allgather_bucket: int = 500_000_000
     """DeepSpeed allgather_bucket_size, in elements."""
     ddp_bucket_mb: int = 25
-    """PyTorch DDP bucket_cap_mb / Megatron --ddp-bucket-size in MB."""
+    """Gradient bucket in MB: PyTorch DDP's bucket_cap_mb; Megatron's --ddp-bucket-size counts
+    parameters, so its export divides by the 4 bytes of an fp32 gradient."""
     overlap_comm: bool = False
+    """DeepSpeed overlap_comm; Megatron --overlap-grad-reduce."""
+    overlap_param_gather: bool = False
+    """Megatron --overlap-param-gather (distributed optimizer only)."""
     nccl_algo: str = "default"
     nccl_proto: str = "default"
 
@@ -55,6 +65,7 @@ KNOBS: dict[str, type] = {
     f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
 }
 RECOMPUTE_VALUES = ("none", "selective", "full")
+RECOMPUTE_METHODS = ("uniform", "block")
 
 
 def coerce_knob(name: str, value: Any, where: str) -> Any:
@@ -81,6 +92,11 @@ def coerce_knob(name: str, value: Any, where: str) -> Any:
         return int(number)
     if name == "recompute" and text not in RECOMPUTE_VALUES:
         raise InputError(f"{where}: recompute takes {', '.join(RECOMPUTE_VALUES)}, not {text!r}")
+    if name == "recompute_method" and text not in RECOMPUTE_METHODS:
+        raise InputError(
+            f"{where}: recompute_method takes {', '.join(RECOMPUTE_METHODS)}, not {text!r}"
+        )
+
     return text
 
 

@@ -12,10 +12,12 @@ beats the best measured one by more than the threshold.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
@@ -58,10 +60,28 @@ class GuidedSearch:
     memory_limit: float = field(init=False)
     measured: list[TrainConfig] = field(default_factory=list)
     spread: float = PRIOR_SPREAD
+    _keys: list[str] = field(init=False, repr=False)
+    _codes: np.ndarray = field(init=False, repr=False)
+    """Each candidate's knob values as small integers, one column per knob: distances to
+    the measured configs for a hundred thousand candidates are one array comparison."""
+    _estimates: list[Estimate] | None = field(default=None, init=False, repr=False)
+    """Predictions for the current calibration, made once per refit."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.memory_limit = self.problem.cluster.device.memory_bytes
+        self._keys = [config_key(c) for c in self.candidates]
+        names = [f.name for f in dataclasses.fields(TrainConfig)]
+        self._value_codes: list[dict[object, int]] = [{} for _ in names]
+        self._codes = np.array([self._encode(c) for c in self.candidates], dtype=np.int32).reshape(
+            len(self.candidates), len(names)
+        )
+
+    def _encode(self, config: TrainConfig) -> list[int]:
+        return [
+            codes.setdefault(getattr(config, f.name), len(codes))
+            for codes, f in zip(self._value_codes, dataclasses.fields(TrainConfig), strict=True)
+        ]
 
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
@@ -79,6 +99,7 @@ class GuidedSearch:
             if t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s")
         ]
         self.measured = [o.config for o in data]
+        self._estimates = None
         free = FREE_PARAMETERS if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
         if data:
             self.calibration = fit(data, self.calibration, free=free, rounds=3)
@@ -100,14 +121,14 @@ class GuidedSearch:
         self, excluded: set[str], optimism: float = EXPLORE
     ) -> list[tuple[float, Estimate, float]]:
         """(optimistic log tokens/s, estimate, uncertainty) for every config still open."""
+        if self._estimates is None:
+            self._estimates = [self._estimate(c) for c in self.candidates]
+        distances = self._distances()
         scored = []
-        for config in self.candidates:
-            if config_key(config) in excluded:
+        for key, e, distance in zip(self._keys, self._estimates, distances, strict=True):
+            if key in excluded or e.memory.total > self.memory_limit:
                 continue
-            e = self._estimate(config)
-            if e.memory.total > self.memory_limit:
-                continue
-            unc = self.spread * (1 + DISTANCE_WEIGHT * self._distance(config))
+            unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
             scored.append((math.log(e.tokens_per_s) + optimism * unc, e, unc))
         scored.sort(key=lambda s: -s[0])
         return scored
@@ -139,8 +160,10 @@ class GuidedSearch:
         p = self.problem
         return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
 
-    def _distance(self, config: TrainConfig) -> int:
-        if not self.measured:
-            return 0
-        mine = config.as_dict()
-        return min(sum(1 for k, v in m.as_dict().items() if mine[k] != v) for m in self.measured)
+    def _distances(self) -> np.ndarray:
+        """Per candidate: how many knobs it differs by from its nearest measured config."""
+        nearest = np.zeros(len(self.candidates), dtype=np.int32)
+        for i, config in enumerate(self.measured):
+            differing = (self._codes != np.array(self._encode(config), dtype=np.int32)).sum(1)
+            nearest = differing if i == 0 else np.minimum(nearest, differing)
+        return nearest

@@ -1,0 +1,311 @@
+"""Megatron-core: 3D parallelism with its own schedules, DDP and distributed optimizer.
+
+One translation serves the trial, the exports and the tests: the keyword arguments of
+megatron-core's `TransformerConfig`, `DistributedDataParallelConfig` and `OptimizerConfig`,
+and the Megatron-LM `pretrain_gpt.py` flags that produce the same objects. Pure: values
+that are Python objects in megatron-core (dtypes, activation functions) are `PyExpr`s,
+resolved by the worker and written verbatim into the exported snippet.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.errors import InputError
+from autotune.space import Rule, TrainConfig
+from autotune.specs import Cluster, Workload
+from autotune.trialspec import TrialSpec
+
+ARGS_FILE = "megatron_args.txt"
+SNIPPET_FILE = "megatron_core.py"
+FP32_GRAD_BYTES = 4
+LEARNING_RATE = 1e-4
+
+
+@dataclass(frozen=True)
+class PyExpr:
+    """A Python expression over `torch` and `F` (torch.nn.functional), kept as source."""
+
+    source: str
+
+    def __repr__(self) -> str:
+        return self.source
+
+
+DTYPES = {"bf16": PyExpr("torch.bfloat16"), "fp16": PyExpr("torch.float16")}
+
+
+def _chunk_layers(c: TrainConfig, w: Workload) -> int:
+    """Layers in one model chunk: a pipeline stage, or a virtual stage when interleaved."""
+    return w.num_layers // (c.pp * c.vpp)
+
+
+def _micro_batches(c: TrainConfig, w: Workload) -> int:
+    return c.grad_accum(w.global_batch_size)
+
+
+class MegatronEngine(Engine):
+    name = "megatron"
+    knobs = (
+        frozenset(
+            {
+                "tp",
+                "pp",
+                "vpp",
+                "sp",
+                "zero",
+                "mbs",
+                "recompute",
+                "recompute_method",
+                "recompute_num_layers",
+                "ddp_bucket_mb",
+                "overlap_comm",
+                "overlap_param_gather",
+            }
+        )
+        | NCCL_KNOBS
+    )
+    engine_rules = (
+        Rule(
+            "megatron_zero_is_distributed_optimizer",
+            "Megatron has plain DDP (zero 0) or the distributed optimizer (zero 1)",
+            lambda c, _w, _k: c.zero <= 1,
+        ),
+        Rule(
+            "megatron_interleaving_needs_pp_over_2",
+            "Megatron's interleaved schedule needs pp > 2 unless p2p overlap is on",
+            lambda c, _w, _k: c.vpp == 1 or c.pp > 2,
+        ),
+        Rule(
+            "megatron_interleaving_microbatches",
+            "Megatron's interleaved schedule runs micro-batches in groups of pp",
+            lambda c, w, _k: c.vpp == 1 or _micro_batches(c, w) % c.pp == 0,
+        ),
+        Rule(
+            "megatron_param_gather_needs_distopt",
+            "--overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce",
+            lambda c, _w, _k: not c.overlap_param_gather or (c.zero == 1 and c.overlap_comm),
+        ),
+        Rule(
+            "megatron_overlap_needs_dp",
+            "with one data-parallel rank there is no gradient reduction to overlap",
+            lambda c, _w, _k: c.dp > 1 or not (c.overlap_comm or c.overlap_param_gather),
+        ),
+        Rule(
+            "megatron_bucket_needs_overlap",
+            "without --overlap-grad-reduce Megatron reduces in one bucket: its size does nothing",
+            lambda c, _w, _k: c.overlap_comm or c.ddp_bucket_mb == TrainConfig().ddp_bucket_mb,
+        ),
+        Rule(
+            "megatron_recompute_options_need_full",
+            "recompute_method and recompute_num_layers apply to full recomputation only",
+            lambda c, _w, _k: (
+                c.recompute == "full"
+                or (c.recompute_method, c.recompute_num_layers)
+                == (TrainConfig().recompute_method, TrainConfig().recompute_num_layers)
+            ),
+        ),
+        Rule(
+            "megatron_recompute_layers_fit",
+            "recompute_num_layers must lie between 1 and the layers of one model chunk",
+            lambda c, w, _k: (
+                c.recompute != "full" or 1 <= c.recompute_num_layers <= _chunk_layers(c, w)
+            ),
+        ),
+    )
+
+    def environment(self, cluster: Cluster) -> dict[str, str]:
+        # Megatron orders tensor-parallel communication before compute on one CUDA queue.
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if cluster.backend == "nccl" else {}
+
+    def check_runnable(self, cluster: Cluster) -> None:
+        if cluster.backend != "nccl":
+            raise InputError(
+                "the megatron engine needs GPUs: megatron-core's pipeline schedules and "
+                "attention allocate on CUDA; on this CPU cluster use --launcher simulate, "
+                "autotune plan or autotune estimate"
+            )
+        if shutil.which("nvidia-smi") is None and not Path("/dev/nvidiactl").exists():
+            raise InputError(
+                f"the megatron engine runs on GPUs and this machine has none; tune "
+                f"{cluster.name} from a machine of it, or use --launcher simulate"
+            )
+
+    def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        args = folder / ARGS_FILE
+        args.write_text(args_text(spec.workload, spec.config))
+        snippet = folder / SNIPPET_FILE
+        snippet.write_text(core_snippet(spec.workload, spec.config))
+        return [args, snippet]
+
+
+def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
+    """`TransformerConfig(**...)`: the model shape (as autotune's decoder: RMSNorm, no biases,
+    no dropout, untied embeddings) and the layout and recomputation of this config."""
+    full = c.recompute == "full"
+    dtype = DTYPES.get(w.precision, PyExpr("torch.float32"))
+    return {
+        "num_layers": w.num_layers,
+        "hidden_size": w.hidden_size,
+        "ffn_hidden_size": w.ffn_hidden_size,
+        "num_attention_heads": w.num_attention_heads,
+        "num_query_groups": w.num_query_groups,
+        "normalization": "RMSNorm",
+        "add_bias_linear": False,
+        "gated_linear_unit": w.swiglu,
+        "activation_func": PyExpr("F.silu" if w.swiglu else "F.gelu"),
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "bf16": w.precision == "bf16",
+        "fp16": w.precision == "fp16",
+        "params_dtype": dtype,
+        "pipeline_dtype": dtype,
+        "tensor_model_parallel_size": c.tp,
+        "pipeline_model_parallel_size": c.pp,
+        "virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
+        "sequence_parallel": c.sp,
+        "recompute_granularity": None if c.recompute == "none" else c.recompute,
+        "recompute_method": c.recompute_method if full else None,
+        "recompute_num_layers": c.recompute_num_layers if full else None,
+        "deallocate_pipeline_outputs": True,
+    }
+
+
+def ddp_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
+    """`DistributedDataParallelConfig(**...)`, as Megatron-LM's training loop builds it: fp32
+    gradient reduction under bf16, one bucket unless gradient reduction overlaps."""
+    return {
+        "grad_reduce_in_fp32": w.precision == "bf16",
+        "overlap_grad_reduce": c.overlap_comm,
+        "overlap_param_gather": c.overlap_param_gather,
+        "use_distributed_optimizer": c.zero == 1,
+        "bucket_size": bucket_parameters(c) if c.overlap_comm else None,
+    }
+
+
+def optimizer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
+    """`OptimizerConfig(**...)`: Adam with fp32 master weights, as in Megatron-LM."""
+    return {
+        "optimizer": "adam",
+        "lr": LEARNING_RATE,
+        "weight_decay": 0.01,
+        "clip_grad": 1.0,
+        "bf16": w.precision == "bf16",
+        "fp16": w.precision == "fp16",
+        "params_dtype": DTYPES.get(w.precision, PyExpr("torch.float32")),
+        "use_distributed_optimizer": c.zero == 1,
+    }
+
+
+def gpt_model_kwargs(w: Workload) -> dict[str, Any]:
+    """`GPTModel(config, layer_spec, **...)` besides the pipeline stage arguments."""
+    return {
+        "vocab_size": w.vocab_size,
+        "max_sequence_length": w.seq_length,
+        "position_embedding_type": "rope",
+        "share_embeddings_and_output_weights": False,
+    }
+
+
+def bucket_parameters(c: TrainConfig) -> int:
+    """--ddp-bucket-size counts parameters; the knob is MB of fp32 gradients."""
+    return c.ddp_bucket_mb * 2**20 // FP32_GRAD_BYTES
+
+
+def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]]]:
+    """Megatron-LM `pretrain_gpt.py` flags in groups: (comment, ["--flag value", ...])."""
+    layout = [
+        f"--tensor-model-parallel-size {c.tp}",
+        f"--pipeline-model-parallel-size {c.pp}",
+    ]
+    if c.vpp > 1:
+        layout.append(f"--num-layers-per-virtual-pipeline-stage {_chunk_layers(c, w)}")
+    if c.sp:
+        layout.append("--sequence-parallel")
+    if c.zero == 1:
+        layout.append("--use-distributed-optimizer")
+    if c.overlap_comm:
+        layout += ["--overlap-grad-reduce", f"--ddp-bucket-size {bucket_parameters(c)}"]
+    if c.overlap_param_gather:
+        layout.append("--overlap-param-gather")
+    batch = [f"--micro-batch-size {c.mbs}", f"--global-batch-size {w.global_batch_size}"]
+    if c.recompute != "none":
+        batch.append(f"--recompute-granularity {c.recompute}")
+    if c.recompute == "full":
+        batch += [
+            f"--recompute-method {c.recompute_method}",
+            f"--recompute-num-layers {c.recompute_num_layers}",
+        ]
+    shape = [
+        f"--num-layers {w.num_layers}",
+        f"--hidden-size {w.hidden_size}",
+        f"--ffn-hidden-size {w.ffn_hidden_size}",
+        f"--num-attention-heads {w.num_attention_heads}",
+    ]
+    if w.num_query_groups != w.num_attention_heads:
+        shape += ["--group-query-attention", f"--num-query-groups {w.num_query_groups}"]
+    shape += [
+        f"--seq-length {w.seq_length}",
+        f"--max-position-embeddings {w.seq_length}",
+        "--position-embedding-type rope",
+        "--normalization RMSNorm",
+        "--disable-bias-linear",
+        *(["--swiglu"] if w.swiglu else []),
+        "--untie-embeddings-and-output-weights",
+        "--attention-dropout 0",
+        "--hidden-dropout 0",
+        *([f"--{w.precision}"] if w.precision != "fp32" else []),
+    ]
+    tokenizer = ["--tokenizer-type NullTokenizer", f"--vocab-size {w.vocab_size}"]
+    return [
+        ("parallel layout and communication (tuned)", layout),
+        ("batch and recomputation (tuned)", batch),
+        (f"model shape: {w.name}", shape),
+        ("tokenizer as tuned: replace with your own (same vocabulary size)", tokenizer),
+    ]
+
+
+def args_text(w: Workload, c: TrainConfig, banner: list[str] | None = None) -> str:
+    """megatron_args.txt: one flag per line under `#` comments."""
+    lines = [
+        *(banner or []),
+        "# Megatron-LM pretrain_gpt.py flags for this config. Use:",
+        "#   torchrun ... pretrain_gpt.py $(grep -v '^#' megatron_args.txt) --data-path ...",
+    ]
+    for comment, flags in pretrain_gpt_flags(w, c):
+        lines += [f"# {comment}", *flags]
+    return "\n".join(lines) + "\n"
+
+
+def _call(name: str, kwargs: dict[str, Any]) -> str:
+    body = "".join(f"    {key}={value!r},\n" for key, value in kwargs.items())
+    return f"{name}(\n{body})"
+
+
+def core_snippet(w: Workload, c: TrainConfig, banner: list[str] | None = None) -> str:
+    """megatron_core.py: the config objects of this config, for megatron-core scripts."""
+    return "\n".join(
+        [
+            *(banner or []),
+            '"""megatron-core config objects of the tuned config; pass them to GPTModel,',
+            "DistributedDataParallel and get_megatron_optimizer in your training script.",
+            '"""',
+            "",
+            "import torch",
+            "import torch.nn.functional as F",
+            "from megatron.core.distributed import DistributedDataParallelConfig",
+            "from megatron.core.optimizer import OptimizerConfig",
+            "from megatron.core.transformer.transformer_config import TransformerConfig",
+            "",
+            f"transformer_config = {_call('TransformerConfig', transformer_config_kwargs(w, c))}",
+            f"ddp_config = {_call('DistributedDataParallelConfig', ddp_config_kwargs(w, c))}",
+            f"optimizer_config = {_call('OptimizerConfig', optimizer_config_kwargs(w, c))}",
+            f"gpt_model_kwargs = {_call('dict', gpt_model_kwargs(w))}",
+            f"num_microbatches = {_micro_batches(c, w)}",
+            "",
+        ]
+    )

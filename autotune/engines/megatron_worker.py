@@ -1,0 +1,195 @@
+"""Megatron-core worker: GPTModel chunks, Megatron's DDP and optimizer, and its own pipeline
+schedules (`get_forward_backward_func`), wired as Megatron-LM's training loop wires them, so
+what a trial measures is what `pretrain_gpt.py` with the exported flags runs. Needs CUDA."""
+
+from __future__ import annotations
+
+import itertools  # noqa: E402
+import os  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.distributed import (  # noqa: E402
+    DistributedDataParallel,
+    DistributedDataParallelConfig,
+    finalize_model_grads,
+)
+from megatron.core.models.gpt import GPTModel  # noqa: E402
+from megatron.core.models.gpt.gpt_layer_specs import (  # noqa: E402
+    get_gpt_layer_local_spec,
+    get_gpt_layer_with_transformer_engine_spec,
+)
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: E402
+from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
+from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+from autotune.engines import worker  # first: it notes the start time before heavy imports
+from autotune.engines.megatron import (  # noqa: E402
+    PyExpr,
+    ddp_config_kwargs,
+    gpt_model_kwargs,
+    optimizer_config_kwargs,
+    transformer_config_kwargs,
+)
+from autotune.engines.model import synthetic_batch  # noqa: E402
+from autotune.space import TrainConfig  # noqa: E402
+from autotune.trialspec import TrialSpec  # noqa: E402
+
+
+def resolve(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The engine's pure kwargs with their `PyExpr`s turned into torch objects."""
+    scope = {"torch": torch, "F": F}
+    return {
+        k: eval(v.source, scope) if isinstance(v, PyExpr) else v  # noqa: S307 - our own text
+        for k, v in kwargs.items()
+    }
+
+
+def layer_spec() -> ModuleSpec:
+    """Transformer Engine's layers where installed (what Megatron users run on GPUs), else
+    megatron-core's local ones."""
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return get_gpt_layer_local_spec(normalization="RMSNorm")
+    return get_gpt_layer_with_transformer_engine_spec()
+
+
+def init_model_parallel(c: TrainConfig) -> None:
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=c.tp,
+        pipeline_model_parallel_size=c.pp,
+        virtual_pipeline_model_parallel_size=c.vpp if c.vpp > 1 else None,
+    )
+
+
+def build_chunks(spec: TrialSpec, on_cpu: bool = False) -> list[GPTModel]:
+    """This rank's model chunks: its pipeline stage, or its virtual stages when interleaved.
+
+    `on_cpu` (for tests on machines without GPUs) initialises weights on the CPU and leaves
+    out rotary embeddings, whose frequencies megatron-core moves to CUDA at every forward."""
+    w, c = spec.workload, spec.config
+    config = TransformerConfig(
+        **resolve(transformer_config_kwargs(w, c)), use_cpu_initialization=on_cpu
+    )
+    model_kwargs = gpt_model_kwargs(w)
+    if on_cpu:
+        model_kwargs["position_embedding_type"] = "none"
+    chunks = []
+    for index in range(c.vpp):
+        vp_stage = index if c.vpp > 1 else None
+        chunks.append(
+            GPTModel(
+                config,
+                layer_spec(),
+                pre_process=parallel_state.is_pipeline_first_stage(
+                    ignore_virtual=False, vp_stage=vp_stage
+                ),
+                post_process=parallel_state.is_pipeline_last_stage(
+                    ignore_virtual=False, vp_stage=vp_stage
+                ),
+                vp_stage=vp_stage,
+                **model_kwargs,
+            )
+        )
+    return chunks
+
+
+def _one_or_list(items: list[Any]) -> Any:
+    """Megatron's schedule hooks take a function per chunk, or a bare one for one chunk."""
+    return items[0] if len(items) == 1 else items
+
+
+def _mean_loss(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    loss = output.float().mean()
+    return loss, {"lm loss": loss.detach()}
+
+
+class MegatronSession:
+    def __init__(self, spec: TrialSpec, folder: Path) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "megatron-core trials need CUDA: its schedules and attention allocate on GPUs"
+            )
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend=spec.cluster.backend)
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        w, c = spec.workload, spec.config
+        init_model_parallel(c)
+        model_parallel_cuda_manual_seed(0)
+        chunks = [chunk.to(self.device) for chunk in build_chunks(spec)]
+        config = chunks[0].config
+        ddp_config = DistributedDataParallelConfig(**ddp_config_kwargs(w, c))
+        self.model = [
+            # Later chunks' communication overlaps with compute anyway (as Megatron-LM).
+            DistributedDataParallel(
+                config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0
+            )
+            for index, chunk in enumerate(chunks)
+        ]
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(**resolve(optimizer_config_kwargs(w, c))), self.model
+        )
+        # The hooks Megatron-LM's train() installs for overlapped gradient reduction and
+        # parameter gathers, and the gradient finalisation the schedules call.
+        if c.overlap_comm:
+            config.no_sync_func = _one_or_list([m.no_sync for m in self.model])
+            config.grad_sync_func = _one_or_list([m.start_grad_sync for m in self.model])
+        if c.overlap_param_gather:
+            config.param_sync_func = _one_or_list([m.start_param_sync for m in self.model])
+        config.finalize_model_grads_func = finalize_model_grads
+        config.grad_scale_func = self.optimizer.scale_loss
+        self.micro_batches = c.grad_accum(w.global_batch_size)
+        self.seq_length, self.mbs = w.seq_length, c.mbs
+        tokens, labels = synthetic_batch(w, c.mbs, seed=0)
+        self.tokens, self.labels = tokens.to(self.device), labels.to(self.device)
+        self.position_ids = (
+            torch.arange(w.seq_length, device=self.device).unsqueeze(0).expand(c.mbs, -1)
+        )
+        self.forward_backward = get_forward_backward_func()
+
+    def _forward_step(
+        self, data_iterator: Iterator[None], model: torch.nn.Module
+    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], Any]]:
+        next(data_iterator)
+        output = model(self.tokens, self.position_ids, None, labels=self.labels)
+        return output, _mean_loss
+
+    def step(self, observe: Callable[[], None] | None = None) -> None:
+        for chunk in self.model:
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        self.forward_backward(
+            forward_step_func=self._forward_step,
+            data_iterator=_one_or_list([itertools.repeat(None) for _ in self.model]),
+            model=_one_or_list(self.model),
+            num_microbatches=self.micro_batches,
+            seq_length=self.seq_length,
+            micro_batch_size=self.mbs,
+            forward_only=False,
+        )
+        if observe is not None:  # Megatron's buffers are allocated up front: any point serves
+            observe()
+        self.optimizer.step()
+
+    def model_state(self) -> worker.StateTally:
+        tally = worker.StateTally()
+        for chunk in self.model:
+            for param in chunk.parameters():
+                tally.add("params", param)
+            for buffer in chunk.buffers + chunk.expert_parallel_buffers:
+                tally.add("grads", buffer.grad_data)  # every main_grad is a view into these
+        for megatron_optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
+            tally.add_optimizer(megatron_optimizer.optimizer, params_kind="optimizer")
+        return tally
+
+
+if __name__ == "__main__":
+    worker.main(MegatronSession)

@@ -1,0 +1,229 @@
+"""The megatron engine's translation: megatron-core's own config classes accept it, the
+exported Megatron-LM flags are ones its parser defines, and the exports match golden files."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.engines import get_engine
+from autotune.engines.megatron import (
+    args_text,
+    bucket_parameters,
+    core_snippet,
+    ddp_config_kwargs,
+    optimizer_config_kwargs,
+    pretrain_gpt_flags,
+    transformer_config_kwargs,
+)
+from autotune.export.best import nccl_env_text, train_script
+from autotune.problem import load_problem
+from autotune.space import TrainConfig, first_violation
+from autotune.specs import load_cluster, load_workload
+from autotune.trialspec import TrialSpec
+from tests.conftest import autotune
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "megatron"
+FLAGS_FILE = Path(__file__).resolve().parents[1] / "data" / "megatron_lm_flags.txt"
+LLAMA70 = load_workload("llama3-70b")
+# NeMo's llama3_70b pretrain recipe (nemo/collections/llm/recipes/llama3_70b.py) without its
+# context parallelism: TP4 PP4 VPP5, sequence parallel, distributed optimizer, both overlaps.
+NEMO_LIKE = TrainConfig(
+    tp=4,
+    pp=4,
+    vpp=5,
+    dp=2,
+    sp=True,
+    zero=1,
+    mbs=1,
+    overlap_comm=True,
+    overlap_param_gather=True,
+    ddp_bucket_mb=160,
+)
+RECOMPUTING = TrainConfig(
+    tp=2, pp=2, dp=8, mbs=2, recompute="full", recompute_method="block", recompute_num_layers=3
+)
+CASES = {"nemo_like": NEMO_LIKE, "recomputing": RECOMPUTING}
+
+
+def megatron_flags() -> dict[str, bool]:
+    """Megatron-LM's flags (tests/data, from its argument parser): flag -> takes a value."""
+    flags = {}
+    for line in FLAGS_FILE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            flag, _, value = line.partition(" ")
+            flags[flag] = bool(value)
+    return flags
+
+
+def check_golden(name: str, text: str) -> None:
+    """Compare with tests/golden/megatron/NAME; AUTOTUNE_UPDATE_GOLDEN=1 rewrites it."""
+    path = GOLDEN / name
+    if os.environ.get("AUTOTUNE_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs from its golden file"
+
+
+def best_trial(tokens_per_s: float, source: str) -> optuna.trial.FrozenTrial:
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=tokens_per_s, user_attrs={"tokens_per_s": tokens_per_s, "source": source}
+        )
+    )
+    return study.trials[0]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_args_and_snippet_match_golden_files(name: str) -> None:
+    config = CASES[name]
+    check_golden(f"{name}.megatron_args.txt", args_text(LLAMA70, config))
+    check_golden(f"{name}.megatron_core.py", core_snippet(LLAMA70, config))
+
+
+def test_train_script_and_nccl_env_match_golden_files() -> None:
+    spec = TrialSpec(
+        engine="megatron",
+        workload=LLAMA70,
+        cluster=load_cluster("dgx-h100:4"),
+        config=NEMO_LIKE,
+    )
+    trial = best_trial(12345.0, "simulated")
+    check_golden("train.sh", train_script(get_engine("megatron"), spec, trial, "seventy"))
+    check_golden("nccl.env", nccl_env_text({}, spec, trial))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_flag_is_one_megatron_lm_defines(name: str) -> None:
+    known = megatron_flags()
+    for _comment, lines in pretrain_gpt_flags(LLAMA70, CASES[name]):
+        for line in lines:
+            flag, *values = line.split()
+            assert flag in known, f"Megatron-LM has no {flag}"
+            assert len(values) == (1 if known[flag] else 0), f"{line}: wrong number of values"
+
+
+def test_bucket_flag_counts_parameters_and_is_left_out_without_overlap() -> None:
+    assert bucket_parameters(NEMO_LIKE) == 160 * 2**20 // 4
+    assert f"--ddp-bucket-size {160 * 2**20 // 4}" in args_text(LLAMA70, NEMO_LIKE)
+    assert "--ddp-bucket-size" not in args_text(LLAMA70, RECOMPUTING)
+    assert ddp_config_kwargs(LLAMA70, RECOMPUTING)["bucket_size"] is None
+
+
+def sample_layouts(count: int) -> list[TrainConfig]:
+    """Valid configs of the megatron space for llama3-8b on 32 H100s, spread over layouts."""
+    problem = load_problem("megatron", "llama3-8b", "dgx-h100:4")
+    configs = problem.enumerate().valid
+    by_layout: dict[tuple[int, int, int], list[TrainConfig]] = {}
+    for c in configs:
+        by_layout.setdefault((c.tp, c.pp, c.vpp), []).append(c)
+    rng = random.Random(0)
+    picked = [rng.choice(group) for group in by_layout.values()]
+    picked += rng.sample(configs, max(0, count - len(picked)))
+    return picked
+
+
+def test_megatron_core_config_classes_accept_a_grid_of_layouts() -> None:
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from autotune.engines.megatron_worker import resolve
+
+    layouts = sample_layouts(60)
+    assert len({(c.tp, c.pp, c.vpp) for c in layouts}) >= 10
+    workload = load_workload("llama3-8b")
+    for config in layouts:
+        transformer = TransformerConfig(**resolve(transformer_config_kwargs(workload, config)))
+        assert transformer.tensor_model_parallel_size == config.tp
+        assert transformer.sequence_parallel == config.sp
+        ddp = DistributedDataParallelConfig(**ddp_config_kwargs(workload, config))
+        assert ddp.use_distributed_optimizer == (config.zero == 1)
+        OptimizerConfig(**resolve(optimizer_config_kwargs(workload, config)))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_exported_snippet_builds_the_config_objects(name: str) -> None:
+    scope: dict[str, object] = {}
+    exec(core_snippet(LLAMA70, CASES[name]), scope)  # noqa: S102 - our own export
+    transformer = scope["transformer_config"]
+    assert transformer.pipeline_model_parallel_size == CASES[name].pp  # type: ignore[attr-defined]
+    assert scope["num_microbatches"] == CASES[name].grad_accum(LLAMA70.global_batch_size)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "rule"),
+    [
+        ({"tp": 8, "pp": 2, "vpp": 2, "dp": 2}, "megatron_interleaving_needs_pp_over_2"),
+        ({"tp": 8, "dp": 4, "zero": 2}, "megatron_zero_is_distributed_optimizer"),
+        ({"tp": 8, "dp": 4, "overlap_param_gather": True}, "megatron_param_gather_needs_distopt"),
+        ({"tp": 8, "dp": 4, "ddp_bucket_mb": 160}, "megatron_bucket_needs_overlap"),
+        ({"tp": 8, "dp": 4, "recompute_num_layers": 2}, "megatron_recompute_options_need_full"),
+        (
+            {"tp": 8, "pp": 4, "recompute": "full", "recompute_num_layers": 40},
+            "megatron_recompute_layers_fit",
+        ),
+    ],
+)
+def test_megatron_rules_name_the_broken_rule(overrides: dict[str, object], rule: str) -> None:
+    config = TrainConfig(**overrides)  # type: ignore[arg-type]
+    broken = first_violation(
+        config, LLAMA70, load_cluster("dgx-h100:4"), get_engine("megatron").rules
+    )
+    assert broken is not None and broken.name == rule
+
+
+def test_local_megatron_trials_are_refused_on_cpu(tmp_path: Path) -> None:
+    for command in (
+        ("run", "--engine", "megatron", "--trials", "1", "--results", str(tmp_path)),
+        ("trial", "--engine", "megatron", "--out", str(tmp_path / "t")),
+    ):
+        done = autotune(*command, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        line = done.stderr.strip()
+        assert "\n" not in line and re.search(r"megatron engine needs GPUs", line)
+        assert "--launcher simulate" in line
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.slow
+def test_simulated_70b_study_picks_and_exports_a_megatron_style_layout(tmp_path: Path) -> None:
+    done = autotune(
+        "run",
+        "--engine",
+        "megatron",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100:32",
+        "--launcher",
+        "simulate",
+        "--trials",
+        "6",
+        "--results",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    best = tmp_path / "llama3-70b-dgx-h100_32-megatron" / "best"
+    record = yaml.safe_load((best / "best.yaml").read_text())
+    assert record["source"] == "simulated"
+    c = TrainConfig(**record["config"])
+    # What Megatron users run for 70B on H100 nodes: tensor parallel over a whole NVLink
+    # node with sequence parallelism, and beside data parallelism the distributed optimizer
+    # with both overlaps (as NeMo's llama3_70b recipe).
+    assert c.tp == 8 and c.sp
+    assert c.dp == 1 or (c.zero == 1 and c.overlap_comm and c.overlap_param_gather)
+    args = (best / "megatron_args.txt").read_text()
+    assert args.startswith("# SIMULATED")
+    known = megatron_flags()
+    flags = [line.split()[0] for line in args.splitlines() if not line.startswith("#")]
+    assert flags and all(flag in known for flag in flags)
+    assert "--tensor-model-parallel-size 8" in args
