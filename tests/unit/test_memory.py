@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from autotune.estimate import model_states, rank_parameters
+from autotune.estimate.memory import stage_activation_bytes
 from autotune.space import TrainConfig
 from autotune.specs import load_workload
 
@@ -71,3 +72,34 @@ def test_megatron_bytes_per_parameter_match_its_own_accounting() -> None:
     assert plain.total == pytest.approx(18 * psi)
     distributed = model_states(bf16, TrainConfig(dp=8, zero=1), "megatron")
     assert distributed.total == pytest.approx((6 + 12 / 8) * psi)
+
+
+# s 8, b 1, h 4, f 16 (4h MLP), fp16 (scale 1): a layer's input is 2sbh = 64 bytes, a whole
+# layer without recomputation s·b·h·(10 + 8 + 4f/h) = 32·34 = 1088 bytes.
+SMALL = dataclasses.replace(
+    TINY,
+    hidden_size=4,
+    num_attention_heads=1,
+    num_query_groups=1,
+    ffn_hidden_size=16,
+    seq_length=8,
+    precision="fp16",
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "layers", "kept", "rebuilt"),
+    [
+        ("uniform", 1, 4 * 64, 1088),  # every layer's input kept, one layer rebuilt
+        ("uniform", 2, 2 * 64, 2 * 1088),  # one input per two layers, two rebuilt at once
+        ("block", 1, 64 + 3 * 1088, 1088),  # first layer recomputed, three kept whole
+        ("block", 4, 4 * 64, 1088),
+    ],
+)
+def test_full_recomputation_methods_by_hand(
+    method: str, layers: int, kept: float, rebuilt: float
+) -> None:
+    config = TrainConfig(
+        mbs=1, recompute="full", recompute_method=method, recompute_num_layers=layers
+    )  # type: ignore[arg-type]
+    assert stage_activation_bytes(SMALL, config) == (kept, rebuilt)
