@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import shutil
@@ -21,6 +22,7 @@ from autotune import display
 from autotune.errors import AutotuneError, InputError
 from autotune.problem import load_problem, problem_from_trial_file
 from autotune.space import parse_overrides
+from autotune.specs.cluster import Cluster, SlurmSettings
 
 # Tables stay readable when output goes to a file or pipe (80 columns otherwise).
 console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
@@ -272,7 +274,17 @@ def calibrate(study_name: str, storage: str | None, results: Path) -> None:
     "--launcher",
     default="local",
     show_default=True,
-    help="local (torchrun), simulate (the model's predictions) or replay (a recorded sweep).",
+    help="local (torchrun), slurm (sbatch jobs, or srun steps inside an allocation), "
+    "simulate (the model's predictions) or replay (a recorded sweep).",
+)
+@click.option("--partition", default=None, help="slurm: partition of the trials' jobs.")
+@click.option("--account", default=None, help="slurm: account charged for the trials' jobs.")
+@click.option("--qos", default=None, help="slurm: quality of service of the trials' jobs.")
+@click.option(
+    "--sbatch-option",
+    "sbatch_options",
+    multiple=True,
+    help="slurm: a further sbatch option for every trial, e.g. --sbatch-option=--exclusive.",
 )
 @click.option(
     "--table",
@@ -342,6 +354,10 @@ def run(
     cluster: str,
     space: str | None,
     launcher: str,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    sbatch_options: tuple[str, ...],
     table: Path | None,
     n_trials: int,
     max_time: str | None,
@@ -380,9 +396,13 @@ def run(
 
         problem, chosen_launcher = replay_world(problem, table)
     else:
-        chosen_launcher = get_launcher(launcher, cal)
+        slurm = _slurm_settings(problem.cluster, partition, account, qos, sbatch_options)
+        chosen_launcher = get_launcher(
+            launcher, cal, slurm=slurm, gpus=problem.cluster.backend == "nccl"
+        )
         if chosen_launcher.source == "measured":
             problem.engine.check_runnable(problem.cluster)
+            chosen_launcher.check(problem.cluster)
 
     ref = study_ref(study_name or default_study_name(problem), storage, results)
     study = open_study(ref, problem, make_sampler(sampler, seed))
@@ -417,6 +437,21 @@ def run(
         from autotune.report.html import write_report
 
         console.print(f"report: {write_report(study, ref.folder / 'report.html')}")
+
+
+def _slurm_settings(
+    cluster: Cluster,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    sbatch_options: tuple[str, ...],
+) -> SlurmSettings:
+    """The cluster file's `slurm:` section, overridden by the flags given."""
+    flags = {"partition": partition, "account": account, "qos": qos}
+    chosen = {k: v for k, v in flags.items() if v is not None}
+    if sbatch_options:
+        chosen["extra_sbatch"] = cluster.slurm.extra_sbatch + tuple(sbatch_options)
+    return dataclasses.replace(cluster.slurm, **chosen)
 
 
 @cli.command(name="trials")

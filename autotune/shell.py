@@ -6,11 +6,28 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+from autotune.errors import InputError
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def quote(value: object) -> str:
     return shlex.quote(str(value))
+
+
+def comment(text: object) -> str:
+    """A `#` comment line of any text: line breaks and other control characters, which
+    would end the comment and start a command, are written as escapes."""
+    safe = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return f"# {safe}"
+
+
+def sbatch_line(option: str) -> str:
+    """An `#SBATCH` line; sbatch reads it like a shell word, but a line break in it would
+    end the comment and start a command, so one is refused."""
+    if any(c in option for c in "\n\r\0"):
+        raise InputError(f"sbatch option {option!r}: line breaks are not allowed")
+    return f"#SBATCH {quote(option)}"
 
 
 def join(argv: Sequence[object]) -> str:

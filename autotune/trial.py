@@ -30,6 +30,7 @@ class TrialRecord:
     command: str
     wall_s: float
     result: dict[str, Any] | None = field(default=None, hash=False)
+    queue_s: float = 0.0
 
 
 def nccl_environment(spec: TrialSpec) -> dict[str, str]:
@@ -107,6 +108,7 @@ def run(
         command=shell.join(launcher.command(request)),
         wall_s=outcome.wall_s,
         result=outcome.result,
+        queue_s=outcome.queue_s,
     )
     write_atomically(
         folder / OUTCOME_FILE,

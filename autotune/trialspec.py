@@ -16,7 +16,18 @@ from pydantic import TypeAdapter
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 
-Outcome = Literal["ok", "oom", "timeout", "comm_error", "launch_error", "crash", "pruned"]
+Outcome = Literal[
+    "ok",
+    "oom",
+    "timeout",
+    "comm_error",
+    "launch_error",
+    "crash",
+    "pruned",
+    "cancelled",
+    "node_fail",
+    "preempted",
+]
 OUTCOMES: tuple[Outcome, ...] = (
     "ok",
     "oom",
@@ -25,8 +36,13 @@ OUTCOMES: tuple[Outcome, ...] = (
     "launch_error",
     "crash",
     "pruned",
+    "cancelled",
+    "node_fail",
+    "preempted",
 )
-"""`pruned`: stopped early because it was clearly slower than the best so far."""
+"""`pruned`: stopped early because it was clearly slower than the best so far. The last three
+come from a scheduler: cancelled outside autotune, a node failed, preempted (each retried
+once where that can help)."""
 
 FAULT_ENV = "AUTOTUNE_INJECT_FAULT"
 """Test hook: `hang`, `crash` or `oom` makes rank 0 misbehave at its first step."""

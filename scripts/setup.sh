@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Creates .venv with everything autotune and its tests need, and the Debian packages the
-# integration tests use (PostgreSQL). Safe to run again.
+# integration tests use (PostgreSQL; SLURM with munge, slurmdbd and MariaDB). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+packages=(postgresql slurm-wlm slurmdbd munge mariadb-server)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "setup.sh: PostgreSQL is missing and this is not root; multi-worker tests will skip" >&2
+    echo "setup.sh: ${missing[*]} missing and this is not root; tests that need them will skip" >&2
   fi
 fi
 python3 -m venv .venv
@@ -19,3 +22,11 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install --quiet "torch==2.13.0"
 fi
 .venv/bin/pip install --quiet -e '.[dev]'
+# DeepSpeed compiles its CPU ops on first use. Build them now, once, rather than inside the
+# first trials (where a trial killed mid-build would leave a lock that stalls later ones).
+if .venv/bin/python -c "import sys, torch; sys.exit(1 if torch.cuda.is_available() else 0)"; then
+  DS_ACCELERATOR=cpu .venv/bin/python -c "
+from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
+ShareMemCommBuilder().load(verbose=False)
+FusedAdamBuilder().load(verbose=False)" >/dev/null
+fi

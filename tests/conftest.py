@@ -27,7 +27,7 @@ def autotune(
     )
 
 
-def spawn_autotune(*args: str) -> subprocess.Popen[str]:
+def spawn_autotune(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start `python -m autotune ARGS` in the background, in a session of its own (so that a
     test can signal it like a user's shell would), output captured."""
     return subprocess.Popen(
@@ -38,6 +38,7 @@ def spawn_autotune(*args: str) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import shell
 from autotune.engines.base import NCCL_KNOBS, Engine
 from autotune.errors import InputError
 from autotune.space import Rule, TrainConfig
@@ -277,7 +278,7 @@ def args_text(w: Workload, c: TrainConfig, banner: list[str] | None = None) -> s
         "#   torchrun ... pretrain_gpt.py $(grep -v '^#' megatron_args.txt) --data-path ...",
     ]
     for comment, flags in pretrain_gpt_flags(w, c):
-        lines += [f"# {comment}", *flags]
+        lines += [shell.comment(comment), *flags]
     return "\n".join(lines) + "\n"
 
 

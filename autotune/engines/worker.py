@@ -12,6 +12,7 @@ import time
 
 STARTED = time.time()  # before the heavy imports, so import time is measured
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
@@ -97,6 +98,7 @@ class Session(Protocol):
 def main(build: Callable[[TrialSpec, Path], Session]) -> None:
     """Entry point of an engine's worker module."""
     die_with_parent()
+    _clear_stale_build_locks()
     trial_file = Path(sys.argv[1])
     folder = trial_file.parent
     spec = TrialSpec.from_json(trial_file.read_text())
@@ -288,6 +290,22 @@ def _profiled_step(session: Session) -> dict[str, float]:
             end = hi
     comm = min(comm_us / 1e6, wall)
     return {"step_time_s": wall, "comm_s": comm, "compute_s": wall - comm}
+
+
+STALE_BUILD_LOCK_S = 600
+"""A JIT build of an engine's ops (DeepSpeed's) takes a minute or two; a lock this old was
+left by a trial killed mid-build, and would make every later trial wait on it forever."""
+
+
+def _clear_stale_build_locks() -> None:
+    root = Path(
+        os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions")
+    )
+    now = time.time()
+    for lock in root.glob("*/*/lock"):
+        with contextlib.suppress(OSError):
+            if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S:
+                lock.unlink()
 
 
 def _maybe_inject_fault(rank: int) -> None:

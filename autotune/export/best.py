@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import platform
+import re
 import shutil
 import socket
 import tempfile
@@ -75,9 +76,12 @@ def _write_all(
     (folder / TRIAL_FILE).write_text(spec.to_json())
     env = nccl_environment(spec)
     (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial))
-    script = folder / "train.sh"
-    script.write_text(train_script(engine, spec, trial, study.study_name))
-    script.chmod(0o755)
+    for name, text in (
+        ("train.sh", train_script(engine, spec, trial, study.study_name)),
+        ("train.sbatch", sbatch_script(spec, trial, study.study_name)),
+    ):
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
     (folder / "best.yaml").write_text(
         yaml.safe_dump(
             {
@@ -136,8 +140,10 @@ def simulated_banner(trial: optuna.trial.FrozenTrial) -> list[str]:
 def nccl_env_text(env: dict[str, str], spec: TrialSpec, trial: optuna.trial.FrozenTrial) -> str:
     lines = [
         *simulated_banner(trial),
-        f"# NCCL settings of study trial {trial.number} ({spec.cluster.name}, "
-        f"{spec.cluster.backend} backend).",
+        shell.comment(
+            f"NCCL settings of study trial {trial.number} ({spec.cluster.name}, "
+            f"{spec.cluster.backend} backend)."
+        ),
     ]
     if spec.cluster.backend != "nccl":
         lines.append("# The gloo backend was tuned: NCCL settings do not apply; none are set.")
@@ -147,6 +153,43 @@ def nccl_env_text(env: dict[str, str], spec: TrialSpec, trial: optuna.trial.Froz
         lines.append(f"# {NVIDIA_CAUTION}")
     lines += [f"{name}={shell.quote(value)}" for name, value in env.items()]
     return "\n".join(lines) + "\n"
+
+
+def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str) -> str:
+    """A SLURM job for the best config: one task per node, each running train.sh with the
+    rendezvous on the job's first node. Submit it from this folder: `sbatch train.sbatch`."""
+    cluster = spec.cluster
+    devices = (
+        f"--gpus-per-node={cluster.devices_per_node}"
+        if cluster.backend == "nccl"
+        else f"--cpus-per-task={cluster.devices_per_node}"
+    )
+    options = [
+        f"--job-name=autotune-{re.sub(r'[^A-Za-z0-9_.-]', '_', study_name)}",
+        f"--nodes={cluster.nodes}",
+        "--ntasks-per-node=1",
+        devices,
+        "--output=train-%j.log",
+        *cluster.slurm.options(),
+    ]
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            *(shell.sbatch_line(option) for option in options),
+            *simulated_banner(trial),
+            shell.comment(
+                f"autotune: best config of study {study_name!r}, trial {trial.number}, on "
+                f"{cluster.name}. Add --time for your run; submit from this folder."
+            ),
+            "set -euo pipefail",
+            'cd "${SLURM_SUBMIT_DIR:-.}"',
+            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            'export RDZV_ENDPOINT="$head:$((20000 + SLURM_JOB_ID % 20000))"',
+            "exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
+            "bash -c 'NODE_RANK=$SLURM_NODEID exec ./train.sh'",
+            "",
+        ]
+    )
 
 
 def train_script(
@@ -174,8 +217,10 @@ def train_script(
         [
             "#!/usr/bin/env bash",
             *simulated_banner(trial),
-            f"# autotune: best config of study {shell.quote(study_name)}, trial {trial.number} "
-            f"({trial.user_attrs.get('source', 'measured')}: {measured}).",
+            shell.comment(
+                f"autotune: best config of study {study_name!r}, trial {trial.number} "
+                f"({trial.user_attrs.get('source', 'measured')}: {measured})."
+            ),
             f"# Runs it with autotune's worker on {cluster.nodes} node(s) x "
             f"{cluster.devices_per_node} device(s). For your own training script: "
             f"{plug.get(engine.name, 'see best.yaml')}.",

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from autotune.errors import InputError
 from autotune.launchers.early_stop import EarlyStop
+from autotune.specs.cluster import Cluster
 from autotune.trialspec import RESULT_FILE, Outcome, read_json
 
 LOG_FILE = "log.txt"
@@ -36,6 +37,8 @@ class LaunchOutcome:
     wall_s: float
     result: dict[str, Any] | None = field(default=None, hash=False)
     returncode: int | None = None
+    queue_s: float = 0.0
+    """Waiting for resources (a scheduler's queue), apart from `wall_s`."""
 
 
 class Launcher(ABC):
@@ -49,20 +52,31 @@ class Launcher(ABC):
     def command(self, request: LaunchRequest) -> list[str]:
         """The exact command that runs the trial, as a person would re-run it."""
 
+    def check(self, cluster: Cluster) -> None:
+        """Raise InputError, before any trial, for what this launcher cannot run there."""
+        return None
+
     @abstractmethod
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
 
 
-LAUNCHERS = ("local", "simulate", "replay")
+LAUNCHERS = ("local", "slurm", "simulate", "replay")
 
 
-def get_launcher(name: str, calibration: Any = None) -> Launcher:
-    """A launcher by name; `calibration` tunes the simulate launcher's model."""
+def get_launcher(
+    name: str, calibration: Any = None, slurm: Any = None, gpus: bool = False
+) -> Launcher:
+    """A launcher by name; `calibration` tunes the simulate launcher's model, `slurm`
+    (SlurmSettings) and `gpus` say where and on what the slurm launcher's jobs run."""
     if name == "local":
         from autotune.launchers.local import LocalLauncher
 
         return LocalLauncher()
+    if name == "slurm":
+        from autotune.launchers.slurm import SlurmLauncher
+
+        return SlurmLauncher(slurm, gpus=gpus)
     if name == "simulate":
         from autotune.launchers.simulate import SimulateLauncher
 

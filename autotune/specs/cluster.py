@@ -31,6 +31,22 @@ class Link:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SlurmSettings:
+    """Where submitted trials go; from flags or the cluster file's `slurm:` section."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    extra_sbatch: tuple[str, ...] = field(default=())
+    """Further sbatch options, e.g. `--constraint=h100` or `--exclusive`."""
+
+    def options(self) -> list[str]:
+        named = {"partition": self.partition, "account": self.account, "qos": self.qos}
+        chosen = [f"--{k}={v}" for k, v in named.items() if v]
+        return chosen + list(self.extra_sbatch)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """Homogeneous nodes of identical devices."""
 
@@ -41,6 +57,8 @@ class Cluster:
     intra_link: Link
     inter_link: Link
     backend: Backend = "nccl"
+    slurm: SlurmSettings = SlurmSettings()
+    """Where the slurm launcher submits this cluster's trials."""
 
     @property
     def world_size(self) -> int:

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from autotune.errors import InputError
-from autotune.specs.cluster import Cluster, DeviceKind, Link
+from autotune.specs.cluster import Cluster, DeviceKind, Link, SlurmSettings
 from autotune.specs.local import cpu_device, detect_local_cluster
 from autotune.specs.presets import CLUSTER_KINDS, DEVICES, WORKLOADS, GiB
 from autotune.specs.workload import Workload
@@ -50,6 +50,13 @@ class DeviceFile(_Strict):
     peak_tflops: dict[Literal["bf16", "fp16", "fp32"], PositiveFloat]
 
 
+class SlurmFile(_Strict):
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    extra_sbatch: list[str] = Field(default_factory=list)
+
+
 class ClusterFile(_Strict):
     name: str | None = None
     nodes: PositiveInt = 1
@@ -58,6 +65,7 @@ class ClusterFile(_Strict):
     intra_link: LinkFile
     inter_link: LinkFile | None = None
     backend: Literal["nccl", "gloo"] = "nccl"
+    slurm: SlurmFile | None = None
 
 
 def load_workload(value: str) -> Workload:
@@ -111,6 +119,11 @@ def load_cluster(value: str) -> Cluster:
         intra_link=intra,
         inter_link=_link(spec.inter_link) if spec.inter_link else intra,
         backend=spec.backend,
+        slurm=SlurmSettings(
+            **{**spec.slurm.model_dump(), "extra_sbatch": tuple(spec.slurm.extra_sbatch)}
+        )
+        if spec.slurm
+        else SlurmSettings(),
     )
 
 

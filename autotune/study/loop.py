@@ -419,6 +419,7 @@ def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
         "error": record.error,
         "command": record.command,
         "wall_s": record.wall_s,
+        "queue_s": record.queue_s,
     }
     if record.result:
         attrs.update({k: record.result.get(k) for k in METRIC_KEYS})

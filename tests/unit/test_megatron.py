@@ -22,7 +22,7 @@ from autotune.engines.megatron import (
     pretrain_gpt_flags,
     transformer_config_kwargs,
 )
-from autotune.export.best import nccl_env_text, train_script
+from autotune.export.best import nccl_env_text, sbatch_script, train_script
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import load_cluster, load_workload
@@ -98,6 +98,7 @@ def test_train_script_and_nccl_env_match_golden_files() -> None:
     trial = best_trial(12345.0, "simulated")
     check_golden("train.sh", train_script(get_engine("megatron"), spec, trial, "seventy"))
     check_golden("nccl.env", nccl_env_text({}, spec, trial))
+    check_golden("train.sbatch", sbatch_script(spec, trial, "seventy"))
 
 
 @pytest.mark.parametrize("name", CASES)

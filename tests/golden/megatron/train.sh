@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SIMULATED: this config and its figures come from autotune's model, not from a measured trial. Measure it on the real cluster before relying on it.
-# autotune: best config of study seventy, trial 0 (simulated: 12,345 tokens/s).
+# autotune: best config of study 'seventy', trial 0 (simulated: 12,345 tokens/s).
 # Runs it with autotune's worker on 4 node(s) x 8 device(s). For your own training script: megatron_args.txt holds the same config as Megatron-LM pretrain_gpt.py flags, megatron_core.py as megatron-core config objects.
 set -euo pipefail
 cd "$(dirname "$0")"
