@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import TypeAdapter
 
@@ -28,18 +28,7 @@ Outcome = Literal[
     "node_fail",
     "preempted",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
-    "ok",
-    "oom",
-    "timeout",
-    "comm_error",
-    "launch_error",
-    "crash",
-    "pruned",
-    "cancelled",
-    "node_fail",
-    "preempted",
-)
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 """`pruned`: stopped early because it was clearly slower than the best so far. The last three
 come from a scheduler: cancelled outside autotune, a node failed, preempted (each retried
 once where that can help)."""

@@ -62,6 +62,16 @@ def table(results: Path) -> list[dict[str, object]]:
     return json.loads(done.stdout)
 
 
+def first_trial_id(results: Path) -> Path:
+    """The id file of the study's first trial, once its job or step runs."""
+    path = results / "s" / "trials" / "0" / "slurm_id"
+    deadline = time.monotonic() + 300
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert path.exists(), "the first trial never started"
+    return path
+
+
 def in_queue(job: str) -> bool:
     done = subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True)
     return bool(done.stdout.strip())
@@ -122,11 +132,7 @@ def test_hand_cancelled_trial_is_cancelled_and_one_past_its_limit_is_timeout(
         "run", *STUDY, "--launcher", "slurm", "--trials", "2", "--timeout-per-trial", "1m",
         "--results", str(tmp_path), env={"AUTOTUNE_INJECT_FAULT": "hang"},
     )  # fmt: skip
-    first = tmp_path / "s" / "trials" / "0" / "slurm_id"
-    deadline = time.monotonic() + 300
-    while not first.exists() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert first.exists(), "the first trial never started"
+    first = first_trial_id(tmp_path)
     time.sleep(5)
     subprocess.run(["scancel", first.read_text().strip().split(".")[0]], check=True)
     output = tuner.communicate(timeout=900)[0]
@@ -140,11 +146,7 @@ def test_killing_the_tuner_leaves_none_of_its_jobs_queued(slurm: None, tmp_path:
         "run", *STUDY, "--launcher", "slurm", "--trials", "1", "--results", str(tmp_path),
         env={"AUTOTUNE_INJECT_FAULT": "hang"},
     )  # fmt: skip
-    first = tmp_path / "s" / "trials" / "0" / "slurm_id"
-    deadline = time.monotonic() + 300
-    while not first.exists() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert first.exists(), "the trial never started"
+    first = first_trial_id(tmp_path)
     job = first.read_text().strip().split(".")[0]
     os.killpg(tuner.pid, signal.SIGKILL)
     tuner.wait(timeout=30)
