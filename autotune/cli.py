@@ -520,7 +520,35 @@ def report(study_name: str, storage: str | None, results: Path, out: Path | None
     console.print(str(write_report(load_existing_study(ref), out or ref.folder / "report.html")))
 
 
+@cli.command()
+@study_options
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--expose",
+    is_flag=True,
+    help="Allow a --host beyond loopback (optuna-dashboard has no authentication).",
+)
+def dashboard(
+    study_name: str, storage: str | None, results: Path, host: str, port: int, expose: bool
+) -> None:
+    """Serve optuna-dashboard on the study's storage until Ctrl-C."""
+    import optuna_dashboard
+
+    from autotune.report.dashboard import check_host
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    check_host(host, expose)
+    ref = study_ref(study_name, storage, results)
+    study = load_existing_study(ref)
+    study_id = study._study_id
+    console.print(f"dashboard: http://{host}:{port}/dashboard/studies/{study_id}  (Ctrl-C stops)")
+    optuna_dashboard.run_server(study._storage, host=host, port=port)
+
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv with everything autotune and its tests need, and the Debian packages the
-# integration tests use (PostgreSQL; SLURM with munge, slurmdbd and MariaDB). Safe to run again.
+# integration tests use (PostgreSQL; SLURM with munge, slurmdbd and MariaDB; Chromium for the
+# browser tests). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(postgresql slurm-wlm slurmdbd munge mariadb-server)
+packages=(postgresql slurm-wlm slurmdbd munge mariadb-server chromium)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

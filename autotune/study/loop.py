@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
+from optuna_dashboard import save_note
 
 from autotune import trial as trials
 from autotune.errors import InputError
@@ -26,6 +27,7 @@ from autotune.estimate.steptime import Calibration
 from autotune.launchers import Launcher
 from autotune.launchers.early_stop import EarlyStop
 from autotune.problem import Problem
+from autotune.report.dashboard import trial_note
 from autotune.space import TrainConfig, first_violation
 from autotune.study.choices import StudySpace, config_key
 from autotune.study.confirm import LONGER, confirm
@@ -361,6 +363,17 @@ def _run_one(
     )
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)
+    save_note(
+        trial,
+        trial_note(
+            config,
+            record.kind,
+            launcher.source,
+            record.error,
+            record.result,
+            trial.user_attrs.get("predicted"),
+        ),
+    )
     if record.kind == "ok" and record.result is not None:
         study.tell(trial, record.result["tokens_per_s"])
     elif record.kind == "pruned":

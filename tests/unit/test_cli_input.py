@@ -60,3 +60,12 @@ def test_space_command_counts_and_explains(tmp_path: Path) -> None:
         data["removed_by_rule"].values()
     )
     assert "zero_needs_dp" in data["removed_by_rule"]
+
+
+def test_dashboard_refuses_the_network_without_expose_and_unknown_studies(tmp_path: Path) -> None:
+    exposed = autotune("dashboard", "--study", "s", "--host", "0.0.0.0", cwd=tmp_path)
+    assert exposed.returncode == 2 and "--expose" in exposed.stderr
+    assert len(exposed.stderr.strip().splitlines()) == 1
+    unknown = autotune("dashboard", "--study", "nosuch", "--results", str(tmp_path), cwd=tmp_path)
+    assert unknown.returncode == 2 and "nosuch" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
