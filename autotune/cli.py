@@ -19,6 +19,7 @@ import click
 from rich.console import Console
 
 from autotune import display
+from autotune.commbench import OPS as COLLECTIVES
 from autotune.errors import AutotuneError, InputError
 from autotune.problem import load_problem, problem_from_trial_file
 from autotune.space import parse_overrides
@@ -54,7 +55,7 @@ def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--engine",
             default="deepspeed",
             show_default=True,
-            help="Training engine: deepspeed or torch.",
+            help="Training engine: deepspeed, torch or megatron.",
         ),
         click.option(
             "--model",
@@ -547,7 +548,33 @@ def dashboard(
     optuna_dashboard.run_server(study._storage, host=host, port=port)
 
 
+@cli.command()
+@click.option(
+    "--cluster",
+    default="local",
+    show_default=True,
+    help="This host's devices: local or local:N (gloo processes or GPUs with NCCL).",
+)
+@click.option("--ops", default=",".join(COLLECTIVES), show_default=True, help="Collectives.")
+@click.option("--sizes", default="1K:256M", show_default=True, help="Message sizes MIN:MAX.")
+@results_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def commbench(cluster: str, ops: str, sizes: str, results: Path, as_json: bool) -> None:
+    """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
+    beside a memory copy measured in the same run."""
+    from autotune.commbench import parse_ops, parse_sizes, run_commbench
+    from autotune.specs import load_cluster
+
+    chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
+    report = run_commbench(load_cluster(cluster), chosen_ops, chosen_sizes, results / "commbench")
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    display.commbench(console, report)
+
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
 
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -275,3 +275,32 @@ def calibration(console: Console, report: CalibrationReport) -> None:
         f"{report.in_sample_after:.1%} after"
     )
     console.print("saved: " + ", ".join(str(p) for p in report.saved_to))
+
+
+def commbench(console: Console, report: dict[str, Any]) -> None:
+    """The collectives table, and large-message busbw against the memory copy."""
+    table = Table(
+        title=f"commbench: {report['backend']}, {report['ranks']} ranks (measured)",
+        title_justify="left",
+    )
+    for column in ("op", "bytes", "time", "algbw GB/s", "busbw GB/s", "correct"):
+        table.add_column(column, justify="left" if column == "op" else "right")
+    for r in report["rows"]:
+        table.add_row(
+            r["op"],
+            f"{r['bytes']:,}",
+            f"{r['time_s'] * 1e6:,.1f} us",
+            f"{r['algbw_gbps']:.3f}",
+            f"{r['busbw_gbps']:.3f}",
+            "yes" if r["correct"] else "[red]NO[/]",
+        )
+    console.print(table)
+    memcpy = report["memcpy_gbps"]
+    largest = max(r["bytes"] for r in report["rows"])
+    for r in report["rows"]:
+        if r["bytes"] == largest:
+            console.print(
+                f"{r['op']} at {largest / 2**20:.0f} MiB: busbw {r['busbw_gbps']:.2f} GB/s = "
+                f"{r['busbw_gbps'] / memcpy:.2f}x a memory copy ({memcpy:.2f} GB/s, same run)"
+            )
+    console.print(f"files: {report['folder']}")

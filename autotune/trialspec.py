@@ -33,8 +33,11 @@ OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 come from a scheduler: cancelled outside autotune, a node failed, preempted (each retried
 once where that can help)."""
 
+NCCL_TUNED = ("NCCL_ALGO", "NCCL_PROTO")
+"""NCCL variables a trial sets from its config, and no one else: launchers drop inherited ones."""
 FAULT_ENV = "AUTOTUNE_INJECT_FAULT"
-"""Test hook: `hang`, `crash` or `oom` makes rank 0 misbehave at its first step."""
+"""Test hook: `hang`, `crash` or `oom` makes rank 0 misbehave at its first step; `nccl_env`
+gives rank 1 an NCCL setting of its own."""
 LAUNCH_EPOCH_ENV = "AUTOTUNE_LAUNCH_EPOCH"
 """Set by launchers: wall-clock time the launch began, to split trial overhead into phases."""
 

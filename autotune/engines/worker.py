@@ -110,6 +110,7 @@ def main(build: Callable[[TrialSpec, Path], Session]) -> None:
     }
     try:
         session = build(spec, folder)
+        check_nccl_environment(spec, rank)
         clock["initialized"] = time.time()
         result = _run(spec, session, folder, rank, clock)
         if rank == 0:
@@ -306,6 +307,25 @@ def _clear_stale_build_locks() -> None:
         with contextlib.suppress(OSError):
             if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S:
                 lock.unlink()
+
+
+def check_nccl_environment(spec: TrialSpec, rank: int) -> None:
+    """Every rank must run with the NCCL settings the trial chose: a variable set differently
+    on one node silently changes what is measured, or hangs the collective."""
+    if os.environ.get(FAULT_ENV) == "nccl_env" and rank == 1:
+        os.environ["NCCL_ALGO"] = "Tree"  # test hook: one rank with a setting of its own
+    chosen = {"NCCL_ALGO": spec.config.nccl_algo, "NCCL_PROTO": spec.config.nccl_proto}
+    expected = {k: None if v == "default" else v for k, v in chosen.items()}
+    mine = {name: os.environ.get(name) for name in expected}
+    everyone: list[dict[str, str | None]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(everyone, mine)
+    for other, env in enumerate(everyone):
+        for name, value in expected.items():
+            if env[name] != value:
+                raise RuntimeError(
+                    f"{name} is {env[name] or 'unset'} on rank {other} but the trial sets it "
+                    f"{value or 'unset'}: every rank must run with the trial's NCCL settings"
+                )
 
 
 def _maybe_inject_fault(rank: int) -> None:

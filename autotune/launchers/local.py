@@ -16,7 +16,7 @@ import psutil
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.early_stop import measured_step_times
 from autotune.lifetime import die_with_parent
-from autotune.trialspec import LAUNCH_EPOCH_ENV, TRIAL_FILE
+from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, TRIAL_FILE
 
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL when stopping a trial."""
@@ -49,7 +49,8 @@ class LocalLauncher(Launcher):
         ]
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
-        env = {**os.environ, **request.env, LAUNCH_EPOCH_ENV: repr(time.time())}
+        inherited = {k: v for k, v in os.environ.items() if k not in NCCL_TUNED}
+        env = {**inherited, **request.env, LAUNCH_EPOCH_ENV: repr(time.time())}
         start = time.monotonic()
         with (request.folder / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(

@@ -27,7 +27,7 @@ from autotune.errors import InputError
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.early_stop import measured_step_times
 from autotune.specs.cluster import Cluster, SlurmSettings
-from autotune.trialspec import LAUNCH_EPOCH_ENV, TRIAL_FILE
+from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, TRIAL_FILE
 
 STEP_SCRIPT = "slurm_step.sh"
 """Runs on every node of the trial (one SLURM task per node): torchrun for that node."""
@@ -104,6 +104,7 @@ def step_script(request: LaunchRequest) -> str:
         [
             "#!/usr/bin/env bash",
             "set -euo pipefail",
+            f"unset {' '.join(NCCL_TUNED)}",
             shell.exports(request.env),
             'id="$SLURM_JOB_ID${SLURM_STEP_ID:+.$SLURM_STEP_ID}"',
             'nodes="${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"',
