@@ -219,6 +219,9 @@ def _result(
             later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)
         },
         "versions": {"torch": torch.__version__},
+        "nccl_version": (
+            ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+        ),
     }
 
 

@@ -23,6 +23,7 @@ from autotune import shell
 from autotune.engines import get_engine
 from autotune.engines.base import Engine
 from autotune.errors import InputError
+from autotune.export.nccl_verdict import nccl_verdict
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.study.storage import stored_specs
@@ -40,9 +41,11 @@ NVIDIA_CAUTION = (
 
 
 def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Path]:
-    trial = best_trial(study)
-    if trial is None:
+    winner = best_trial(study)
+    if winner is None:
         raise InputError(f"study {study.study_name!r} has no completed trial to export")
+    verdict = nccl_verdict(study, winner)
+    trial = verdict.trial
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise InputError(f"output folder {out} exists and is not empty (use --force)")
     engine_name, workload, cluster = stored_specs(study)
@@ -52,7 +55,7 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        _write_all(staging, study, trial, engine, spec)
+        _write_all(staging, study, trial, engine, spec, verdict.note)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
@@ -68,6 +71,7 @@ def _write_all(
     trial: optuna.trial.FrozenTrial,
     engine: Engine,
     spec: TrialSpec,
+    nccl_note: str | None = None,
 ) -> None:
     source = trial.user_attrs.get("source", "measured")
     for path in engine.write_files(spec, folder):
@@ -75,7 +79,7 @@ def _write_all(
             path.write_text("\n".join(simulated_banner(trial)) + "\n" + path.read_text())
     (folder / TRIAL_FILE).write_text(spec.to_json())
     env = nccl_environment(spec)
-    (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial))
+    (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial, nccl_note))
     for name, text in (
         ("train.sh", train_script(engine, spec, trial, study.study_name)),
         ("train.sbatch", sbatch_script(spec, trial, study.study_name)),
@@ -137,7 +141,12 @@ def simulated_banner(trial: optuna.trial.FrozenTrial) -> list[str]:
     ]
 
 
-def nccl_env_text(env: dict[str, str], spec: TrialSpec, trial: optuna.trial.FrozenTrial) -> str:
+def nccl_env_text(
+    env: dict[str, str],
+    spec: TrialSpec,
+    trial: optuna.trial.FrozenTrial,
+    note: str | None = None,
+) -> str:
     lines = [
         *simulated_banner(trial),
         shell.comment(
@@ -151,6 +160,8 @@ def nccl_env_text(env: dict[str, str], spec: TrialSpec, trial: optuna.trial.Froz
         lines.append("# NCCL's own choices won: nothing is set.")
     else:
         lines.append(f"# {NVIDIA_CAUTION}")
+    if note:
+        lines.append(shell.comment(note))
     lines += [f"{name}={shell.quote(value)}" for name, value in env.items()]
     return "\n".join(lines) + "\n"
 

@@ -48,6 +48,11 @@ so that a handful of points cannot be explained away by a free parameter each.""
 FREE_PARAMETERS = tuple(BOUNDS)
 
 
+def nccl_default(config: TrainConfig) -> TrainConfig:
+    """The config with NCCL's own algorithm and protocol choices."""
+    return dataclasses.replace(config, nccl_algo="default", nccl_proto="default")
+
+
 @dataclass
 class GuidedSearch:
     problem: Problem
@@ -66,11 +71,16 @@ class GuidedSearch:
     the measured configs for a hundred thousand candidates are one array comparison."""
     _estimates: list[Estimate] | None = field(default=None, init=False, repr=False)
     """Predictions for the current calibration, made once per refit."""
+    _layouts: list[str] = field(init=False, repr=False)
+    """Each candidate's key with NCCL's own choices: the config NCCL knobs would refine."""
+    leader: str | None = None
+    """Layout key of the best measured config: only it gets NCCL algorithm/protocol trials."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.memory_limit = self.problem.cluster.device.memory_bytes
         self._keys = [config_key(c) for c in self.candidates]
+        self._layouts = [config_key(nccl_default(c)) for c in self.candidates]
         names = [f.name for f in dataclasses.fields(TrainConfig)]
         self._value_codes: list[dict[object, int]] = [{} for _ in names]
         self._codes = np.array([self._encode(c) for c in self.candidates], dtype=np.int32).reshape(
@@ -100,6 +110,16 @@ class GuidedSearch:
         ]
         self.measured = [o.config for o in data]
         self._estimates = None
+        fastest = max(
+            (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
+            key=lambda t: t.value or 0.0,
+            default=None,
+        )
+        self.leader = (
+            config_key(nccl_default(TrainConfig(**fastest.user_attrs["config"])))
+            if fastest is not None and "config" in fastest.user_attrs
+            else None
+        )
         free = FREE_PARAMETERS if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
         if data:
             self.calibration = fit(data, self.calibration, free=free, rounds=3)
@@ -125,9 +145,13 @@ class GuidedSearch:
             self._estimates = [self._estimate(c) for c in self.candidates]
         distances = self._distances()
         scored = []
-        for key, e, distance in zip(self._keys, self._estimates, distances, strict=True):
+        for key, layout, e, distance in zip(
+            self._keys, self._layouts, self._estimates, distances, strict=True
+        ):
             if key in excluded or e.memory.total > self.memory_limit:
                 continue
+            if key != layout and layout != self.leader:
+                continue  # NCCL settings refine the leading layout; they are not a first move
             unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
             scored.append((math.log(e.tokens_per_s) + optimism * unc, e, unc))
         scored.sort(key=lambda s: -s[0])

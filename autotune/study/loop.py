@@ -58,6 +58,7 @@ METRIC_KEYS = (
     "profile",
     "warmup_steps",
     "measured_steps",
+    "nccl_version",
 )
 
 

@@ -8,8 +8,9 @@ import pytest
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import load_problem
+from autotune.space import TrainConfig
 from autotune.study.choices import config_key
-from autotune.study.guided import GuidedSearch
+from autotune.study.guided import GuidedSearch, nccl_default
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
@@ -92,3 +93,16 @@ def test_unknown_sampler_is_refused() -> None:
 
     with pytest.raises(InputError, match="unknown sampler 'bayes'"):
         make_sampler("bayes", 0)
+
+
+def test_nccl_settings_only_refine_the_leading_layout(tmp_path: Path) -> None:
+    _, _, ran = search(tmp_path, trials=15)
+    configs = [TrainConfig(**t.user_attrs["config"]) for t in ran]
+    assert nccl_default(configs[0]) == configs[0]  # NCCL's own choices first
+    refined = 0
+    for i, config in enumerate(configs):
+        if config != nccl_default(config):
+            refined += 1
+            leader = max((t for t in ran[:i] if t.value is not None), key=lambda t: t.value)
+            assert nccl_default(config) == nccl_default(TrainConfig(**leader.user_attrs["config"]))
+    assert refined > 0
