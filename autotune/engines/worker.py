@@ -325,7 +325,7 @@ def check_nccl_environment(spec: TrialSpec, rank: int) -> None:
     for other, env in enumerate(everyone):
         for name, value in expected.items():
             if env[name] != value:
-                raise RuntimeError(
+                raise LaunchEnvironmentError(
                     f"{name} is {env[name] or 'unset'} on rank {other} but the trial sets it "
                     f"{value or 'unset'}: every rank must run with the trial's NCCL settings"
                 )
@@ -343,10 +343,16 @@ def _maybe_inject_fault(rank: int) -> None:
         raise torch.OutOfMemoryError("injected out of memory (AUTOTUNE_INJECT_FAULT=oom)")
 
 
+class LaunchEnvironmentError(RuntimeError):
+    """The ranks were started with an environment the trial did not ask for."""
+
+
 def classify_exception(exc: BaseException) -> str:
-    """oom, comm_error or crash, from the exception a rank died of."""
+    """oom, launch_error, comm_error or crash, from the exception a rank died of."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return "oom"
+    if isinstance(exc, LaunchEnvironmentError):
+        return "launch_error"
     text = str(exc)
     if isinstance(exc, dist.DistError) or any(
         marker in text

@@ -5,6 +5,7 @@ nothing but the study's name and storage."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import re
 import socket
@@ -85,6 +86,15 @@ def problem_attrs(problem: Problem) -> dict[str, Any]:
     }
 
 
+def _identity(value: Any) -> Any:
+    """What must match to resume a study: stored JSON, without where SLURM jobs are sent
+    (a resume may use another partition or account)."""
+    plain = json.loads(json.dumps(value))
+    if isinstance(plain, dict):
+        plain.pop("slurm", None)
+    return plain
+
+
 def open_study(
     ref: StudyRef, problem: Problem, sampler: optuna.samplers.BaseSampler
 ) -> optuna.Study:
@@ -100,7 +110,7 @@ def open_study(
     attrs = problem_attrs(problem)
     stored = study.user_attrs
     for key in ("engine", "workload", "cluster"):
-        if key in stored and stored[key] != attrs[key]:
+        if key in stored and _identity(stored[key]) != _identity(attrs[key]):
             raise InputError(
                 f"study {ref.name!r} was created for another {key} "
                 f"({_describe(stored[key])}); use another --study name"

@@ -235,7 +235,7 @@ def test_ctrl_c_stops_the_trial_within_seconds(tmp_path: Path) -> None:
         ("crash", "crash", "RuntimeError: injected crash"),
         ("hang", "timeout", "killed at the time limit"),
         # One rank with an NCCL setting of its own: every rank names it, the trial fails.
-        ("nccl_env", "crash", "NCCL_ALGO is Tree on rank 1 but the trial sets it unset"),
+        ("nccl_env", "launch_error", "NCCL_ALGO is Tree on rank 1 but the trial sets it unset"),
     ],
 )
 def test_failed_trials_are_recorded_and_the_study_goes_on(
