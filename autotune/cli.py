@@ -574,8 +574,6 @@ def commbench(cluster: str, ops: str, sizes: str, results: Path, as_json: bool) 
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-
-
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -14,7 +14,7 @@ from autotune import shell
 from autotune.engines.base import Engine
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.early_stop import EarlyStop
-from autotune.trialspec import TRIAL_FILE, TrialSpec, write_atomically
+from autotune.trialspec import TRIAL_FILE, TrialSpec, nccl_environment, write_atomically
 
 OUTCOME_FILE = "outcome.json"
 LAUNCH_SCRIPT = "launch.sh"
@@ -31,16 +31,6 @@ class TrialRecord:
     wall_s: float
     result: dict[str, Any] | None = field(default=None, hash=False)
     queue_s: float = 0.0
-
-
-def nccl_environment(spec: TrialSpec) -> dict[str, str]:
-    """NCCL_ALGO / NCCL_PROTO for the config's choices; nothing for NCCL's default."""
-    env = {}
-    if spec.config.nccl_algo != "default":
-        env["NCCL_ALGO"] = spec.config.nccl_algo
-    if spec.config.nccl_proto != "default":
-        env["NCCL_PROTO"] = spec.config.nccl_proto
-    return env
 
 
 def prepare(

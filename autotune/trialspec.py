@@ -79,6 +79,12 @@ class TrialSpec:
         return TypeAdapter(cls).validate_json(text)
 
 
+def nccl_environment(spec: TrialSpec) -> dict[str, str]:
+    """NCCL_ALGO / NCCL_PROTO for the config's choices; nothing for NCCL's default."""
+    chosen = dict(zip(NCCL_TUNED, (spec.config.nccl_algo, spec.config.nccl_proto), strict=True))
+    return {name: value for name, value in chosen.items() if value != "default"}
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -31,8 +31,10 @@ from autotune.trialspec import (  # noqa: E402
     FAULT_ENV,
     LAUNCH_EPOCH_ENV,
     METRICS_FILE,
+    NCCL_TUNED,
     RESULT_FILE,
     TrialSpec,
+    nccl_environment,
     write_atomically,
 )
 
@@ -317,13 +319,13 @@ def check_nccl_environment(spec: TrialSpec, rank: int) -> None:
     on one node silently changes what is measured, or hangs the collective."""
     if os.environ.get(FAULT_ENV) == "nccl_env" and rank == 1:
         os.environ["NCCL_ALGO"] = "Tree"  # test hook: one rank with a setting of its own
-    chosen = {"NCCL_ALGO": spec.config.nccl_algo, "NCCL_PROTO": spec.config.nccl_proto}
-    expected = {k: None if v == "default" else v for k, v in chosen.items()}
-    mine = {name: os.environ.get(name) for name in expected}
+    expected = nccl_environment(spec)
+    mine = {name: os.environ.get(name) for name in NCCL_TUNED}
     everyone: list[dict[str, str | None]] = [{} for _ in range(dist.get_world_size())]
     dist.all_gather_object(everyone, mine)
     for other, env in enumerate(everyone):
-        for name, value in expected.items():
+        for name in NCCL_TUNED:
+            value = expected.get(name)
             if env[name] != value:
                 raise LaunchEnvironmentError(
                     f"{name} is {env[name] or 'unset'} on rank {other} but the trial sets it "

@@ -27,8 +27,7 @@ from autotune.export.nccl_verdict import nccl_verdict
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.study.storage import stored_specs
-from autotune.trial import nccl_environment
-from autotune.trialspec import TRIAL_FILE, TrialSpec
+from autotune.trialspec import TRIAL_FILE, TrialSpec, nccl_environment
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
 COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.space import TrainConfig
+from autotune.space import TrainConfig, nccl_default
 from autotune.study.choices import config_key
-from autotune.study.guided import nccl_default
 
 NOISE_FLOOR = 0.02
 """Gains below this never count, whatever the trials' own spread says."""

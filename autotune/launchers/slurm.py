@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -26,6 +25,7 @@ from autotune import shell
 from autotune.errors import InputError
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.early_stop import measured_step_times
+from autotune.launchers.local import torchrun
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, TRIAL_FILE
 
@@ -41,7 +41,8 @@ HEARTBEAT_STALE_S = 30
 POLL_S = 1.0
 GRACE_S = 90.0
 """Past the trial's limit, how long SLURM gets to end it (TIMEOUT) before autotune cancels."""
-RETRIED_STATES = ("NODE_FAIL", "PREEMPTED")
+RETRIED_KINDS = ("node_fail", "preempted")
+"""Outcomes that say nothing of the config: the trial runs once more."""
 FINAL_STATES = (
     "COMPLETED",
     "FAILED",
@@ -91,11 +92,6 @@ def slurm_error(output: str) -> str | None:
     return (named or lines or [None])[-1]
 
 
-def _torchrun() -> str:
-    beside = Path(sys.executable).with_name("torchrun")
-    return str(beside) if beside.exists() else "torchrun"
-
-
 def step_script(request: LaunchRequest) -> str:
     """torchrun on this node, the rendezvous on the trial's first node. While it runs, the
     first node records the trial's SLURM id and cancels the trial if the tuner's heartbeat
@@ -110,7 +106,7 @@ def step_script(request: LaunchRequest) -> str:
             'nodes="${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"',
             'head=$(scontrol show hostnames "$nodes" | head -n 1)',
             "port=$((20000 + (SLURM_JOB_ID * 7 + ${SLURM_STEP_ID:-0}) % 20000))",
-            f"{shell.quote(_torchrun())} --nnodes {request.nnodes} "
+            f"{shell.quote(torchrun())} --nnodes {request.nnodes} "
             f"--nproc-per-node {request.nprocs_per_node} --rdzv-backend c10d "
             '--rdzv-endpoint "$head:$port" --rdzv-id "$id" --max-restarts 0 '
             f"-m {shell.quote(request.worker_module)} {TRIAL_FILE} &",
@@ -214,7 +210,7 @@ class SlurmLauncher(Launcher):
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         self._write_scripts(request)
         outcome = self._run_once(request)
-        if outcome.kind in ("node_fail", "preempted"):
+        if outcome.kind in RETRIED_KINDS:
             with (request.folder / LOG_FILE).open("a") as log:
                 log.write(f"autotune: {outcome.error}; running the trial once more\n")
             (request.folder / ID_FILE).unlink(missing_ok=True)
@@ -228,18 +224,18 @@ class SlurmLauncher(Launcher):
         env = {**os.environ, LAUNCH_EPOCH_ENV: repr(time.time())}
         submitted = time.monotonic()
         started: float | None = None
-        proc: subprocess.Popen[str] | None = None
+        proc: subprocess.Popen[bytes] | None = None
         if self.allocation:
-            proc = subprocess.Popen(
-                self.command(request),
-                cwd=request.folder,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+            with (request.folder / LOG_FILE).open("ab") as log:  # srun's own messages
+                proc = subprocess.Popen(
+                    self.command(request),
+                    cwd=request.folder,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             job = None
         else:
             done = subprocess.run(
@@ -257,9 +253,10 @@ class SlurmLauncher(Launcher):
         try:
             while True:
                 heartbeat.touch()
-                if started is None and _is_running(job, request.folder):
+                state = _job_state(job) if job is not None else None
+                if started is None and _is_running(state, request.folder):
                     started = time.monotonic()
-                if _finished(proc, job):
+                if _finished(proc, state):
                     break
                 if started is not None:
                     if time.monotonic() - started > request.time_limit_s + GRACE_S:
@@ -288,7 +285,7 @@ class SlurmLauncher(Launcher):
             request.folder, accounting, timed_out, run_s, queue_s, stopped_early, proc
         )
 
-    def _cancel(self, ident: str | None, proc: subprocess.Popen[str] | None) -> None:
+    def _cancel(self, ident: str | None, proc: subprocess.Popen[bytes] | None) -> None:
         if ident:
             _slurm("scancel", ident, check=False)
         if proc is not None:
@@ -314,11 +311,9 @@ def _read_id(folder: Path) -> str | None:
     return text or None
 
 
-def _is_running(job: str | None, folder: Path) -> bool:
+def _is_running(state: str | None, folder: Path) -> bool:
     """A step runs once it wrote its id; a job once squeue says so."""
-    if _read_id(folder) is not None:
-        return True
-    return job is not None and _job_state(job) in ("RUNNING", "COMPLETING")
+    return _read_id(folder) is not None or state in ("RUNNING", "COMPLETING")
 
 
 def _job_state(job: str) -> str:
@@ -326,10 +321,11 @@ def _job_state(job: str) -> str:
     return _slurm("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
 
 
-def _finished(proc: subprocess.Popen[str] | None, job: str | None) -> bool:
+def _finished(proc: subprocess.Popen[bytes] | None, state: str | None) -> bool:
+    """An srun step when its client exits; a job when squeue no longer lists it running."""
     if proc is not None:
         return proc.poll() is not None
-    return _job_state(job or "") in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+    return state in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
 def _accounting(ident: str, wait_s: float = 30.0) -> Accounting | None:
@@ -373,7 +369,7 @@ def slurm_outcome(
     run_s: float,
     queue_s: float,
     stopped_early: str | None,
-    proc: subprocess.Popen[str] | None = None,
+    proc: subprocess.Popen[bytes] | None = None,
 ) -> LaunchOutcome:
     """The worker's files first (a result is a result), then what SLURM says ended the job."""
     state = accounting.state if accounting else None

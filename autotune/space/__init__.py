@@ -1,6 +1,6 @@
 """What can be tried: `TrainConfig`, the validity rules, search-space files and enumeration."""
 
-from autotune.space.config import KNOBS, TrainConfig, parse_overrides
+from autotune.space.config import KNOBS, TrainConfig, nccl_default, parse_overrides
 from autotune.space.enumerate import Enumeration, enumerate_space
 from autotune.space.rules import GENERIC_RULES, Rule, first_violation
 from autotune.space.spacefile import SearchSpace, load_space
@@ -15,5 +15,6 @@ __all__ = [
     "enumerate_space",
     "first_violation",
     "load_space",
+    "nccl_default",
     "parse_overrides",
 ]

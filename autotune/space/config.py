@@ -61,6 +61,11 @@ class TrainConfig:
         return ",".join(f"{k}={v}" for k, v in self.differs_from_default().items())
 
 
+def nccl_default(config: TrainConfig) -> TrainConfig:
+    """The config with NCCL's own algorithm and protocol choices: the layout NCCL knobs refine."""
+    return dataclasses.replace(config, nccl_algo="default", nccl_proto="default")
+
+
 KNOBS: dict[str, type] = {
     f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
 }

@@ -24,7 +24,7 @@ from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
-from autotune.space import TrainConfig
+from autotune.space import TrainConfig, nccl_default
 from autotune.study.choices import config_key
 
 PRIOR_SPREAD = 0.15
@@ -46,11 +46,6 @@ so that a handful of points cannot be explained away by a free parameter each.""
 
 
 FREE_PARAMETERS = tuple(BOUNDS)
-
-
-def nccl_default(config: TrainConfig) -> TrainConfig:
-    """The config with NCCL's own algorithm and protocol choices."""
-    return dataclasses.replace(config, nccl_algo="default", nccl_proto="default")
 
 
 @dataclass

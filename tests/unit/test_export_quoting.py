@@ -17,8 +17,7 @@ from autotune.export.best import nccl_env_text, sbatch_script, train_script
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.specs.cluster import SlurmSettings
-from autotune.trial import nccl_environment
-from autotune.trialspec import TrialSpec
+from autotune.trialspec import TrialSpec, nccl_environment
 
 
 def hostile(canary: Path) -> list[str]:

@@ -8,9 +8,9 @@ import pytest
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import load_problem
-from autotune.space import TrainConfig
+from autotune.space import TrainConfig, nccl_default
 from autotune.study.choices import config_key
-from autotune.study.guided import GuidedSearch, nccl_default
+from autotune.study.guided import GuidedSearch
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
