@@ -257,9 +257,45 @@ def plan(
 
 
 @cli.command()
-@study_options
-def calibrate(study_name: str, storage: str | None, results: Path) -> None:
-    """Fit the model to a study's measured trials; later predictions for its cluster use it."""
+@click.option("--study", "study_name", default=None, help="Fit to this study's measured trials.")
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
+)
+@click.option(
+    "--commbench",
+    "commbench_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Fit collective times to an `autotune commbench` report.json instead.",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    help="With --commbench: the cluster it measured [default: the one the report names].",
+)
+@results_option
+def calibrate(
+    study_name: str | None,
+    storage: str | None,
+    commbench_file: Path | None,
+    cluster: str | None,
+    results: Path,
+) -> None:
+    """Fit the model to a study's measured trials, or its collective times to a commbench
+    report; later predictions for that cluster use the fit."""
+    if (study_name is None) == (commbench_file is None):
+        raise InputError("calibrate: give --study NAME or --commbench FILE (one of them)")
+    if commbench_file is not None:
+        from autotune.estimate.fit_commbench import calibrate_commbench
+        from autotune.specs import load_cluster
+
+        named = cluster or _report_cluster(commbench_file)
+        display.commbench_calibration(
+            console, calibrate_commbench(commbench_file, load_cluster(named), results)
+        )
+        return
     from autotune.estimate.fit_study import calibrate_study
     from autotune.study import load_existing_study
     from autotune.study.storage import study_ref
@@ -267,6 +303,13 @@ def calibrate(study_name: str, storage: str | None, results: Path) -> None:
     ref = study_ref(study_name, storage, results)
     report = calibrate_study(load_existing_study(ref), ref.folder, results)
     display.calibration(console, report)
+
+
+def _report_cluster(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text())["cluster"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"--commbench: {path} names no cluster; pass --cluster") from None
 
 
 @cli.command()
@@ -557,16 +600,32 @@ def dashboard(
 )
 @click.option("--ops", default=",".join(COLLECTIVES), show_default=True, help="Collectives.")
 @click.option("--sizes", default="1K:256M", show_default=True, help="Message sizes MIN:MAX.")
+@click.option(
+    "--groups",
+    default="intra",
+    show_default=True,
+    help="Group shapes: intra (a node's ranks, like TP), inter (one rank per node, like DP).",
+)
+@click.option(
+    "--sweep/--no-sweep",
+    default=True,
+    show_default=True,
+    help="On NCCL, also time every NCCL_ALGO x NCCL_PROTO each collective offers.",
+)
 @results_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def commbench(cluster: str, ops: str, sizes: str, results: Path, as_json: bool) -> None:
+def commbench(
+    cluster: str, ops: str, sizes: str, groups: str, sweep: bool, results: Path, as_json: bool
+) -> None:
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
-    from autotune.commbench import parse_ops, parse_sizes, run_commbench
+    from autotune.commbench import parse_groups, parse_ops, parse_sizes, run_commbench
     from autotune.specs import load_cluster
 
+    spec = load_cluster(cluster)
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
-    report = run_commbench(load_cluster(cluster), chosen_ops, chosen_sizes, results / "commbench")
+    shapes = tuple(parse_groups(groups, spec))
+    report = run_commbench(spec, chosen_ops, chosen_sizes, results / "commbench", shapes, sweep)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

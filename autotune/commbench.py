@@ -1,6 +1,7 @@
 """`autotune commbench`: collective bandwidth on this cluster's backend, as nccl-tests
-reports it, beside a plain memory copy measured in the same run. Launches
-autotune.commbench_worker with torchrun and writes the table as CSV and JSON."""
+reports it, beside a plain memory copy measured in the same run. On NCCL it also sweeps
+NCCL_ALGO x NCCL_PROTO for each collective. Launches autotune.commbench_worker with torchrun
+and writes the table as CSV and JSON."""
 
 from __future__ import annotations
 
@@ -14,11 +15,44 @@ from typing import Any
 import pandas as pd
 
 from autotune.errors import InputError
+from autotune.estimate.collectives import PROTOS
 from autotune.launchers.local import torchrun
 from autotune.specs import Cluster
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+GROUPS = ("intra", "inter")
+SWEEP_ALGOS = {
+    "all_reduce": ("Ring", "Tree", "NVLS", "NVLSTree"),
+    "all_gather": ("Ring", "NVLS"),
+    "reduce_scatter": ("Ring", "NVLS"),
+    "broadcast": ("Ring",),
+}
+"""The algorithms NCCL implements for each collective; all-to-all and send/recv are
+point-to-point and take no NCCL_ALGO."""
+SIMPLE_ONLY = ("NVLS", "NVLSTree")
+
+
+def nccl_variants(op: str) -> list[dict[str, str]]:
+    """NCCL's own choice first, then every algorithm x protocol NCCL offers for `op`."""
+    forced = [
+        {"NCCL_ALGO": algo, "NCCL_PROTO": proto}
+        for algo in SWEEP_ALGOS.get(op, ())
+        for proto in (("Simple",) if algo in SIMPLE_ONLY else PROTOS)
+    ]
+    return [{}, *forced]
+
+
+def parse_groups(text: str, cluster: Cluster) -> list[str]:
+    groups = [g.strip() for g in text.split(",") if g.strip()]
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown or not groups:
+        raise InputError(
+            f"--groups: unknown {', '.join(unknown) or '(none)'}; groups: {', '.join(GROUPS)}"
+        )
+    if "inter" in groups and cluster.nodes < 2:
+        raise InputError(f"--groups inter: cluster {cluster.name!r} has one node")
+    return groups
 
 
 def parse_size(text: str) -> int:
@@ -52,16 +86,27 @@ def parse_ops(text: str) -> list[str]:
 
 
 def run_commbench(
-    cluster: Cluster, ops: list[str], sizes: list[int], out_dir: Path, timeout_s: float = 1800
+    cluster: Cluster,
+    ops: list[str],
+    sizes: list[int],
+    out_dir: Path,
+    groups: tuple[str, ...] = ("intra",),
+    sweep: bool = True,
+    timeout_s: float = 1800,
 ) -> dict[str, Any]:
     """Run the benchmark on this host's devices; return its report (also in out_dir)."""
     if cluster.nodes != 1:
         raise InputError("commbench runs on this host only (one node) for now")
     folder = (out_dir / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    swept = sweep and cluster.backend == "nccl"
     plan = {
         "backend": cluster.backend,
+        "cluster": cluster.name,
+        "devices_per_node": cluster.devices_per_node,
+        "groups": list(groups),
         "ops": ops,
+        "variants": {op: nccl_variants(op) if swept else [{}] for op in ops},
         "sizes": sizes,
         "out": str(folder / "report.json"),
     }
@@ -82,6 +127,17 @@ def run_commbench(
     return report
 
 
-def largest_busbw(report: dict[str, Any], op: str = "all_reduce") -> float | None:
-    rows = [r for r in report["rows"] if r["op"] == op]
-    return max(rows, key=lambda r: r["bytes"])["busbw_gbps"] if rows else None
+def sweep_winners(report: dict[str, Any]) -> pd.DataFrame:
+    """Per collective, group and size: the fastest NCCL variant and its time against NCCL's
+    default (below 1 means the forced setting was faster). Empty without a sweep."""
+    rows = pd.DataFrame(report["rows"])
+    keys = ["op", "group", "bytes"]
+    default = rows[rows.algo == "default"].set_index(keys)["time_s"].rename("default_s")
+    forced = rows[rows.algo != "default"]
+    if forced.empty:
+        return pd.DataFrame()
+    best = forced.loc[forced.groupby(keys)["time_s"].idxmin()].join(default, on=keys)
+    best["vs_default"] = best.time_s / best.default_s
+    return best[[*keys, "algo", "proto", "time_s", "default_s", "vs_default"]].reset_index(
+        drop=True
+    )

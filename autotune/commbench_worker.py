@@ -1,5 +1,9 @@
 """Run by torchrun for `autotune commbench`: times each collective over a range of message
-sizes, checks every result, and (rank 0) times a plain memory copy for comparison.
+sizes, for each group shape and NCCL variant the plan names, checks every result, and (rank 0)
+times a plain memory copy for comparison.
+
+NCCL reads NCCL_ALGO and NCCL_PROTO when a communicator is created, so each variant sets them
+and then creates its own process groups; the default variant removes them.
 
 Bandwidths follow nccl-tests (doc/PERFORMANCE.md): algbw = S / t with S the message size
 (the full gathered or reduced buffer for all-gather and reduce-scatter), and busbw = algbw x
@@ -16,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,17 +30,19 @@ BUS_FACTOR: dict[str, Callable[[int], float]] = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "send_recv": lambda n: 1.0,
+    "broadcast": lambda n: 1.0 if n > 1 else 0.0,
+    "send_recv": lambda n: 1.0 if n > 1 else 0.0,
 }
+"""One rank moves nothing across a link: its busbw is 0 for every collective."""
 TARGET_S = 0.25
 """Time spent timing one (op, size): more iterations for small messages, at least 3."""
 
 
 def _case(
-    op: str, size: int, n: int, rank: int, device: torch.device
+    op: str, size: int, group: dist.ProcessGroup, device: torch.device
 ) -> tuple[Callable, Callable]:
-    """(run once, check the result) for `size` bytes of float32 on this rank."""
+    """(run once, check the result) for `size` bytes of float32 on this rank of `group`."""
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
     count = max(n, size // 4 // n * n)  # divisible by n for the sharded collectives
     value = float(rank + 1)
     total = n * (n + 1) / 2
@@ -47,7 +54,7 @@ def _case(
 
         def run() -> None:
             buf.fill_(value)
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=group)
 
         return run, lambda: bool(torch.all(buf == total))
     if op == "all_gather":
@@ -55,11 +62,11 @@ def _case(
         expected = torch.arange(1, n + 1, device=device, dtype=torch.float32).repeat_interleave(
             count // n
         )
-        return lambda: dist.all_gather_into_tensor(out, mine), lambda: bool(
+        return lambda: dist.all_gather_into_tensor(out, mine, group=group), lambda: bool(
             torch.equal(out, expected)
         )
     if op == "reduce_scatter":
-        return lambda: dist.reduce_scatter_tensor(shard, full), lambda: bool(
+        return lambda: dist.reduce_scatter_tensor(shard, full, group=group), lambda: bool(
             torch.all(shard == total)
         )
     if op == "all_to_all":
@@ -67,13 +74,15 @@ def _case(
         expected = torch.arange(1, n + 1, device=device, dtype=torch.float32).repeat_interleave(
             count // n
         )
-        return lambda: dist.all_to_all_single(out, send), lambda: bool(torch.equal(out, expected))
+        return lambda: dist.all_to_all_single(out, send, group=group), lambda: bool(
+            torch.equal(out, expected)
+        )
     if op == "broadcast":
         buf = full.clone()
 
         def run_broadcast() -> None:
             buf.fill_(value)
-            dist.broadcast(buf, src=0)
+            dist.broadcast(buf, group_src=0, group=group)
 
         return run_broadcast, lambda: bool(torch.all(buf == 1.0))
     if op == "send_recv":  # ranks pair up: 0<->1, 2<->3, ...; an odd last rank idles
@@ -84,9 +93,9 @@ def _case(
             if peer >= n:
                 return
             if rank % 2 == 0:
-                dist.send(buf, dst=peer)
+                dist.send(buf, group_dst=peer, group=group)
             else:
-                dist.recv(buf, src=peer)
+                dist.recv(buf, group_src=peer, group=group)
 
         expected = float(rank) if rank % 2 == 1 else value  # the even partner's rank + 1
         return run_pair, lambda: peer >= n or bool(torch.all(buf == expected))
@@ -94,14 +103,15 @@ def _case(
 
 
 def _time(run: Callable[[], None], device: torch.device) -> float:
-    """Median seconds of one call; every rank agrees on the iteration count."""
+    """Median seconds of one call; every rank agrees on the iteration count. Groups of one
+    shape run side by side, as a layout's TP or DP groups do."""
     run()
     dist.barrier()
     start = time.perf_counter()
     run()
     dist.barrier()
     once = time.perf_counter() - start
-    guess = torch.tensor([once], dtype=torch.float64)
+    guess = torch.tensor([once], dtype=torch.float64, device=device)
     dist.all_reduce(guess, op=dist.ReduceOp.MAX)
     iterations = int(max(3, min(200, TARGET_S / max(guess.item(), 1e-6))))
     times = []
@@ -112,7 +122,7 @@ def _time(run: Callable[[], None], device: torch.device) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
-    slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a collective ends with its last rank
     return slowest.item()
 
@@ -132,6 +142,65 @@ def memcpy_bandwidth(size: int, device: torch.device) -> float:
     return size / statistics.median(times)
 
 
+def group_members(shape: str, world: int, per_node: int) -> list[list[int]]:
+    """Ranks of each group of a shape: `intra` = one node's ranks, `inter` = the same local
+    rank on every node (how Megatron's rank order places TP and, with tp = a node, DP)."""
+    nodes = world // per_node
+    if shape == "intra":
+        return [list(range(k * per_node, (k + 1) * per_node)) for k in range(nodes)]
+    return [[local + k * per_node for k in range(nodes)] for local in range(per_node)]
+
+
+def _measure(
+    op: str, size: int, group: dist.ProcessGroup, device: torch.device
+) -> tuple[float, bool]:
+    run, check = _case(op, size, group, device)
+    seconds = _time(run, device)
+    ok = torch.tensor([1 if check() else 0], device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return seconds, bool(ok.item())
+
+
+def _set_variant(variant: dict[str, str]) -> None:
+    for name in ("NCCL_ALGO", "NCCL_PROTO"):
+        os.environ.pop(name, None)
+    os.environ.update(variant)
+
+
+def _variant_rows(
+    plan: dict[str, Any], shape: str, op: str, variant: dict[str, str], device: torch.device
+) -> list[dict[str, Any]]:
+    """Every size of `op` on fresh groups of `shape` created under `variant`'s settings."""
+    world, per_node = dist.get_world_size(), plan["devices_per_node"]
+    _set_variant(variant)
+    members = group_members(shape, world, per_node)
+    group, _ = dist.new_subgroups_by_enumeration(members, backend=plan["backend"])
+    n = dist.get_world_size(group)
+    rows = []
+    try:
+        for size in plan["sizes"]:
+            seconds, correct = _measure(op, size, group, device)
+            algbw = size / seconds
+            rows.append(
+                {
+                    "op": op,
+                    "group": shape,
+                    "ranks": n,
+                    "nodes": world // per_node if shape == "inter" else 1,
+                    "algo": variant.get("NCCL_ALGO", "default"),
+                    "proto": variant.get("NCCL_PROTO", "default"),
+                    "bytes": size,
+                    "time_s": seconds,
+                    "algbw_gbps": algbw / 1e9,
+                    "busbw_gbps": algbw * BUS_FACTOR[op](n) / 1e9,
+                    "correct": correct,
+                }
+            )
+    finally:
+        dist.destroy_process_group(group)
+    return rows
+
+
 def main() -> None:
     plan = json.loads(Path(sys.argv[1]).read_text())
     backend = plan["backend"]
@@ -140,34 +209,29 @@ def main() -> None:
     dist.init_process_group(backend=backend)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None
     device = device or torch.device("cpu")
-    rank, n = dist.get_rank(), dist.get_world_size()
-    rows = []
-    for op in plan["ops"]:
-        for size in plan["sizes"]:
-            run, check = _case(op, size, n, rank, device)
-            seconds = _time(run, device)
-            ok = torch.tensor([1 if check() else 0])
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            algbw = size / seconds
-            rows.append(
-                {
-                    "op": op,
-                    "bytes": size,
-                    "ranks": n,
-                    "time_s": seconds,
-                    "algbw_gbps": algbw / 1e9,
-                    "busbw_gbps": algbw * BUS_FACTOR[op](n) / 1e9,
-                    "correct": bool(ok.item()),
-                }
-            )
-    if rank == 0:
+    rows, refused = [], []
+    for shape in plan["groups"]:
+        for op in plan["ops"]:
+            for variant in plan["variants"][op]:
+                try:
+                    rows += _variant_rows(plan, shape, op, variant, device)
+                except dist.DistBackendError as exc:  # NCCL refuses a setting this fabric lacks
+                    first_line = str(exc).strip().splitlines()[0]
+                    refused.append({"op": op, "group": shape, **variant, "error": first_line})
+    _set_variant({})
+    if dist.get_rank() == 0:
         memcpy = memcpy_bandwidth(max(plan["sizes"]), device)
         report = {
             "backend": backend,
-            "ranks": n,
+            "cluster": plan["cluster"],
+            "ranks": dist.get_world_size(),
+            "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))
+            if backend == "nccl"
+            else None,
             "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
             "memcpy_gbps": memcpy / 1e9,
             "rows": rows,
+            "refused": refused,
         }
         Path(plan["out"]).write_text(json.dumps(report, indent=2) + "\n")
     dist.barrier()

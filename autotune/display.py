@@ -10,6 +10,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from autotune.commbench import sweep_winners
+from autotune.estimate.fit_commbench import CommCalibrationReport
 from autotune.estimate.fit_study import CalibrationReport
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
@@ -277,17 +279,61 @@ def calibration(console: Console, report: CalibrationReport) -> None:
     console.print("saved: " + ", ".join(str(p) for p in report.saved_to))
 
 
+def commbench_calibration(console: Console, report: CommCalibrationReport) -> None:
+    table = Table(
+        "op", "link", "ranks", "NCCL", "latency", "busbw GB/s", "median error",
+        title=f"collective times fitted for {report.cluster} (t = latency + bus bytes / busbw)",
+        title_justify="left",
+    )  # fmt: skip
+    for f in report.fits:
+        table.add_row(
+            f.op,
+            f.link,
+            str(f.ranks),
+            "default" if f.algo == "default" else f"{f.algo}/{f.proto}",
+            f"{f.latency_s * 1e6:,.1f} us",
+            f"{f.busbw_bytes_per_s / 1e9:.3f}",
+            f"{f.median_error:.1%}",
+        )
+    console.print(table)
+    console.print(f"saved: {report.saved_to} (estimate, plan and run use it for this cluster)")
+
+
+def _sweep_table(winners: pd.DataFrame, nccl_version: str | None) -> Table:
+    table = Table(
+        title=f"NCCL sweep (NCCL {nccl_version}): fastest forced setting per size (measured)",
+        title_justify="left",
+    )
+    for column in ("op", "group", "bytes", "fastest", "time", "default", "vs default"):
+        table.add_column(
+            column, justify="left" if column in ("op", "group", "fastest") else "right"
+        )
+    for w in winners.itertuples():
+        table.add_row(
+            w.op,
+            w.group,
+            f"{w.bytes:,}",
+            f"{w.algo}/{w.proto}",
+            f"{w.time_s * 1e6:,.1f} us",
+            f"{w.default_s * 1e6:,.1f} us",
+            f"{w.vs_default:.2f}x",
+        )
+    return table
+
+
 def commbench(console: Console, report: dict[str, Any]) -> None:
     """The collectives table, and large-message busbw against the memory copy."""
     table = Table(
         title=f"commbench: {report['backend']}, {report['ranks']} ranks (measured)",
         title_justify="left",
     )
-    for column in ("op", "bytes", "time", "algbw GB/s", "busbw GB/s", "correct"):
-        table.add_column(column, justify="left" if column == "op" else "right")
+    for column in ("op", "group", "NCCL", "bytes", "time", "algbw GB/s", "busbw GB/s", "correct"):
+        table.add_column(column, justify="right" if column in ("bytes", "time") else "left")
     for r in report["rows"]:
         table.add_row(
             r["op"],
+            f"{r['group']} ({r['ranks']})",
+            "default" if r["algo"] == "default" else f"{r['algo']}/{r['proto']}",
             f"{r['bytes']:,}",
             f"{r['time_s'] * 1e6:,.1f} us",
             f"{r['algbw_gbps']:.3f}",
@@ -295,10 +341,23 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
             "yes" if r["correct"] else "[red]NO[/]",
         )
     console.print(table)
+    winners = sweep_winners(report)
+    if not winners.empty:
+        console.print(_sweep_table(winners, report.get("nccl_version")))
+    for r in report.get("refused", []):
+        console.print(
+            f"NCCL refused {r['op']} ({r['group']}) with NCCL_ALGO={r.get('NCCL_ALGO')} "
+            f"NCCL_PROTO={r.get('NCCL_PROTO')}: {r['error']}"
+        )
+    if report["ranks"] == 1:
+        console.print(
+            "one rank: no link is crossed, so times are NCCL's launch and local copies; "
+            "this exercises the NCCL path and the sweep, not the fabric"
+        )
     memcpy = report["memcpy_gbps"]
     largest = max(r["bytes"] for r in report["rows"])
     for r in report["rows"]:
-        if r["bytes"] == largest:
+        if r["bytes"] == largest and r["algo"] == "default":
             console.print(
                 f"{r['op']} at {largest / 2**20:.0f} MiB: busbw {r['busbw_gbps']:.2f} GB/s = "
                 f"{r['busbw_gbps'] / memcpy:.2f}x a memory copy ({memcpy:.2f} GB/s, same run)"

@@ -27,6 +27,7 @@ from megatron.core.models.gpt.gpt_layer_specs import (  # noqa: E402
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
+from megatron.core.transformer.module import Float16Module  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
@@ -126,6 +127,8 @@ class MegatronSession:
         model_parallel_cuda_manual_seed(0)
         chunks = [chunk.to(self.device) for chunk in build_chunks(spec)]
         config = chunks[0].config
+        if config.bf16 or config.fp16:  # as Megatron-LM's get_model: 16-bit weights and compute
+            chunks = [Float16Module(config, chunk) for chunk in chunks]
         ddp_config = DistributedDataParallelConfig(**ddp_config_kwargs(w, c))
         self.model = [
             # Later chunks' communication overlaps with compute anyway (as Megatron-LM).

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.estimate.collectives import Fabric, Op, bus_factor, collective_time, nccl_bytes
+from autotune.estimate.commfit import CollectiveFit, matching_fit
 from autotune.specs import Cluster
 
 
@@ -43,11 +44,16 @@ def seconds(
     algo: str = "default",
     proto: str = "default",
     bandwidth_scale: float = 1.0,
+    fits: tuple[CollectiveFit, ...] = (),
 ) -> float:
-    """One collective over `group`; `bandwidth_scale` is the calibrated share of the model's
-    bandwidth the fabric really delivers."""
+    """One collective over `group`: from the cluster's commbench fit where one matches, else
+    the model, with `bandwidth_scale` the calibrated share of its bandwidth the fabric
+    really delivers."""
     if group.size <= 1 or per_rank_bytes <= 0:
         return 0.0
+    fit = matching_fit(fits, op, group.nodes, group.size, algo, proto)
+    if fit is not None:
+        return fit.seconds(op, per_rank_bytes, group.size)
     nccl = fabric(cluster)
     if nccl is not None:
         t, choice = collective_time(op, per_rank_bytes, group.size, group.nodes, nccl, algo, proto)

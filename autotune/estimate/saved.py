@@ -7,21 +7,28 @@ import json
 import re
 from pathlib import Path
 
+from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.specs import Cluster
 from autotune.trialspec import write_atomically
 
 
-def calibration_path(results: Path, cluster: Cluster) -> Path:
-    return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', cluster.name)}.json"
+def calibration_path(results: Path, cluster: Cluster | str) -> Path:
+    name = cluster if isinstance(cluster, str) else cluster.name
+    return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
+
+
+def read_calibration(path: Path) -> Calibration:
+    stored = json.loads(path.read_text())["calibration"]
+    fits = tuple(CollectiveFit(**f) for f in stored.pop("collectives", []))
+    return Calibration(**stored, collectives=fits)
 
 
 def load_calibration(results: Path, cluster: Cluster) -> tuple[Calibration, str]:
     """The cluster's fitted calibration if one was saved, else the default; and which."""
     path = calibration_path(results, cluster)
     if path.is_file():
-        data = json.loads(path.read_text())
-        return Calibration(**data["calibration"]), f"fitted ({path})"
+        return read_calibration(path), f"fitted ({path})"
     default = DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
     return default, f"default for {cluster.device.generation}"
 

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.estimate import comm
+from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import rank_parameters, recomputed_layers
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
@@ -38,6 +39,9 @@ class Calibration:
     """Share of the collective model's bandwidth the fabric delivers."""
     overlap: float = 0.8
     """Share of the backward pass that data-parallel communication can hide behind."""
+    collectives: tuple[CollectiveFit, ...] = ()
+    """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
+    one matches, it replaces the collective model and bandwidth_scale."""
 
 
 # GPU defaults: fitted to the published runs in shared/data (scripts/validate_costmodel.py
@@ -149,7 +153,14 @@ def step_time(
     tp_group = comm.place(c.tp, 1, dpn)
     activation = c.mbs * w.seq_length * w.hidden_size * width
     per_collective = comm.seconds(
-        "all_reduce", activation, tp_group, cluster, c.nccl_algo, c.nccl_proto, cal.bandwidth_scale
+        "all_reduce",
+        activation,
+        tp_group,
+        cluster,
+        c.nccl_algo,
+        c.nccl_proto,
+        cal.bandwidth_scale,
+        cal.collectives,
     )
     per_micro_tp = (4 * layers + 2 * rebuilt) * per_collective
 
@@ -214,6 +225,7 @@ def _data_parallel(
             c.nccl_algo,
             c.nccl_proto,
             cal.bandwidth_scale,
+            cal.collectives,
         )  # type: ignore[arg-type]
 
     if c.zero == 0:

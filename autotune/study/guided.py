@@ -39,6 +39,11 @@ DISTANCE_WEIGHT = 0.1
 EXPLORE = 1.0
 """Standard deviations of optimism when proposing (about an 84% one-sided bound)."""
 CONFIDENCE = 2.0
+NCCL_SPREAD = 0.3
+"""How far NCCL's own choice may be from the best forced setting, as a share of the exposed
+collective time: forcing an algorithm or protocol moves busbw by tens of percent at some
+sizes, and NCCL settings change nothing else. A variant's uncertainty is this times its
+communication share, so compute-bound layouts get no NCCL trials."""
 """Standard deviations the stop rule demands (about 98% one-sided): stopping is for good."""
 FULL_FIT_AFTER = 8
 """Measured trials before all four parameters are fitted; fewer fit compute efficiency only,
@@ -46,6 +51,11 @@ so that a handful of points cannot be explained away by a free parameter each.""
 
 
 FREE_PARAMETERS = tuple(BOUNDS)
+
+
+def _comm_share(e: Estimate) -> float:
+    s = e.step
+    return (s.tp_comm_s + s.pp_p2p_s + s.dp_exposed_s) / s.total_s
 
 
 @dataclass
@@ -68,8 +78,8 @@ class GuidedSearch:
     """Predictions for the current calibration, made once per refit."""
     _layouts: list[str] = field(init=False, repr=False)
     """Each candidate's key with NCCL's own choices: the config NCCL knobs would refine."""
-    leader: str | None = None
-    """Layout key of the best measured config: only it gets NCCL algorithm/protocol trials."""
+    leader_measured: tuple[TrainConfig, float] | None = None
+    """The best measured config and its tokens/s, which NCCL variants are scored against."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -110,8 +120,8 @@ class GuidedSearch:
             key=lambda t: t.value or 0.0,
             default=None,
         )
-        self.leader = (
-            config_key(nccl_default(TrainConfig(**fastest.user_attrs["config"])))
+        self.leader_measured = (
+            (TrainConfig(**fastest.user_attrs["config"]), fastest.value or 0.0)
             if fastest is not None and "config" in fastest.user_attrs
             else None
         )
@@ -139,16 +149,30 @@ class GuidedSearch:
         if self._estimates is None:
             self._estimates = [self._estimate(c) for c in self.candidates]
         distances = self._distances()
+        refine = self._refinement_anchor()
+        bar = (
+            math.log(self.leader_measured[1] * (1 + self.threshold))  # type: ignore[index]
+            if refine is not None
+            else math.inf
+        )
         scored = []
         for key, layout, e, distance in zip(
             self._keys, self._layouts, self._estimates, distances, strict=True
         ):
             if key in excluded or e.memory.total > self.memory_limit:
                 continue
-            if key != layout and layout != self.leader:
-                continue  # NCCL settings refine the leading layout; they are not a first move
-            unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
-            scored.append((math.log(e.tokens_per_s) + optimism * unc, e, unc))
+            if key == layout:
+                unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
+                scored.append((math.log(e.tokens_per_s) + optimism * unc, e, unc))
+            elif layout == self.leader and refine is not None:
+                # NCCL settings refine the measured leader: its measurement, moved by the
+                # model's predicted change, plus what NCCL's choice may leave on the table.
+                # Kept only while it could beat the leader by the threshold at the stop rule's
+                # confidence, so proposing and stopping agree.
+                unc = NCCL_SPREAD * _comm_share(e)
+                expected = refine + math.log(e.tokens_per_s)
+                if expected + CONFIDENCE * unc > bar:
+                    scored.append((expected + optimism * unc, e, unc))
         scored.sort(key=lambda s: -s[0])
         return scored
 
@@ -174,6 +198,20 @@ class GuidedSearch:
                 f"the best by more than {self.threshold:.0%}"
             )
         return None
+
+    @property
+    def leader(self) -> str | None:
+        """Layout key of the best measured config: only it gets NCCL algorithm/protocol
+        trials."""
+        return config_key(nccl_default(self.leader_measured[0])) if self.leader_measured else None
+
+    def _refinement_anchor(self) -> float | None:
+        """log(measured / predicted) tokens/s of the leader: added to a variant's predicted
+        log throughput, it gives the variant's expected measurement."""
+        if self.leader_measured is None or not self.leader_measured[1]:
+            return None
+        config, measured = self.leader_measured
+        return math.log(measured / self._estimate(config).tokens_per_s)
 
     def _estimate(self, config: TrainConfig) -> Estimate:
         p = self.problem

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 from autotune.commbench import OPS
+from autotune.estimate.comm import Group, seconds
+from autotune.estimate.saved import load_calibration
+from autotune.specs import load_cluster
 from tests.conftest import autotune
 
 pytestmark = pytest.mark.slow
@@ -32,8 +36,68 @@ def test_every_collective_is_timed_checked_and_scaled_as_nccl_tests(tmp_path: Pa
     assert (folder / "commbench.csv").exists() and (folder / "report.json").exists()
 
 
+def test_calibrating_from_commbench_makes_the_model_predict_its_collectives(
+    tmp_path: Path,
+) -> None:
+    done = autotune(
+        "commbench", "--cluster", "local:2", "--sizes", "64K:16M", "--ops", "all_gather",
+        "--results", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    cluster = load_cluster("local:2")
+
+    def median_error() -> float:
+        cal, _ = load_calibration(tmp_path, cluster)
+        return statistics.median(
+            abs(
+                seconds("all_gather", r["bytes"] / 2, Group(2, 1), cluster, fits=cal.collectives)
+                / r["time_s"]
+                - 1
+            )
+            for r in report["rows"]
+        )
+
+    before = median_error()
+    fitted = autotune(
+        "calibrate", "--commbench", str(Path(report["folder"]) / "report.json"),
+        "--results", str(tmp_path),
+    )  # fmt: skip
+    assert fitted.returncode == 0, fitted.stderr
+    assert "all_gather" in fitted.stdout and "local_2.json" in fitted.stdout
+    after = median_error()
+    assert after < 0.2 and after < before, (before, after)
+    estimate = autotune(
+        "estimate", "--cluster", "local:2", "--config", "zero=3,mbs=2", "--results",
+        str(tmp_path), "--json",
+    )  # fmt: skip
+    assert json.loads(estimate.stdout)["calibration"].startswith("fitted")
+
+
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--sizes", "4M:1K"), ("--sizes", "big"), ("--ops", "all_reduce,nope")]
+    "args",
+    [
+        ("--commbench", "missing.json"),
+        ("--commbench", "tests/golden/megatron/nemo_like.megatron_args.txt"),
+        ("--study", "x", "--commbench", "missing.json"),
+        (),
+    ],
+)
+def test_bad_calibrate_input_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    done = autotune("calibrate", *args, "--results", str(tmp_path))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "calibration").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--sizes", "4M:1K"),
+        ("--sizes", "big"),
+        ("--ops", "all_reduce,nope"),
+        ("--groups", "inter"),
+        ("--groups", "diagonal"),
+    ],
 )
 def test_bad_commbench_input_is_one_line(tmp_path: Path, flag: str, value: str) -> None:
     done = autotune("commbench", "--cluster", "local:2", flag, value, "--results", str(tmp_path))

@@ -1,5 +1,8 @@
 """megatron-core config objects of the tuned config; pass them to GPTModel,
 DistributedDataParallel and get_megatron_optimizer in your training script.
+Under bf16 or fp16, wrap each GPTModel in
+megatron.core.transformer.module.Float16Module(transformer_config, model) before
+DistributedDataParallel, as Megatron-LM's get_model does: the measured trials did.
 """
 
 import torch

@@ -1,0 +1,38 @@
+"""`autotune calibrate --commbench`: fit collective times to a commbench report and save them
+into the cluster's calibration, keeping its other fitted parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import InputError
+from autotune.estimate.commfit import CollectiveFit, fit_commbench, require_fits
+from autotune.estimate.saved import calibration_path, load_calibration, save_calibration
+from autotune.specs import Cluster
+
+
+@dataclass(frozen=True)
+class CommCalibrationReport:
+    fits: tuple[CollectiveFit, ...]
+    cluster: str
+    saved_to: Path
+
+
+def calibrate_commbench(
+    report_path: Path, cluster: Cluster, results: Path
+) -> CommCalibrationReport:
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--commbench: cannot read {report_path}: {exc}") from None
+    if not isinstance(report, dict) or "rows" not in report:
+        raise InputError(f"--commbench: {report_path} is not a commbench report.json")
+    fits = tuple(require_fits(fit_commbench(report), str(report_path)))
+    before, _ = load_calibration(results, cluster)
+    path = calibration_path(results, cluster)
+    meta = {"commbench": str(report_path.resolve()), "cluster": cluster.name}
+    save_calibration(path, dataclasses.replace(before, collectives=fits), meta)
+    return CommCalibrationReport(fits=fits, cluster=cluster.name, saved_to=path)
