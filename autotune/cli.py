@@ -173,15 +173,18 @@ def trial(
         sys.exit(1)
 
 
+storage_option = click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
+)
+
+
 def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--study, --storage and --results for the commands that read a study."""
     options = [
         click.option("--study", "study_name", required=True, help="Study name."),
-        click.option(
-            "--storage",
-            default=None,
-            help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
-        ),
+        storage_option,
         results_option,
     ]
     for option in reversed(options):
@@ -258,11 +261,7 @@ def plan(
 
 @cli.command()
 @click.option("--study", "study_name", default=None, help="Fit to this study's measured trials.")
-@click.option(
-    "--storage",
-    default=None,
-    help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
-)
+@storage_option
 @click.option(
     "--commbench",
     "commbench_file",
@@ -354,11 +353,7 @@ def _report_cluster(path: Path) -> str:
 @click.option(
     "--study", "study_name", default=None, help="Study name [default: <model>-<cluster>-<engine>]."
 )
-@click.option(
-    "--storage",
-    default=None,
-    help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
-)
+@storage_option
 @results_option
 @click.option(
     "--sampler",
