@@ -281,8 +281,9 @@ def calibration(console: Console, report: CalibrationReport) -> None:
 
 def commbench_calibration(console: Console, report: CommCalibrationReport) -> None:
     table = Table(
-        "op", "link", "ranks", "NCCL", "latency", "busbw GB/s", "median error",
-        title=f"collective times fitted for {report.cluster} (t = latency + bus bytes / busbw)",
+        "op", "link", "ranks", "NCCL", "regimes: latency + bus bytes / busbw", "median error",
+        title=f"collective times fitted for {report.cluster} (each size takes its fastest "
+        "regime)",
         title_justify="left",
     )  # fmt: skip
     for f in report.fits:
@@ -291,8 +292,10 @@ def commbench_calibration(console: Console, report: CommCalibrationReport) -> No
             f.link,
             str(f.ranks),
             "default" if f.algo == "default" else f"{f.algo}/{f.proto}",
-            f"{f.latency_s * 1e6:,.1f} us",
-            f"{f.busbw_bytes_per_s / 1e9:.3f}",
+            "; ".join(
+                f"{r.latency_s * 1e6:,.1f} us + B / {r.busbw_bytes_per_s / 1e9:.3f} GB/s"
+                for r in f.regimes
+            ),
             f"{f.median_error:.1%}",
         )
     console.print(table)

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from autotune.estimate.commfit import CollectiveFit
+from autotune.estimate.commfit import CollectiveFit, Regime
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.specs import Cluster
 from autotune.trialspec import write_atomically
@@ -20,7 +20,10 @@ def calibration_path(results: Path, cluster: Cluster | str) -> Path:
 
 def read_calibration(path: Path) -> Calibration:
     stored = json.loads(path.read_text())["calibration"]
-    fits = tuple(CollectiveFit(**f) for f in stored.pop("collectives", []))
+    fits = tuple(
+        CollectiveFit(**{**f, "regimes": tuple(Regime(**r) for r in f["regimes"])})
+        for f in stored.pop("collectives", [])
+    )
     return Calibration(**stored, collectives=fits)
 
 

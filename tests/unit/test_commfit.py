@@ -7,7 +7,13 @@ import pytest
 from autotune.commbench import nccl_variants, sweep_winners
 from autotune.errors import InputError
 from autotune.estimate.comm import Group, seconds
-from autotune.estimate.commfit import CollectiveFit, fit_commbench, matching_fit, require_fits
+from autotune.estimate.commfit import (
+    CollectiveFit,
+    Regime,
+    fit_commbench,
+    matching_fit,
+    require_fits,
+)
 from autotune.specs import load_cluster
 
 SIZES = [2**k for k in range(10, 25)]
@@ -26,9 +32,27 @@ def test_fit_recovers_latency_and_bus_bandwidth() -> None:
     rows = [row("all_reduce", s, 20e-6 + 1.5 * s / 10e9) for s in SIZES]
     (fit,) = fit_commbench({"rows": rows})
     assert (fit.op, fit.link, fit.ranks, fit.algo) == ("all_reduce", "intra", 4, "default")
-    assert fit.latency_s == pytest.approx(20e-6, rel=1e-6)
-    assert fit.busbw_bytes_per_s == pytest.approx(10e9, rel=1e-6)
+    (regime,) = fit.regimes  # one line explains it all: no second regime
+    assert regime.latency_s == pytest.approx(20e-6, rel=1e-6)
+    assert regime.busbw_bytes_per_s == pytest.approx(10e9, rel=1e-6)
     assert fit.median_error < 1e-9
+
+
+def test_a_protocol_switch_is_fitted_as_two_regimes_taking_the_faster() -> None:
+    # NCCL's default: LL (5 us, 20 GB/s) for small messages, Simple (40 us, 200 GB/s) for large
+    def nccl(size: int) -> float:
+        bus = 1.5 * size
+        return min(5e-6 + bus / 20e9, 40e-6 + bus / 200e9)
+
+    (fit,) = fit_commbench({"rows": [row("all_reduce", s, nccl(s)) for s in SIZES]})
+    assert sorted(
+        (round(r.latency_s * 1e6), round(r.busbw_bytes_per_s / 1e9)) for r in fit.regimes
+    ) == [
+        (5, 20),
+        (40, 200),
+    ]
+    assert fit.median_error < 0.01
+    assert fit.seconds("all_reduce", 2**30, 4) == pytest.approx(nccl(2**30), rel=0.01)
 
 
 def test_wrong_one_rank_and_point_to_point_rows_are_not_fitted() -> None:
@@ -60,7 +84,7 @@ def test_each_nccl_setting_gets_its_own_fit_and_the_model_uses_the_matching_one(
 
 
 def test_a_fit_serves_other_group_sizes_with_ring_latency_steps() -> None:
-    fit = CollectiveFit("all_gather", "intra", 2, "default", "default", 10e-6, 1e9, 0.0)
+    fit = CollectiveFit("all_gather", "intra", 2, "default", "default", (Regime(10e-6, 1e9),), 0.0)
     assert matching_fit([fit], "all_gather", 1, 8, "default", "default") is fit
     assert matching_fit([fit], "all_gather", 2, 8, "default", "default") is None
     # 8 ranks: 7 steps of latency; all-gather of 1 MB per rank moves 8 MB x 7/8 on the bus
