@@ -173,6 +173,24 @@ def trial(
         sys.exit(1)
 
 
+def slurm_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--partition, --account, --qos and --sbatch-option: where the slurm launcher's jobs go."""
+    options = [
+        click.option("--partition", default=None, help="slurm: partition of the jobs."),
+        click.option("--account", default=None, help="slurm: account charged for the jobs."),
+        click.option("--qos", default=None, help="slurm: quality of service of the jobs."),
+        click.option(
+            "--sbatch-option",
+            "sbatch_options",
+            multiple=True,
+            help="slurm: a further sbatch option for every job, e.g. --sbatch-option=--exclusive.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 storage_option = click.option(
     "--storage",
     default=None,
@@ -320,15 +338,7 @@ def _report_cluster(path: Path) -> str:
     help="local (torchrun), slurm (sbatch jobs, or srun steps inside an allocation), "
     "simulate (the model's predictions) or replay (a recorded sweep).",
 )
-@click.option("--partition", default=None, help="slurm: partition of the trials' jobs.")
-@click.option("--account", default=None, help="slurm: account charged for the trials' jobs.")
-@click.option("--qos", default=None, help="slurm: quality of service of the trials' jobs.")
-@click.option(
-    "--sbatch-option",
-    "sbatch_options",
-    multiple=True,
-    help="slurm: a further sbatch option for every trial, e.g. --sbatch-option=--exclusive.",
-)
+@slurm_options
 @click.option(
     "--table",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -591,7 +601,8 @@ def dashboard(
     "--cluster",
     default="local",
     show_default=True,
-    help="This host's devices: local or local:N (gloo processes or GPUs with NCCL).",
+    help="local or local:N (this host: gloo processes or GPUs with NCCL), a preset or a "
+    "cluster file; several nodes need --launcher slurm.",
 )
 @click.option("--ops", default=",".join(COLLECTIVES), show_default=True, help="Collectives.")
 @click.option("--sizes", default="1K:256M", show_default=True, help="Message sizes MIN:MAX.")
@@ -607,20 +618,43 @@ def dashboard(
     show_default=True,
     help="On NCCL, also time every NCCL_ALGO x NCCL_PROTO each collective offers.",
 )
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="local (torchrun on this host) or slurm (a job, or a step of this allocation).",
+)
+@slurm_options
 @results_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def commbench(
-    cluster: str, ops: str, sizes: str, groups: str, sweep: bool, results: Path, as_json: bool
+    cluster: str,
+    ops: str,
+    sizes: str,
+    groups: str,
+    sweep: bool,
+    launcher: str,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    sbatch_options: tuple[str, ...],
+    results: Path,
+    as_json: bool,
 ) -> None:
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
     from autotune.commbench import parse_groups, parse_ops, parse_sizes, run_commbench
+    from autotune.launchers import get_launcher
     from autotune.specs import load_cluster
 
     spec = load_cluster(cluster)
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
     shapes = tuple(parse_groups(groups, spec))
-    report = run_commbench(spec, chosen_ops, chosen_sizes, results / "commbench", shapes, sweep)
+    slurm = _slurm_settings(spec, partition, account, qos, sbatch_options)
+    runner = get_launcher(launcher, slurm=slurm, gpus=spec.backend == "nccl")
+    out = results / "commbench"
+    report = run_commbench(spec, chosen_ops, chosen_sizes, out, shapes, sweep, runner)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,14 @@ import pandas as pd
 
 from autotune.errors import InputError
 from autotune.estimate.collectives import PROTOS
-from autotune.launchers.local import torchrun
+from autotune.launchers.base import LOG_FILE, Launcher, LaunchRequest
+from autotune.launchers.local import LocalLauncher
 from autotune.specs import Cluster
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 GROUPS = ("intra", "inter")
+PLAN_FILE = "plan.json"
 SWEEP_ALGOS = {
     "all_reduce": ("Ring", "Tree", "NVLS", "NVLSTree"),
     "all_gather": ("Ring", "NVLS"),
@@ -92,11 +93,15 @@ def run_commbench(
     out_dir: Path,
     groups: tuple[str, ...] = ("intra",),
     sweep: bool = True,
+    launcher: Launcher | None = None,
     timeout_s: float = 1800,
 ) -> dict[str, Any]:
-    """Run the benchmark on this host's devices; return its report (also in out_dir)."""
-    if cluster.nodes != 1:
-        raise InputError("commbench runs on this host only (one node) for now")
+    """Run the benchmark on the cluster through a trial launcher (torchrun on this host by
+    default, or SLURM across nodes); return its report (also in out_dir)."""
+    launcher = launcher or LocalLauncher()
+    if cluster.nodes != 1 and launcher.name == "local":
+        raise InputError("commbench on several nodes needs --launcher slurm")
+    launcher.check(cluster)
     folder = (out_dir / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     swept = sweep and cluster.backend == "nccl"
@@ -110,17 +115,20 @@ def run_commbench(
         "sizes": sizes,
         "out": str(folder / "report.json"),
     }
-    (folder / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
-    command = [
-        torchrun(), "--standalone", "--nproc-per-node", str(cluster.devices_per_node),
-        "-m", "autotune.commbench_worker", "plan.json",
-    ]  # fmt: skip
-    with (folder / "log.txt").open("w") as log:
-        done = subprocess.run(
-            command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
+    (folder / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n")
+    outcome = launcher.run(
+        LaunchRequest(
+            folder=folder,
+            worker_module="autotune.commbench_worker",
+            worker_file=PLAN_FILE,
+            nprocs_per_node=cluster.devices_per_node,
+            nnodes=cluster.nodes,
+            time_limit_s=timeout_s,
         )
-    if done.returncode != 0 or not (folder / "report.json").exists():
-        raise InputError(f"commbench failed (exit {done.returncode}); see {folder / 'log.txt'}")
+    )
+    if not (folder / "report.json").exists():
+        why = outcome.error or f"exit {outcome.returncode}"
+        raise InputError(f"commbench failed ({why}); see {folder / LOG_FILE}")
     report = json.loads((folder / "report.json").read_text())
     pd.DataFrame(report["rows"]).to_csv(folder / "commbench.csv", index=False)
     report["folder"] = str(folder)

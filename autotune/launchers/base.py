@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from autotune.errors import InputError
 from autotune.launchers.early_stop import EarlyStop
 from autotune.specs.cluster import Cluster
-from autotune.trialspec import RESULT_FILE, Outcome, read_json
+from autotune.trialspec import RESULT_FILE, TRIAL_FILE, Outcome, read_json
 
 LOG_FILE = "log.txt"
 
@@ -28,6 +28,8 @@ class LaunchRequest:
     early_stop: EarlyStop | None = None
     """Stop the trial once its steps are clearly slower than this bar (launchers that run
     processes; others ignore it)."""
+    worker_file: str = TRIAL_FILE
+    """What the worker module reads, in `folder` (commbench's plan for its worker)."""
 
 
 @dataclass(frozen=True, kw_only=True)

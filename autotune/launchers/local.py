@@ -16,7 +16,7 @@ import psutil
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.early_stop import measured_step_times
 from autotune.lifetime import die_with_parent
-from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, TRIAL_FILE
+from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL when stopping a trial."""
@@ -45,7 +45,7 @@ class LocalLauncher(Launcher):
             "0",
             "-m",
             request.worker_module,
-            TRIAL_FILE,
+            request.worker_file,
         ]
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:

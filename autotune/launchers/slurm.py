@@ -27,7 +27,7 @@ from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchReq
 from autotune.launchers.early_stop import measured_step_times
 from autotune.launchers.local import torchrun
 from autotune.specs.cluster import Cluster, SlurmSettings
-from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, TRIAL_FILE
+from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 STEP_SCRIPT = "slurm_step.sh"
 """Runs on every node of the trial (one SLURM task per node): torchrun for that node."""
@@ -109,7 +109,7 @@ def step_script(request: LaunchRequest) -> str:
             f"{shell.quote(torchrun())} --nnodes {request.nnodes} "
             f"--nproc-per-node {request.nprocs_per_node} --rdzv-backend c10d "
             '--rdzv-endpoint "$head:$port" --rdzv-id "$id" --max-restarts 0 '
-            f"-m {shell.quote(request.worker_module)} {TRIAL_FILE} &",
+            f"-m {shell.quote(request.worker_module)} {shell.quote(request.worker_file)} &",
             "pid=$!",
             'if [ "${SLURM_NODEID:-0}" = 0 ]; then',
             f'  echo "$id" > {ID_FILE}',

@@ -187,3 +187,16 @@ def test_missing_sbatch_and_a_small_allocation_are_one_line(slurm: None, tmp_pat
     assert small.returncode == 2, small.stdout + small.stderr
     line = [x for x in small.stderr.splitlines() if "allocation" in x and "layout" in x]
     assert line, small.stderr
+
+
+def test_commbench_runs_as_a_slurm_job(tmp_path: Path, slurm: None) -> None:
+    done = autotune(
+        "commbench", "--launcher", "slurm", "--cluster", "local:2", "--sizes", "1K:64K",
+        "--ops", "all_reduce,broadcast", "--results", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {r["op"] for r in report["rows"]} == {"all_reduce", "broadcast"}
+    assert all(r["correct"] and r["ranks"] == 2 for r in report["rows"])
+    job = (Path(report["folder"]) / "slurm_id").read_text().strip().split(".")[0]
+    assert sacct_state(job) == "COMPLETED"
