@@ -610,7 +610,8 @@ def dashboard(
     "--groups",
     default="intra",
     show_default=True,
-    help="Group shapes: intra (a node's ranks, like TP), inter (one rank per node, like DP).",
+    help="Group shapes: intra (a node's ranks), intra:K (K adjacent ranks, like TP of K), "
+    "inter (one rank per node, like DP).",
 )
 @click.option(
     "--sweep/--no-sweep",

@@ -45,12 +45,20 @@ def nccl_variants(op: str) -> list[dict[str, str]]:
 
 
 def parse_groups(text: str, cluster: Cluster) -> list[str]:
+    """`intra` (a node's ranks), `intra:K` (blocks of K adjacent ranks in a node, as TP of
+    size K) and `inter` (the same local rank on every node, as DP across nodes)."""
     groups = [g.strip() for g in text.split(",") if g.strip()]
-    unknown = [g for g in groups if g not in GROUPS]
-    if unknown or not groups:
-        raise InputError(
-            f"--groups: unknown {', '.join(unknown) or '(none)'}; groups: {', '.join(GROUPS)}"
-        )
+    if not groups:
+        raise InputError(f"--groups: none given; groups: {', '.join(GROUPS)} or intra:K")
+    for g in groups:
+        shape, _, size = g.partition(":")
+        if shape not in GROUPS or (size and (shape != "intra" or not size.isdigit())):
+            raise InputError(f"--groups: unknown {g!r}; groups: {', '.join(GROUPS)} or intra:K")
+        per_node = cluster.devices_per_node
+        if size and not (1 < int(size) <= per_node and per_node % int(size) == 0):
+            raise InputError(
+                f"--groups {g}: K must divide the {per_node} devices per node and exceed 1"
+            )
     if "inter" in groups and cluster.nodes < 2:
         raise InputError(f"--groups inter: cluster {cluster.name!r} has one node")
     return groups

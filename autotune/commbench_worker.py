@@ -143,11 +143,14 @@ def memcpy_bandwidth(size: int, device: torch.device) -> float:
 
 
 def group_members(shape: str, world: int, per_node: int) -> list[list[int]]:
-    """Ranks of each group of a shape: `intra` = one node's ranks, `inter` = the same local
-    rank on every node (how Megatron's rank order places TP and, with tp = a node, DP)."""
+    """Ranks of each group of a shape: `intra` = one node's ranks, `intra:K` = blocks of K
+    adjacent ranks, `inter` = the same local rank on every node (how Megatron's rank order
+    places TP of size K and, with tp = a node, DP)."""
+    kind, _, size = shape.partition(":")
+    if kind == "intra":
+        block = int(size) if size else per_node
+        return [list(range(start, start + block)) for start in range(0, world, block)]
     nodes = world // per_node
-    if shape == "intra":
-        return [list(range(k * per_node, (k + 1) * per_node)) for k in range(nodes)]
     return [[local + k * per_node for k in range(nodes)] for local in range(per_node)]
 
 

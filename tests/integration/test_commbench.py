@@ -36,6 +36,18 @@ def test_every_collective_is_timed_checked_and_scaled_as_nccl_tests(tmp_path: Pa
     assert (folder / "commbench.csv").exists() and (folder / "report.json").exists()
 
 
+def test_tensor_parallel_sized_groups_run_side_by_side(tmp_path: Path) -> None:
+    # 4 ranks: the whole node, and two groups of 2 adjacent ranks (as tp=2) at once
+    done = autotune(
+        "commbench", "--cluster", "local:4", "--groups", "intra,intra:2", "--sizes", "1K:8K",
+        "--ops", "all_reduce,all_gather", "--results", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert {(r["group"], r["ranks"]) for r in rows} == {("intra", 4), ("intra:2", 2)}
+    assert len(rows) == 2 * 2 * 4 and all(r["correct"] for r in rows)
+
+
 def test_calibrating_from_commbench_makes_the_model_predict_its_collectives(
     tmp_path: Path,
 ) -> None:
@@ -97,6 +109,8 @@ def test_bad_calibrate_input_is_one_line(tmp_path: Path, args: tuple[str, ...]) 
         ("--ops", "all_reduce,nope"),
         ("--groups", "inter"),
         ("--groups", "diagonal"),
+        ("--groups", "intra:3"),
+        ("--groups", "inter:2"),
     ],
 )
 def test_bad_commbench_input_is_one_line(tmp_path: Path, flag: str, value: str) -> None:
