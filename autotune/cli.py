@@ -306,11 +306,9 @@ def calibrate(
         raise InputError("calibrate: give --study NAME or --commbench FILE (one of them)")
     if commbench_file is not None:
         from autotune.estimate.fit_commbench import calibrate_commbench
-        from autotune.specs import load_cluster
 
-        named = cluster or _report_cluster(commbench_file)
         display.commbench_calibration(
-            console, calibrate_commbench(commbench_file, load_cluster(named), results)
+            console, calibrate_commbench(commbench_file, cluster, results)
         )
         return
     from autotune.estimate.fit_study import calibrate_study
@@ -320,13 +318,6 @@ def calibrate(
     ref = study_ref(study_name, storage, results)
     report = calibrate_study(load_existing_study(ref), ref.folder, results)
     display.calibration(console, report)
-
-
-def _report_cluster(path: Path) -> str:
-    try:
-        return str(json.loads(path.read_text())["cluster"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise InputError(f"--commbench: {path} names no cluster; pass --cluster") from None
 
 
 @cli.command()

@@ -23,6 +23,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 GROUPS = ("intra", "inter")
 PLAN_FILE = "plan.json"
+REPORT_FILE = "report.json"
 SWEEP_ALGOS = {
     "all_reduce": ("Ring", "Tree", "NVLS", "NVLSTree"),
     "all_gather": ("Ring", "NVLS"),
@@ -121,7 +122,7 @@ def run_commbench(
         "ops": ops,
         "variants": {op: nccl_variants(op) if swept else [{}] for op in ops},
         "sizes": sizes,
-        "out": str(folder / "report.json"),
+        "out": str(folder / REPORT_FILE),
     }
     (folder / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n")
     outcome = launcher.run(
@@ -134,10 +135,10 @@ def run_commbench(
             time_limit_s=timeout_s,
         )
     )
-    if not (folder / "report.json").exists():
+    if not (folder / REPORT_FILE).exists():
         why = outcome.error or f"exit {outcome.returncode}"
         raise InputError(f"commbench failed ({why}); see {folder / LOG_FILE}")
-    report = json.loads((folder / "report.json").read_text())
+    report = json.loads((folder / REPORT_FILE).read_text())
     pd.DataFrame(report["rows"]).to_csv(folder / "commbench.csv", index=False)
     report["folder"] = str(folder)
     return report

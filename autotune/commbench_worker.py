@@ -25,15 +25,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0 if n > 1 else 0.0,
-    "send_recv": lambda n: 1.0 if n > 1 else 0.0,
-}
-"""One rank moves nothing across a link: its busbw is 0 for every collective."""
+from autotune.estimate.collectives import bus_factor
+from autotune.trialspec import NCCL_TUNED
+
 TARGET_S = 0.25
 """Time spent timing one (op, size): more iterations for small messages, at least 3."""
 
@@ -165,7 +159,7 @@ def _measure(
 
 
 def _set_variant(variant: dict[str, str]) -> None:
-    for name in ("NCCL_ALGO", "NCCL_PROTO"):
+    for name in NCCL_TUNED:
         os.environ.pop(name, None)
     os.environ.update(variant)
 
@@ -195,7 +189,7 @@ def _variant_rows(
                     "bytes": size,
                     "time_s": seconds,
                     "algbw_gbps": algbw / 1e9,
-                    "busbw_gbps": algbw * BUS_FACTOR[op](n) / 1e9,
+                    "busbw_gbps": algbw * bus_factor(op, n) / 1e9,
                     "correct": correct,
                 }
             )

@@ -80,8 +80,7 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, favoured: bool) -
         for e in variants:
             step = e.step.total_s
             if favoured and e is runner_up:
-                comm = default.tp_comm_s + default.pp_p2p_s + default.dp_exposed_s
-                step = default.total_s - FAVOURED_GAIN * comm
+                step = default.total_s - FAVOURED_GAIN * default.exposed_comm_s
             step *= math.exp(_noise(layout, seed))
             key = config_key(e.config)
             truth[key] = problem.workload.tokens_per_step / step

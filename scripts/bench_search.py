@@ -131,7 +131,7 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
     truth, wall = {}, {}
     for e in ranked:
         s = e.step
-        comm = s.tp_comm_s + s.pp_p2p_s + s.dp_exposed_s
+        comm = s.exposed_comm_s
         step = (s.total_s - comm) * compute_bias + comm * comm_bias
         step *= math.exp(_noise(config_key(e.config), seed))
         key = config_key(e.config)

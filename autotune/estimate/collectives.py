@@ -343,13 +343,18 @@ def _size_corrections(op: Op, c: Choice, nbytes: float, n: int, nodes: int) -> C
     return c
 
 
-def bus_factor(op: Op, n: int) -> float:
-    """nccl-tests' factor from algorithm to bus bandwidth (PERFORMANCE.md)."""
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' factor from algorithm to bus bandwidth (PERFORMANCE.md), for every
+    collective commbench times; one rank moves nothing across a link, so 0 there."""
+    if n <= 1:
+        return 0.0
     return {
         "all_reduce": 2 * (n - 1) / n,
         "all_gather": (n - 1) / n,
         "reduce_scatter": (n - 1) / n,
+        "all_to_all": (n - 1) / n,
         "broadcast": 1.0,
+        "send_recv": 1.0,
     }[op]
 
 

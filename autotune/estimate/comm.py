@@ -53,7 +53,7 @@ def seconds(
         return 0.0
     fit = matching_fit(fits, op, group.nodes, group.size, algo, proto)
     if fit is not None:
-        return fit.seconds(op, per_rank_bytes, group.size)
+        return fit.seconds(per_rank_bytes, group.size)
     nccl = fabric(cluster)
     if nccl is not None:
         t, choice = collective_time(op, per_rank_bytes, group.size, group.nodes, nccl, algo, proto)

@@ -50,8 +50,9 @@ class CollectiveFit:
     median_error: float
     """Median relative error of the fit over the sizes it was fitted to."""
 
-    def seconds(self, op: Op, per_rank_bytes: float, ranks: int) -> float:
+    def seconds(self, per_rank_bytes: float, ranks: int) -> float:
         steps = (ranks - 1) / (self.ranks - 1)
+        op: Op = self.op  # type: ignore[assignment]
         moved = nccl_bytes(op, per_rank_bytes, ranks) * bus_factor(op, ranks)
         return min(r.latency_s * steps + moved / r.busbw_bytes_per_s for r in self.regimes)
 

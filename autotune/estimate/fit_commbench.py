@@ -11,7 +11,7 @@ from pathlib import Path
 from autotune.errors import InputError
 from autotune.estimate.commfit import CollectiveFit, fit_commbench, require_fits
 from autotune.estimate.saved import calibration_path, load_calibration, save_calibration
-from autotune.specs import Cluster
+from autotune.specs import load_cluster
 
 
 @dataclass(frozen=True)
@@ -22,14 +22,18 @@ class CommCalibrationReport:
 
 
 def calibrate_commbench(
-    report_path: Path, cluster: Cluster, results: Path
+    report_path: Path, cluster_name: str | None, results: Path
 ) -> CommCalibrationReport:
+    """`cluster_name` None: the cluster the report names."""
     try:
         report = json.loads(report_path.read_text())
     except (OSError, ValueError) as exc:
         raise InputError(f"--commbench: cannot read {report_path}: {exc}") from None
     if not isinstance(report, dict) or "rows" not in report:
         raise InputError(f"--commbench: {report_path} is not a commbench report.json")
+    if cluster_name is None and not isinstance(report.get("cluster"), str):
+        raise InputError(f"--commbench: {report_path} names no cluster; pass --cluster")
+    cluster = load_cluster(cluster_name or report["cluster"])
     fits = tuple(require_fits(fit_commbench(report), str(report_path)))
     before, _ = load_calibration(results, cluster)
     path = calibration_path(results, cluster)

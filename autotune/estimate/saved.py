@@ -13,9 +13,8 @@ from autotune.specs import Cluster
 from autotune.trialspec import write_atomically
 
 
-def calibration_path(results: Path, cluster: Cluster | str) -> Path:
-    name = cluster if isinstance(cluster, str) else cluster.name
-    return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
+def calibration_path(results: Path, cluster: Cluster) -> Path:
+    return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', cluster.name)}.json"
 
 
 def read_calibration(path: Path) -> Calibration:

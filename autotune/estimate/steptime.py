@@ -71,6 +71,11 @@ class StepTime:
     optimizer_s: float
 
     @property
+    def exposed_comm_s(self) -> float:
+        """Communication the step waits for: what NCCL settings could shorten."""
+        return self.tp_comm_s + self.pp_p2p_s + self.dp_exposed_s
+
+    @property
     def total_s(self) -> float:
         return (
             self.compute_s

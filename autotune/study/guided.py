@@ -39,23 +39,18 @@ DISTANCE_WEIGHT = 0.1
 EXPLORE = 1.0
 """Standard deviations of optimism when proposing (about an 84% one-sided bound)."""
 CONFIDENCE = 2.0
+"""Standard deviations the stop rule demands (about 98% one-sided): stopping is for good."""
 NCCL_SPREAD = 0.3
 """How far NCCL's own choice may be from the best forced setting, as a share of the exposed
 collective time: forcing an algorithm or protocol moves busbw by tens of percent at some
 sizes, and NCCL settings change nothing else. A variant's uncertainty is this times its
 communication share, so compute-bound layouts get no NCCL trials."""
-"""Standard deviations the stop rule demands (about 98% one-sided): stopping is for good."""
 FULL_FIT_AFTER = 8
 """Measured trials before all four parameters are fitted; fewer fit compute efficiency only,
 so that a handful of points cannot be explained away by a free parameter each."""
 
 
 FREE_PARAMETERS = tuple(BOUNDS)
-
-
-def _comm_share(e: Estimate) -> float:
-    s = e.step
-    return (s.tp_comm_s + s.pp_p2p_s + s.dp_exposed_s) / s.total_s
 
 
 @dataclass
@@ -169,7 +164,7 @@ class GuidedSearch:
                 # model's predicted change, plus what NCCL's choice may leave on the table.
                 # Kept only while it could beat the leader by the threshold at the stop rule's
                 # confidence, so proposing and stopping agree.
-                unc = NCCL_SPREAD * _comm_share(e)
+                unc = NCCL_SPREAD * e.step.exposed_comm_s / e.step.total_s
                 expected = refine + math.log(e.tokens_per_s)
                 if expected + CONFIDENCE * unc > bar:
                     scored.append((expected + optimism * unc, e, unc))

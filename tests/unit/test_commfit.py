@@ -52,7 +52,7 @@ def test_a_protocol_switch_is_fitted_as_two_regimes_taking_the_faster() -> None:
         (40, 200),
     ]
     assert fit.median_error < 0.01
-    assert fit.seconds("all_reduce", 2**30, 4) == pytest.approx(nccl(2**30), rel=0.01)
+    assert fit.seconds(2**30, 4) == pytest.approx(nccl(2**30), rel=0.01)
 
 
 def test_wrong_one_rank_and_point_to_point_rows_are_not_fitted() -> None:
@@ -88,7 +88,7 @@ def test_a_fit_serves_other_group_sizes_with_ring_latency_steps() -> None:
     assert matching_fit([fit], "all_gather", 1, 8, "default", "default") is fit
     assert matching_fit([fit], "all_gather", 2, 8, "default", "default") is None
     # 8 ranks: 7 steps of latency; all-gather of 1 MB per rank moves 8 MB x 7/8 on the bus
-    assert fit.seconds("all_gather", 1e6, 8) == pytest.approx(7 * 10e-6 + 7e6 / 1e9)
+    assert fit.seconds(1e6, 8) == pytest.approx(7 * 10e-6 + 7e6 / 1e9)
 
 
 def test_the_sweep_covers_what_nccl_implements_per_collective() -> None:
