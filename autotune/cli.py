@@ -388,6 +388,7 @@ def calibrate(
     type=click.IntRange(min=2),
     help="Measured steps per trial after warm-up [default: 8].",
 )
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     engine: str,
     model: str,
@@ -411,8 +412,14 @@ def run(
     early_stop_margin: float,
     confirm: bool,
     measured_steps: int | None,
+    command: tuple[str, ...],
 ) -> None:
-    """Tune: search the space with real trials, then export the best config."""
+    """Tune: search the space with real trials, then export the best config.
+
+    After `--`, your own DeepSpeed training command (`-- train.py --deepspeed_config
+    ds.json ...`): each trial runs it with a ds_config made from yours, and autotune times
+    its optimizer steps.
+    """
     from autotune.estimate.saved import load_calibration
     from autotune.export import export_best
     from autotune.launchers import get_launcher
@@ -421,8 +428,10 @@ def run(
     from autotune.study.storage import default_study_name, study_ref
     from autotune.trialspec import StepPlan
 
-    problem = load_problem(engine, model, cluster, space)
+    problem = load_problem(engine, model, cluster, space, command)
     problem.enumerate().require_some()
+    if problem.job is not None and launcher == "replay":
+        raise InputError("--launcher replay replays recorded sweeps, not your own command")
     budget = Budget(
         trials=n_trials,
         max_time_s=parse_duration(max_time, "--max-time"),
@@ -477,6 +486,8 @@ def run(
         from autotune.report.html import write_report
 
         console.print(f"report: {write_report(study, ref.folder / 'report.html')}")
+    if problem.job is not None and not exported:
+        sys.exit(1)  # no config of the user's command could be measured: their job failed
 
 
 def _slurm_settings(

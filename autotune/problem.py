@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.engines import Engine, get_engine
+from autotune.engines.user_job import global_batch, job_space, parse_job
 from autotune.errors import InputError
 from autotune.space import (
     Enumeration,
@@ -19,7 +22,7 @@ from autotune.space import (
 from autotune.space.enumerate import build_config
 from autotune.space.spacefile import default_space_path, load_space
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
-from autotune.trialspec import StepPlan, TrialSpec
+from autotune.trialspec import StepPlan, TrialSpec, UserJob
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class Problem:
     space: SearchSpace
     extra_rules: tuple[Rule, ...] = ()
     """Rules of the world rather than the engine (e.g. a replay table's recorded configs)."""
+    job: UserJob | None = None
+    """The user's own training command, when the trials run it."""
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -43,6 +48,7 @@ class Problem:
             cluster=self.cluster,
             config=config,
             steps=steps,
+            job=self.job,
         )
 
     def enumerate(self) -> Enumeration:
@@ -70,16 +76,49 @@ class Problem:
         return config
 
 
-def load_problem(engine: str, model: str, cluster: str, space: str | None = None) -> Problem:
+def load_problem(
+    engine: str,
+    model: str,
+    cluster: str,
+    space: str | None = None,
+    command: Sequence[str] = (),
+) -> Problem:
+    """The problem the flags describe; with `command`, the user's own training command is
+    the trial, its config file sets the global batch, and the space holds what it reads."""
     chosen = get_engine(engine)
     path = Path(space) if space else default_space_path(chosen.name)
     if space and not path.is_file():
         raise InputError(f"search space file {space!r} does not exist")
-    return Problem(
+    problem = Problem(
         engine=chosen,
         workload=load_workload(model),
         cluster=load_cluster(cluster),
         space=load_space(path, chosen.name, chosen.knobs),
+    )
+    if not command:
+        return problem
+    if chosen.job_worker is None:
+        raise InputError(
+            f"the {chosen.name} engine cannot run your own command; use --engine deepspeed "
+            "(DeepSpeed scripts) or --engine torch (scripts that call autotune.step.done())"
+        )
+    job = parse_job(command, Path.cwd(), reads_ds_config=chosen.job_reads_config_file)
+    if not chosen.job_reads_config_file:
+        if space is None:
+            raise InputError(
+                "your script reads its knobs from $AUTOTUNE_CONFIG: list the ones it applies, "
+                "and their values, in --space FILE"
+            )
+        return dataclasses.replace(problem, job=job)
+    world = problem.cluster.world_size
+    workload = dataclasses.replace(
+        problem.workload, global_batch_size=global_batch(job.base_config, world)
+    )
+    return dataclasses.replace(
+        problem,
+        workload=workload,
+        space=job_space(problem.space, workload, world, derive_mbs=space is None),
+        job=job,
     )
 
 

@@ -45,6 +45,7 @@ def prepare(
                 "workload": spec.workload.name,
                 "cluster": spec.cluster.name,
                 "config": spec.config.as_dict(),
+                **({"command": list(spec.job.command)} if spec.job else {}),
             },
             sort_keys=False,
         )
@@ -53,7 +54,7 @@ def prepare(
     engine.write_files(spec, folder)
     request = LaunchRequest(
         folder=folder,
-        worker_module=engine.worker_module,
+        worker_module=engine.worker(spec),
         nprocs_per_node=spec.cluster.devices_per_node,
         nnodes=spec.cluster.nodes,
         env={**engine.environment(spec.cluster), **nccl_environment(spec)},

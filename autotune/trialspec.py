@@ -27,11 +27,14 @@ Outcome = Literal[
     "cancelled",
     "node_fail",
     "preempted",
+    "no_steps",
+    "config_ignored",
 ]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 """`pruned`: stopped early because it was clearly slower than the best so far. The last three
 come from a scheduler: cancelled outside autotune, a node failed, preempted (each retried
-once where that can help)."""
+once where that can help). The last two are a user's script's: it ended before the trial's
+steps were measured, or it ran with settings other than the config file it was given."""
 
 NCCL_TUNED = ("NCCL_ALGO", "NCCL_PROTO")
 """NCCL variables a trial sets from its config, and no one else: launchers drop inherited ones."""
@@ -64,12 +67,48 @@ class StepPlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UserJob:
+    """The user's own training command, run once per rank by the trial launcher with the
+    trial's config file in place of theirs."""
+
+    command: tuple[str, ...]
+    """The script (or `-m module`) and its arguments, as given after `--`."""
+    workdir: str
+    """Where it was given: the command runs here, so its relative paths mean the same."""
+    config_index: int | None
+    """Index in `command` of the argument that holds the config file's path; None for a
+    script that reads the trial's knobs from $AUTOTUNE_CONFIG."""
+    base_config: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The user's config file as it was when the study began."""
+
+    @property
+    def name(self) -> str:
+        """A short name for study names: the script's or module's stem."""
+        if self.command[0] == "-m":
+            return self.command[1].rsplit(".", 1)[-1]
+        return Path(self.command[0]).stem
+
+    def argv_with_config(self, config_path: str) -> list[str]:
+        """The command with its config file replaced by `config_path`."""
+        argv = list(self.command)
+        if self.config_index is None:
+            return argv
+        argument = argv[self.config_index]
+        if argument.startswith("--"):  # --flag=FILE
+            config_path = f"{argument.partition('=')[0]}={config_path}"
+        argv[self.config_index] = config_path
+        return argv
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrialSpec:
     engine: str
     workload: Workload
     cluster: Cluster
     config: TrainConfig
     steps: StepPlan = field(default_factory=StepPlan)
+    job: UserJob | None = None
+    """The user's command, when the trial runs it instead of autotune's own worker."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

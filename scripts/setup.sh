@@ -26,7 +26,8 @@ fi
 # DeepSpeed compiles its CPU ops on first use. Build them now, once, rather than inside the
 # first trials (where a trial killed mid-build would leave a lock that stalls later ones).
 if .venv/bin/python -c "import sys, torch; sys.exit(1 if torch.cuda.is_available() else 0)"; then
-  DS_ACCELERATOR=cpu .venv/bin/python -c "
+  # With the venv's ninja, as trials use (launchers put the venv's bin first on PATH).
+  PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu .venv/bin/python -c "
 from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
 ShareMemCommBuilder().load(verbose=False)
 FusedAdamBuilder().load(verbose=False)" >/dev/null

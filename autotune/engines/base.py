@@ -25,9 +25,23 @@ class Engine(ABC):
     def rules(self) -> tuple[Rule, ...]:
         return GENERIC_RULES + self.engine_rules
 
+    job_worker: ClassVar[str | None] = None
+    """The module that runs a user's own training command with this engine's measuring hook
+    (`autotune run -- CMD`); None where the engine cannot tune one."""
+    job_reads_config_file: ClassVar[bool] = False
+    """A user's command names this engine's config file, which trials replace (DeepSpeed's
+    ds_config); else it reads the trial's knobs through `autotune.step`."""
+
     @property
     def worker_module(self) -> str:
         return f"autotune.engines.{self.name}_worker"
+
+    def worker(self, spec: TrialSpec) -> str:
+        """The module torchrun starts for this trial: the hook around the user's command,
+        or autotune's own worker."""
+        if spec.job is not None and self.job_worker is not None:
+            return self.job_worker
+        return self.worker_module
 
     def environment(self, cluster: Cluster) -> dict[str, str]:
         """Variables every rank of a trial needs, besides the NCCL knobs."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.engines.user_job import trial_ds_config
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.trialspec import TrialSpec
@@ -22,6 +23,8 @@ class DeepSpeedEngine(Engine):
         )
         | NCCL_KNOBS
     )
+    job_worker = "autotune.engines.deepspeed_job_worker"
+    job_reads_config_file = True
     engine_rules = (
         Rule(
             "deepspeed_no_tp",
@@ -58,7 +61,12 @@ class DeepSpeedEngine(Engine):
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         path = folder / DS_CONFIG_FILE
-        path.write_text(json.dumps(ds_config(spec.workload, spec.config), indent=2) + "\n")
+        config = (
+            trial_ds_config(spec.job, spec.workload, spec.config)
+            if spec.job is not None
+            else ds_config(spec.workload, spec.config)
+        )
+        path.write_text(json.dumps(config, indent=2) + "\n")
         return [path]
 
 

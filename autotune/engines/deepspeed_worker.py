@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
 from deepspeed.runtime.pipe.schedule import BackwardPass  # noqa: E402
 
-from autotune.engines import worker  # first: it notes the start time before heavy imports
+from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.deepspeed import DS_CONFIG_FILE  # noqa: E402
 from autotune.engines.model import Block, Decoder, Embedding, Head, lm_loss, synthetic_batch  # noqa: E402
 from autotune.trialspec import TrialSpec  # noqa: E402
@@ -35,7 +35,6 @@ class DeepSpeedSession:
             )
         else:
             model = Decoder(w, c.recompute)
-        self.model = model
         self.engine, *_ = deepspeed.initialize(
             model=model,
             model_parameters=[p for p in model.parameters() if p.requires_grad],
@@ -77,19 +76,23 @@ class DeepSpeedSession:
         finally:
             del self.engine._INSTRUCTION_MAP  # back to the class attribute
 
-    def model_state(self) -> worker.StateTally:
-        tally = worker.StateTally()
-        optimizer = self.engine.optimizer
-        for p in self.model.parameters():
-            tally.add(
-                "params", getattr(p, "ds_tensor", None) if hasattr(p, "ds_tensor") else p.data
-            )
-            tally.add("grads", p.grad)
-        for grads in getattr(optimizer, "averaged_gradients", {}).values():
-            for g in grads or ():
-                tally.add("grads", g)
-        tally.add_optimizer(getattr(optimizer, "optimizer", optimizer), params_kind="optimizer")
-        return tally
+    def model_state(self) -> measure.StateTally:
+        return model_state(self.engine)
+
+
+def model_state(engine: deepspeed.DeepSpeedEngine) -> measure.StateTally:
+    """Parameters, gradients and optimizer states an engine's rank holds now, ZeRO partitions
+    (`ds_tensor`) and fp32 masters included."""
+    tally = measure.StateTally()
+    optimizer = engine.optimizer
+    for p in engine.module.parameters():
+        tally.add("params", getattr(p, "ds_tensor", None) if hasattr(p, "ds_tensor") else p.data)
+        tally.add("grads", p.grad)
+    for grads in getattr(optimizer, "averaged_gradients", {}).values():
+        for g in grads or ():
+            tally.add("grads", g)
+    tally.add_optimizer(getattr(optimizer, "optimizer", optimizer), params_kind="optimizer")
+    return tally
 
 
 if __name__ == "__main__":

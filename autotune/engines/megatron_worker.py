@@ -31,7 +31,7 @@ from megatron.core.transformer.module import Float16Module  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
-from autotune.engines import worker  # first: it notes the start time before heavy imports
+from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.megatron import (  # noqa: E402
     PyExpr,
     ddp_config_kwargs,
@@ -182,8 +182,8 @@ class MegatronSession:
             observe()
         self.optimizer.step()
 
-    def model_state(self) -> worker.StateTally:
-        tally = worker.StateTally()
+    def model_state(self) -> measure.StateTally:
+        tally = measure.StateTally()
         for chunk in self.model:
             for param in chunk.parameters():
                 tally.add("params", param)

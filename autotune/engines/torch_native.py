@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.engines.user_job import write_knobs_file
 from autotune.space import Rule
 from autotune.trialspec import TrialSpec
 
@@ -28,6 +29,7 @@ class TorchEngine(Engine):
     knobs = frozenset({"tp", "pp", "vpp", "zero", "mbs", "recompute", "sp", "ddp_bucket_mb"}) | (
         NCCL_KNOBS
     )
+    job_worker = "autotune.engines.script_job_worker"
     engine_rules = (
         Rule(
             "torch_zero1_plain_ddp",
@@ -57,6 +59,8 @@ class TorchEngine(Engine):
     )
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        if spec.job is not None:
+            return [write_knobs_file(spec, folder)]
         path = folder / PARALLEL_FILE
         path.write_text(yaml.safe_dump(parallel_settings(spec), sort_keys=False))
         return [path]

@@ -28,7 +28,7 @@ from torch.distributed.tensor.parallel import (  # noqa: E402
 )
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from autotune.engines import worker  # first: it notes the start time before heavy imports
+from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.model import Decoder, lm_loss, stage_layers, synthetic_batch  # noqa: E402
 from autotune.space import TrainConfig  # noqa: E402
 from autotune.trialspec import TrialSpec  # noqa: E402
@@ -153,8 +153,8 @@ class TorchSession:
         kwargs = {"target": labels} if self.has_last else {}
         self.schedule.step(*args, **kwargs)
 
-    def model_state(self) -> worker.StateTally:
-        tally = worker.StateTally()
+    def model_state(self) -> measure.StateTally:
+        tally = measure.StateTally()
         for module in self.modules:
             for p in module.parameters():
                 tally.add("params", p)

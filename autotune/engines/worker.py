@@ -14,18 +14,24 @@ STARTED = time.time()  # before the heavy imports, so import time is measured
 
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Protocol  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from autotune.engines.measure import (  # noqa: E402
+    StateTally,
+    StepMeter,
+    profile_summary,
+    profiler,
+    summarize,
+    sync,
+)
 from autotune.lifetime import die_with_parent  # noqa: E402
 from autotune.trialspec import (  # noqa: E402
     FAULT_ENV,
@@ -37,47 +43,6 @@ from autotune.trialspec import (  # noqa: E402
     nccl_environment,
     write_atomically,
 )
-
-
-@dataclass
-class StateTally:
-    """Model-state bytes summed from real tensors, each tensor counted once."""
-
-    bytes: dict[str, int] = field(
-        default_factory=lambda: {"params": 0, "grads": 0, "optimizer": 0}
-    )
-    _seen: set[tuple[int, int]] = field(default_factory=set)
-
-    def add(self, kind: str, tensor: torch.Tensor | None) -> None:
-        if tensor is None or not torch.is_tensor(tensor):
-            return
-        if hasattr(tensor, "to_local"):  # DTensor: this rank holds only its shard
-            tensor = tensor.to_local()
-        if tensor.numel() == 0:
-            return
-        key = (tensor.data_ptr(), tensor.numel())
-        if key not in self._seen:
-            self._seen.add(key)
-            self.bytes[kind] += tensor.numel() * tensor.element_size()
-
-    def add_optimizer(self, optimizer: torch.optim.Optimizer, params_kind: str) -> None:
-        """Optimizer states, and the parameters the optimizer updates with their gradients.
-
-        `params_kind` says what those parameters are: the model's own (sharded) parameters
-        ("params", e.g. FSDP2) or fp32 master copies ("optimizer", e.g. ZeRO 1-2).
-        """
-        for state in optimizer.state.values():
-            for value in state.values():
-                if torch.is_tensor(value) and value.dim() > 0:
-                    self.add("optimizer", value)
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                self.add(params_kind, param)
-                self.add("grads", param.grad)
-
-    @property
-    def total(self) -> int:
-        return sum(self.bytes.values())
 
 
 class Session(Protocol):
@@ -99,203 +64,98 @@ class Session(Protocol):
 
 def main(build: Callable[[TrialSpec, Path], Session]) -> None:
     """Entry point of an engine's worker module."""
-    die_with_parent()
-    _clear_stale_build_locks()
-    trial_file = Path(sys.argv[1])
-    folder = trial_file.parent
-    spec = TrialSpec.from_json(trial_file.read_text())
-    rank = int(os.environ.get("RANK", "0"))
-    clock = {
-        "launched": float(os.environ.get(LAUNCH_EPOCH_ENV, STARTED)),
-        "started": STARTED,
-        "imported": time.time(),
-    }
+    spec, folder, rank, clock = start()
     try:
         session = build(spec, folder)
         check_nccl_environment(spec, rank)
         clock["initialized"] = time.time()
         result = _run(spec, session, folder, rank, clock)
-        if rank == 0:
-            write_atomically(folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
-        dist.barrier()
-        dist.destroy_process_group()
     except BaseException as exc:
-        _write_error(folder, rank, exc)
+        write_error(folder, rank, exc)
         raise
+    finish(folder, rank, result)
+
+
+def start() -> tuple[TrialSpec, Path, int, dict[str, float]]:
+    """What every worker does first: the trial it runs, its folder, its rank, and the clock
+    that splits the trial's wall time into phases."""
+    die_with_parent()
+    _clear_stale_build_locks()
+    trial_file = Path(sys.argv[1]).resolve()
+    spec = TrialSpec.from_json(trial_file.read_text())
+    clock = {
+        "launched": float(os.environ.get(LAUNCH_EPOCH_ENV, STARTED)),
+        "started": STARTED,
+        "imported": time.time(),
+    }
+    return spec, trial_file.parent, int(os.environ.get("RANK", "0")), clock
+
+
+def _exit_now() -> None:
+    """End the rank with status 0 without running interpreter and C++ static teardown.
+
+    DeepSpeed's clone of the world group (`deepspeed.utils.groups._clone_world_group`) stays
+    alive inside torch after every Python reference to it and `destroy_process_group` are
+    gone, and its gloo threads keep running while the process exits. Now and then one of
+    them meets a destroyed static and the rank aborts ("terminate called without an active
+    exception", SIGABRT) after its result was written, failing the trial's launch.sh and
+    the exported train.sh. Everything this rank had to say is on disk by now.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _run(
     spec: TrialSpec, session: Session, folder: Path, rank: int, clock: dict[str, float]
 ) -> dict[str, Any]:
-    plan = spec.steps
     log = (folder / METRICS_FILE).open("a") if rank == 0 else None
-    _maybe_inject_fault(rank)
+    meter = StepMeter(spec.steps, session.device, log)
+    maybe_inject_fault(rank)
 
-    def timed_step(phase: str, index: int, observe: Callable[[], None] | None = None) -> float:
-        _sync(session.device)
+    def timed_step(observe: Callable[[], None] | None = None) -> float:
+        sync(session.device)
         start = time.perf_counter()
         session.step(observe)
-        _sync(session.device)
-        seconds = time.perf_counter() - start
-        if log is not None:
-            log.write(json.dumps({"phase": phase, "step": index, "step_time_s": seconds}) + "\n")
-            log.flush()
-        return seconds
+        sync(session.device)
+        return time.perf_counter() - start
 
-    warmup: list[float] = []
-    while True:
-        warmup.append(timed_step("warmup", len(warmup)))
-        if _agree(
-            _settled(
-                warmup, plan.min_warmup, plan.max_warmup, plan.settle_window, plan.settle_tolerance
-            ),
-            session.device,
-        ):
-            break
+    while not meter.warmed_up:
+        meter.record(timed_step())
     clock["warmed_up"] = time.time()
-
     # Model states peak at different moments per engine and stage (ZeRO-1 holds full gradients
     # during accumulation, ZeRO-2 only partitions): tally at each observed point, keep the largest.
     tally: list[StateTally] = []
-    measured = [
-        timed_step(
-            "measured",
-            i,
-            (lambda: tally.append(session.model_state()))
-            if i == plan.measured_steps - 1
-            else None,
-        )
-        for i in range(plan.measured_steps)
-    ]
+    while not meter.done:
+        observe = (lambda: tally.append(session.model_state())) if meter.next_is_last else None
+        meter.record(timed_step(observe))
     clock["measured"] = time.time()
-    profile = _profiled_step(session) if plan.profile else None
+    profile = _profiled_step(session) if spec.steps.profile else None
     clock["profiled"] = time.time()
-
-    slowest = _max_over_ranks(measured, session.device)  # a step ends when its slowest rank does
-    largest = max(tally, key=lambda t: t.total)
-    states = _gather_ints(largest.total, session.device)
-    peak = _gather_ints(_peak_memory_bytes(session.device), session.device)
     if log is not None:
         log.close()
-    return _result(spec, slowest, states, largest, max(peak), len(warmup), profile, clock)
+    return summarize(spec, meter, max(tally, key=lambda t: t.total), profile, clock)
 
 
-def _result(
-    spec: TrialSpec,
-    step_times: list[float],
-    states: list[int],
-    tally: StateTally,
-    peak: int,
-    warmup_steps: int,
-    profile: dict[str, float] | None,
-    clock: dict[str, float],
-) -> dict[str, Any]:
-    median = statistics.median(step_times)
-    w, cluster = spec.workload, spec.cluster
-    flops = w.model_flops_per_step() / median / cluster.world_size
-    peak_flops = cluster.device.peak_flops.get(w.precision)
-    clock["finished"] = time.time()
-    marks = list(clock.items())
-    return {
-        "status": "ok",
-        "source": "measured",
-        "step_time_s": median,
-        "step_time_min_s": min(step_times),
-        "step_time_max_s": max(step_times),
-        "step_time_stdev_s": statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
-        "step_times_s": step_times,
-        "tokens_per_s": w.tokens_per_step / median,
-        "tflops_per_device": flops / 1e12,
-        "mfu": flops / peak_flops if peak_flops else None,
-        "flop_formula": "megatron-core num_floating_point_operations (model FLOPs, no recompute)",
-        "peak_memory_bytes": peak,
-        "peak_memory_kind": "cuda_max_allocated" if torch.cuda.is_available() else "max_rss",
-        "model_state_bytes": max(states),
-        "model_state_bytes_per_rank": states,
-        "model_state_breakdown_rank0": dict(tally.bytes),
-        "profile": profile,
-        "warmup_steps": warmup_steps,
-        "measured_steps": len(step_times),
-        "world_size": cluster.world_size,
-        "phases_s": {
-            later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)
-        },
-        "versions": {"torch": torch.__version__},
-        "nccl_version": (
-            ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
-        ),
-    }
-
-
-def _settled(times: list[float], min_n: int, max_n: int, window: int, tolerance: float) -> bool:
-    if len(times) >= max_n:
-        return True
-    if len(times) < max(min_n, window):
-        return False
-    last = times[-window:]
-    return (max(last) - min(last)) <= tolerance * statistics.median(last)
-
-
-def _agree(decision: bool, device: torch.device) -> bool:
-    """Rank 0's decision, so that every rank runs the same number of steps."""
-    flag = torch.tensor([1 if decision else 0], device=device)
-    dist.broadcast(flag, src=0)
-    return bool(flag.item())
-
-
-def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor.tolist()
-
-
-def _gather_ints(value: int, device: torch.device) -> list[int]:
-    mine = torch.tensor([value], dtype=torch.int64, device=device)
-    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
-    return [int(t.item()) for t in every]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
-COMM_MARKERS = ("gloo:", "nccl", "c10d::")
+def finish(folder: Path, rank: int, result: dict[str, Any]) -> None:
+    """Rank 0 writes the result; every rank leaves the process groups and exits."""
+    if rank == 0:
+        write_atomically(folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+    _exit_now()
 
 
 def _profiled_step(session: Session) -> dict[str, float]:
-    """One step under torch.profiler: time inside collectives (their union) against the rest."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if session.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
-        _sync(session.device)
+    """One step under torch.profiler: time inside collectives against the rest."""
+    with profiler(session.device) as prof:
+        sync(session.device)
         start = time.perf_counter()
         session.step()
-        _sync(session.device)
+        sync(session.device)
         wall = time.perf_counter() - start
-    spans = sorted(
-        (e.time_range.start, e.time_range.end)
-        for e in prof.events()
-        if any(marker in e.name.lower() for marker in COMM_MARKERS)
-    )
-    comm_us = 0.0
-    end = float("-inf")
-    for lo, hi in spans:  # length of the union of intervals
-        if hi > end:
-            comm_us += hi - max(lo, end)
-            end = hi
-    comm = min(comm_us / 1e6, wall)
-    return {"step_time_s": wall, "comm_s": comm, "compute_s": wall - comm}
+    return profile_summary(prof, wall)
 
 
 STALE_BUILD_LOCK_S = 600
@@ -333,7 +193,7 @@ def check_nccl_environment(spec: TrialSpec, rank: int) -> None:
                 )
 
 
-def _maybe_inject_fault(rank: int) -> None:
+def maybe_inject_fault(rank: int) -> None:
     fault = os.environ.get(FAULT_ENV)
     if rank != 0 or not fault:
         return
@@ -349,12 +209,26 @@ class LaunchEnvironmentError(RuntimeError):
     """The ranks were started with an environment the trial did not ask for."""
 
 
+class NoStepsError(RuntimeError):
+    """A user's script ended before the trial's steps were measured."""
+
+
+class ConfigIgnoredError(RuntimeError):
+    """A user's script runs with settings other than the trial's: it does not read the config
+    file it was given, so no trial of it can measure a config."""
+
+
 def classify_exception(exc: BaseException) -> str:
-    """oom, launch_error, comm_error or crash, from the exception a rank died of."""
+    """oom, launch_error, config_ignored, no_steps, comm_error or crash, from the exception
+    a rank died of."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return "oom"
     if isinstance(exc, LaunchEnvironmentError):
         return "launch_error"
+    if isinstance(exc, ConfigIgnoredError):
+        return "config_ignored"
+    if isinstance(exc, NoStepsError):
+        return "no_steps"
     text = str(exc)
     if isinstance(exc, dist.DistError) or any(
         marker in text
@@ -364,11 +238,11 @@ def classify_exception(exc: BaseException) -> str:
     return "crash"
 
 
-def _write_error(folder: Path, rank: int, exc: BaseException) -> None:
+def write_error(folder: Path, rank: int, exc: BaseException, kind: str | None = None) -> None:
     lines = str(exc).strip().splitlines()
     record = {
         "rank": rank,
-        "kind": classify_exception(exc),
+        "kind": kind or classify_exception(exc),
         "time": time.time(),
         "error": f"{type(exc).__name__}: {lines[0] if lines else ''}".strip(),
     }

@@ -26,8 +26,9 @@ from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
-from autotune.study.storage import stored_specs
-from autotune.trialspec import TRIAL_FILE, TrialSpec, nccl_environment
+from autotune.step import CONFIG_ENV
+from autotune.study.storage import stored_job, stored_specs
+from autotune.trialspec import TRIAL_FILE, TrialSpec, UserJob, nccl_environment
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
 COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")
@@ -50,7 +51,13 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
     engine_name, workload, cluster = stored_specs(study)
     engine = get_engine(engine_name)
     config = TrainConfig(**trial.user_attrs["config"])
-    spec = TrialSpec(engine=engine_name, workload=workload, cluster=cluster, config=config)
+    spec = TrialSpec(
+        engine=engine_name,
+        workload=workload,
+        cluster=cluster,
+        config=config,
+        job=stored_job(study),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
@@ -73,14 +80,15 @@ def _write_all(
     nccl_note: str | None = None,
 ) -> None:
     source = trial.user_attrs.get("source", "measured")
-    for path in engine.write_files(spec, folder):
+    files = engine.write_files(spec, folder)
+    for path in files:
         if path.suffix in COMMENTED_SUFFIXES and simulated_banner(trial):
             path.write_text("\n".join(simulated_banner(trial)) + "\n" + path.read_text())
     (folder / TRIAL_FILE).write_text(spec.to_json())
     env = nccl_environment(spec)
     (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial, nccl_note))
     for name, text in (
-        ("train.sh", train_script(engine, spec, trial, study.study_name)),
+        ("train.sh", train_script(engine, spec, trial, study.study_name, files[0].name)),
         ("train.sbatch", sbatch_script(spec, trial, study.study_name)),
     ):
         (folder / name).write_text(text)
@@ -203,10 +211,15 @@ def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: 
 
 
 def train_script(
-    engine: Engine, spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str
+    engine: Engine,
+    spec: TrialSpec,
+    trial: optuna.trial.FrozenTrial,
+    study_name: str,
+    job_config: str = "",
 ) -> str:
-    """torchrun for the best config with autotune's worker; one node or, with NNODES > 1,
-    a c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK."""
+    """torchrun for the best config with autotune's worker, or the user's own command with
+    `job_config` (a file in this folder) where it was tuned; one node or, with NNODES > 1, a
+    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK."""
     cluster = spec.cluster
     tps = trial.user_attrs.get("tokens_per_s")
     measured = f"{tps:,.0f} tokens/s" if tps else "?"
@@ -223,6 +236,29 @@ def train_script(
         else '--node-rank "${NODE_RANK:?set NODE_RANK}" --rdzv-backend c10d '
         '--rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}"'
     )
+    torchrun = (
+        f'exec "${{TORCHRUN:-torchrun}}" --nnodes {cluster.nodes} '
+        f"--nproc-per-node {cluster.devices_per_node} {rendezvous} --max-restarts 0"
+    )
+    where = f"on {cluster.nodes} node(s) x {cluster.devices_per_node} device(s)"
+    if spec.job is not None:
+        what = f"# Runs your own command with it {where}, from the folder it was tuned in."
+        launch = [
+            'here="$(pwd)"',
+            *(
+                [f'export {CONFIG_ENV}="$here/{job_config}"']
+                if spec.job.config_index is None
+                else []
+            ),
+            f"cd {shell.quote(spec.job.workdir)}",
+            f"{torchrun} {job_command(spec.job, job_config)}",
+        ]
+    else:
+        what = (
+            f"# Runs it with autotune's worker {where}. For your own training script: "
+            f"{plug.get(engine.name, 'see best.yaml')}."
+        )
+        launch = [f"{torchrun} -m {shell.quote(engine.worker_module)} {TRIAL_FILE}"]
     return "\n".join(
         [
             "#!/usr/bin/env bash",
@@ -231,16 +267,24 @@ def train_script(
                 f"autotune: best config of study {study_name!r}, trial {trial.number} "
                 f"({trial.user_attrs.get('source', 'measured')}: {measured})."
             ),
-            f"# Runs it with autotune's worker on {cluster.nodes} node(s) x "
-            f"{cluster.devices_per_node} device(s). For your own training script: "
-            f"{plug.get(engine.name, 'see best.yaml')}.",
+            what,
             "set -euo pipefail",
             'cd "$(dirname "$0")"',
             "set -a; source ./nccl.env; set +a",
             shell.exports(engine.environment(cluster)),
-            f'exec "${{TORCHRUN:-torchrun}}" --nnodes {cluster.nodes} '
-            f"--nproc-per-node {cluster.devices_per_node} {rendezvous} --max-restarts 0 "
-            f"-m {shell.quote(engine.worker_module)} {TRIAL_FILE}",
+            *launch,
             "",
         ]
     )
+
+
+def job_command(job: UserJob, config_file: str) -> str:
+    """The user's command for a shell, its config argument naming `config_file` in this
+    folder ($here) while the command runs from the user's own directory."""
+    words = [shell.quote(arg) for arg in job.command]
+    if job.config_index is None:  # the script reads $AUTOTUNE_CONFIG
+        return " ".join(words)
+    argument = job.command[job.config_index]
+    flag = shell.quote(argument.partition("=")[0] + "=") if argument.startswith("--") else ""
+    words[job.config_index] = f'{flag}"$here/{config_file}"'
+    return " ".join(words)

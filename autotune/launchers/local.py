@@ -50,7 +50,12 @@ class LocalLauncher(Launcher):
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         inherited = {k: v for k, v in os.environ.items() if k not in NCCL_TUNED}
-        env = {**inherited, **request.env, LAUNCH_EPOCH_ENV: repr(time.time())}
+        env = {
+            **inherited,
+            "PATH": python_bin_first(inherited.get("PATH", "")),
+            **request.env,
+            LAUNCH_EPOCH_ENV: repr(time.time()),
+        }
         start = time.monotonic()
         with (request.folder / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(
@@ -83,6 +88,14 @@ class LocalLauncher(Launcher):
         return classify(
             request.folder, proc.returncode, timed_out, time.monotonic() - start, stopped_early
         )
+
+
+def python_bin_first(path: str) -> str:
+    """PATH with this Python's scripts folder first, so every trial compiles engine ops with
+    the same tools (DeepSpeed's ninja from its own dependencies, not the system's): ninja
+    versions hash commands differently, and alternating them rebuilt DeepSpeed's CPU ops
+    (30-60 s here) in every trial."""
+    return os.pathsep.join(filter(None, [str(Path(sys.executable).parent), path]))
 
 
 def stop_tree(proc: subprocess.Popen[bytes]) -> None:

@@ -300,7 +300,7 @@ def run_study(
         fail_abandoned_trials(study)  # other workers that died meanwhile
         seen = verdicts(study)  # this worker's and every other worker's
         finished = len(seen)
-        reason = budget_reason()
+        reason = script_fault(problem, record, best_value(study)) or budget_reason()
     confirmations: list[int] = []
     if budget.confirm and launcher.source == "measured":
         patient = dataclasses.replace(budget, early_stop_margin=None)
@@ -330,6 +330,18 @@ def run_study(
         resumed_failed=resumed_failed,
         confirmations=confirmations,
     )
+
+
+SCRIPT_FAULTS = ("launch_error", "no_steps", "config_ignored")
+"""Failures of a user's script that no other config would fix."""
+
+
+def script_fault(problem: Problem, record: trials.TrialRecord, best: float | None) -> str | None:
+    """Why to stop a study of the user's command before any config was measured: its script
+    cannot run, ends too early or ignores its config, and every trial would fail the same."""
+    if problem.job is None or best is not None or record.kind not in SCRIPT_FAULTS:
+        return None
+    return f"the script failed before any config was measured ({record.kind}): {record.error}"
 
 
 def _run_one(

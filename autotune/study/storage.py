@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
+from autotune.trialspec import UserJob
 
 CREATE_ATTEMPTS = 5
 HEARTBEAT_S = 10
@@ -39,7 +40,8 @@ class StudyRef:
 
 
 def default_study_name(problem: Problem) -> str:
-    raw = f"{problem.workload.name}-{problem.cluster.name}-{problem.engine.name}"
+    what = problem.job.name if problem.job else problem.workload.name
+    raw = f"{what}-{problem.cluster.name}-{problem.engine.name}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
 
 
@@ -83,6 +85,7 @@ def problem_attrs(problem: Problem) -> dict[str, Any]:
         "workload": dataclasses.asdict(problem.workload),
         "cluster": dataclasses.asdict(problem.cluster),
         "space": {k: list(v) for k, v in problem.space.values.items()},
+        "job": dataclasses.asdict(problem.job) if problem.job else None,
     }
 
 
@@ -109,7 +112,7 @@ def open_study(
     )
     attrs = problem_attrs(problem)
     stored = study.user_attrs
-    for key in ("engine", "workload", "cluster"):
+    for key in ("engine", "workload", "cluster", "job"):
         if key in stored and _identity(stored[key]) != _identity(attrs[key]):
             raise InputError(
                 f"study {ref.name!r} was created for another {key} "
@@ -124,7 +127,11 @@ def open_study(
 
 
 def _describe(value: Any) -> str:
-    return value.get("name", "?") if isinstance(value, dict) else str(value)
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return str(value.get("name") or " ".join(value.get("command", [])) or "?")
+    return str(value)
 
 
 def load_existing_study(ref: StudyRef) -> optuna.Study:
@@ -148,6 +155,12 @@ def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
         TypeAdapter(Workload).validate_python(attrs["workload"]),
         TypeAdapter(Cluster).validate_python(attrs["cluster"]),
     )
+
+
+def stored_job(study: optuna.Study) -> UserJob | None:
+    """The user's command the study tunes, if it tunes one."""
+    job = study.user_attrs.get("job")
+    return TypeAdapter(UserJob).validate_python(job) if job else None
 
 
 def owner_tag() -> str:

@@ -87,6 +87,9 @@ def a_trial_is_running(results: Path, after_completed: int) -> bool:
     return len(done) >= after_completed and bool(running)
 
 
+TRAIN_SH_RUNS = 30
+
+
 def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
     result = autotune(*RUN, "--trials", "3", "--results", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -111,11 +114,15 @@ def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
 
     check_deepspeed_accepts(best / "ds_config.json")
     env = {**os.environ, "TORCHRUN": str(Path(sys.executable).with_name("torchrun"))}
-    run = subprocess.run(
-        ["bash", str(best / "train.sh")], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert json.loads((best / "result.json").read_text())["status"] == "ok"
+    # A DeepSpeed rank used to abort now and then at exit, after its result was written
+    # (gloo threads of a leaked group against C++ static destructors): run it many times.
+    for attempt in range(TRAIN_SH_RUNS):
+        (best / "result.json").unlink(missing_ok=True)
+        run = subprocess.run(
+            ["bash", str(best / "train.sh")], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert run.returncode == 0, (attempt, run.stderr[-3000:])
+        assert json.loads((best / "result.json").read_text())["status"] == "ok"
 
     calibrated = autotune("calibrate", "--study", STUDY, "--results", str(tmp_path))
     assert calibrated.returncode == 0, calibrated.stderr

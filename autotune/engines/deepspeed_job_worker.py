@@ -1,0 +1,76 @@
+"""Runs the user's own DeepSpeed script as a trial, unmodified.
+
+torchrun starts `python -m autotune.engines.deepspeed_job_worker trial.json` on every rank.
+It wraps DeepSpeed's optimizer step (`DeepSpeedEngine.step` at a gradient-accumulation
+boundary, `PipelineEngine.train_batch`) so that a `job_hook.StepHook` sees each step, then
+runs the script with the trial's ds_config in place of the user's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from deepspeed.runtime.engine import DeepSpeedEngine
+from deepspeed.runtime.pipe.engine import PipelineEngine
+
+from autotune.engines import worker
+from autotune.engines.deepspeed import DS_CONFIG_FILE
+from autotune.engines.deepspeed_worker import model_state
+from autotune.engines.job_hook import StepHook, run_job
+from autotune.trialspec import TrialSpec
+
+
+def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
+    """The script must run with the config it was given, or no trial of it means anything."""
+    running = {
+        "mbs": engine.train_micro_batch_size_per_gpu(),
+        "zero": engine.zero_optimization_stage(),
+    }
+    for knob, value in running.items():
+        wanted = getattr(spec.config, knob)
+        if value != wanted:
+            raise worker.ConfigIgnoredError(
+                f"the script runs with {knob}={value} but the trial's DeepSpeed config sets "
+                f"{knob}={wanted}: it does not take its config from the file it was given"
+            )
+
+
+def install(hook: StepHook) -> None:
+    """Wrap DeepSpeed's step entry points so that `hook` sees each optimizer step."""
+    plain_step = DeepSpeedEngine.step
+    pipeline_batch = PipelineEngine.train_batch
+
+    def after(engine: DeepSpeedEngine) -> None:
+        hook.after_step(
+            torch.device(engine.device),
+            check=lambda: check_config(engine, hook.spec),
+            states=lambda: model_state(engine),
+        )
+
+    def step(engine: DeepSpeedEngine, *args: Any, **kwargs: Any) -> Any:
+        boundary = engine.is_gradient_accumulation_boundary()
+        if boundary:
+            hook.before_step(lambda: model_state(engine))
+        done = plain_step(engine, *args, **kwargs)
+        if boundary:
+            after(engine)
+        return done
+
+    def train_batch(engine: PipelineEngine, *args: Any, **kwargs: Any) -> Any:
+        loss = pipeline_batch(engine, *args, **kwargs)
+        after(engine)
+        return loss
+
+    DeepSpeedEngine.step = step  # type: ignore[method-assign]
+    PipelineEngine.train_batch = train_batch  # type: ignore[method-assign]
+
+
+def main() -> None:
+    hook = StepHook(*worker.start())
+    install(hook)
+    run_job(hook, hook.folder / DS_CONFIG_FILE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Measuring the user's own training loop from inside it, and running their command.
+
+A job worker installs a `StepHook`, then runs the user's script or module in its own process
+with `runpy`. The hook is told at the end of each optimizer step (by a wrapper around the
+framework's step, or by the user's call to `autotune.step.done()`), times the interval since
+the previous one (the user's data loading, forward, backward and step), warms up, measures
+and profiles with autotune's own statistics (`measure.StepMeter`), writes the result and ends
+the ranks: the script's training stops there.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from autotune.engines import measure, worker
+from autotune.trialspec import METRICS_FILE, TrialSpec, UserJob
+
+STARTUP_FAILURES = (SyntaxError, ImportError, FileNotFoundError, NameError)
+"""Exceptions before the first step that say the script cannot run at all, whatever the
+config: reported as launch errors, and the study stops on them."""
+
+States = Callable[[], measure.StateTally]
+
+
+def _nothing() -> None:
+    return None
+
+
+def _unknown_states() -> measure.StateTally:
+    """A script's own loop: autotune does not know where its model states live."""
+    return measure.StateTally()
+
+
+class StepHook:
+    """Told at the end of each optimizer step of the user's loop."""
+
+    def __init__(self, spec: TrialSpec, folder: Path, rank: int, clock: dict[str, float]):
+        self.spec, self.folder, self.rank, self.clock = spec, folder, rank, clock
+        self.meter: measure.StepMeter | None = None
+        self.steps = 0
+        self.last_end = 0.0
+        self.tally: measure.StateTally | None = None
+        self.profiling: torch.profiler.profile | None = None
+
+    def before_step(self, states: States) -> None:
+        """Where the framework lets the hook in before its optimizer step (gradients are
+        still held): model states are tallied there on the last measured step."""
+        if self.meter is not None and self.meter.next_is_last:
+            self.tally = states()
+
+    def after_step(self, device: torch.device, check: Callable[[], None], states: States) -> None:
+        """`check` raises when the script does not run the trial's config (first step);
+        `states` tallies the rank's model states."""
+        measure.sync(device)
+        now = time.perf_counter()
+        self.steps += 1
+        if self.meter is None:
+            self._first_step(device, check)
+        elif self.profiling is not None:
+            self._finish(now)
+        else:
+            self._record(now - self.last_end, states)
+        measure.sync(device)
+        self.last_end = time.perf_counter()
+
+    def step_done(self) -> None:
+        """`autotune.step.done()` from the user's loop: nothing to check, no states known."""
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        self.after_step(device, check=_nothing, states=_unknown_states)
+
+    def _first_step(self, device: torch.device, check: Callable[[], None]) -> None:
+        check()
+        worker.check_nccl_environment(self.spec, self.rank)
+        self.clock["initialized"] = time.time()
+        log = (self.folder / METRICS_FILE).open("a") if self.rank == 0 else None
+        self.meter = measure.StepMeter(self.spec.steps, device, log)
+        worker.maybe_inject_fault(self.rank)
+
+    def _record(self, seconds: float, states: States) -> None:
+        assert self.meter is not None
+        was_warm = self.meter.warmed_up
+        self.meter.record(seconds)
+        if self.meter.warmed_up and not was_warm:
+            self.clock["warmed_up"] = time.time()
+        if not self.meter.done:
+            return
+        self.clock["measured"] = time.time()
+        if self.tally is None:  # no hook before the step: the states after it
+            self.tally = states()
+        if self.spec.steps.profile:
+            self.profiling = measure.profiler(self.meter.device)
+            self.profiling.start()
+        else:
+            self._write_and_exit(None)
+
+    def _finish(self, now: float) -> None:
+        assert self.profiling is not None
+        self.profiling.stop()
+        self.clock["profiled"] = time.time()
+        self._write_and_exit(measure.profile_summary(self.profiling, now - self.last_end))
+
+    def _write_and_exit(self, profile: dict[str, float] | None) -> None:
+        assert self.meter is not None and self.tally is not None
+        if self.meter.log is not None:
+            self.meter.log.close()
+        result = measure.summarize(self.spec, self.meter, self.tally, profile, self.clock)
+        worker.finish(self.folder, self.rank, result)
+
+
+ACTIVE: StepHook | None = None
+"""The hook of this process's trial, for `autotune.step.done()`."""
+
+
+def run_command(job: UserJob, config_file: Path | None) -> None:
+    """The user's command as `python SCRIPT ARGS` or `python -m MODULE ARGS` would run it,
+    from their folder, with `config_file` in place of theirs."""
+    argv = job.argv_with_config(str(config_file)) if config_file else list(job.command)
+    os.chdir(job.workdir)
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def run_job(hook: StepHook, config_file: Path | None) -> None:
+    """Run the user's command under `hook`. A command that returns has ended before the
+    trial's steps were measured (the hook ends the process once they are)."""
+    spec, folder, rank = hook.spec, hook.folder, hook.rank
+    assert spec.job is not None
+    try:
+        run_command(spec.job, config_file)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            when = f"after {hook.steps} step(s)" if hook.steps else "before its first step"
+            exited = RuntimeError(f"the script exited with code {exc.code} {when}")
+            worker.write_error(folder, rank, exited, "crash" if hook.steps else "launch_error")
+            raise
+    except BaseException as exc:
+        startup = hook.steps == 0 and isinstance(exc, STARTUP_FAILURES)
+        worker.write_error(folder, rank, exc, "launch_error" if startup else None)
+        raise
+    plan = spec.steps
+    needed = plan.min_warmup + plan.measured_steps + 1 + int(plan.profile)
+    ended = worker.NoStepsError(
+        f"the script ended after {hook.steps} optimizer step(s); a trial needs at least "
+        f"{needed} (more while step times settle): let it run longer"
+    )
+    worker.write_error(folder, rank, ended)
+    raise ended

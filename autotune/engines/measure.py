@@ -1,0 +1,224 @@
+"""How a trial measures: warm-up until step times settle, measured steps, the slowest rank,
+peak memory, model states from real tensors, and the split of a profiled step into time in
+collectives and the rest. Shared by autotune's own workers and the hook in a user's loop."""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+
+from autotune.trialspec import StepPlan, TrialSpec
+
+
+@dataclass
+class StateTally:
+    """Model-state bytes summed from real tensors, each tensor counted once."""
+
+    bytes: dict[str, int] = field(
+        default_factory=lambda: {"params": 0, "grads": 0, "optimizer": 0}
+    )
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+
+    def add(self, kind: str, tensor: torch.Tensor | None) -> None:
+        if tensor is None or not torch.is_tensor(tensor):
+            return
+        if hasattr(tensor, "to_local"):  # DTensor: this rank holds only its shard
+            tensor = tensor.to_local()
+        if tensor.numel() == 0:
+            return
+        key = (tensor.data_ptr(), tensor.numel())
+        if key not in self._seen:
+            self._seen.add(key)
+            self.bytes[kind] += tensor.numel() * tensor.element_size()
+
+    def add_optimizer(self, optimizer: torch.optim.Optimizer, params_kind: str) -> None:
+        """Optimizer states, and the parameters the optimizer updates with their gradients.
+
+        `params_kind` says what those parameters are: the model's own (sharded) parameters
+        ("params", e.g. FSDP2) or fp32 master copies ("optimizer", e.g. ZeRO 1-2).
+        """
+        for state in optimizer.state.values():
+            for value in state.values():
+                if torch.is_tensor(value) and value.dim() > 0:
+                    self.add("optimizer", value)
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                self.add(params_kind, param)
+                self.add("grads", param.grad)
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+
+class StepMeter:
+    """Warm-up until step time settles (every rank follows rank 0's decision), then measured
+    steps: the one set of statistics for autotune's own loop and for the hook in a user's."""
+
+    def __init__(self, plan: StepPlan, device: torch.device, log: TextIO | None) -> None:
+        self.plan, self.device, self.log = plan, device, log
+        self.warmup: list[float] = []
+        self.measured: list[float] = []
+        self.warmed_up = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.measured) >= self.plan.measured_steps
+
+    @property
+    def next_is_last(self) -> bool:
+        """The next step recorded is the last measured one (model states are tallied there)."""
+        return self.warmed_up and len(self.measured) == self.plan.measured_steps - 1
+
+    def record(self, seconds: float) -> None:
+        phase, steps = ("measured", self.measured) if self.warmed_up else ("warmup", self.warmup)
+        if self.log is not None:
+            entry = {"phase": phase, "step": len(steps), "step_time_s": seconds}
+            self.log.write(json.dumps(entry) + "\n")
+            self.log.flush()
+        steps.append(seconds)
+        if not self.warmed_up:
+            plan = self.plan
+            settled = _settled(
+                self.warmup,
+                plan.min_warmup,
+                plan.max_warmup,
+                plan.settle_window,
+                plan.settle_tolerance,
+            )
+            self.warmed_up = _agree(settled, self.device)
+
+
+def summarize(
+    spec: TrialSpec,
+    meter: StepMeter,
+    tally: StateTally,
+    profile: dict[str, float] | None,
+    clock: dict[str, float],
+) -> dict[str, Any]:
+    """The trial's result from every rank's measurements (a collective: all ranks call it)."""
+    slowest = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
+    states = _gather_ints(tally.total, meter.device)
+    peak = _gather_ints(_peak_memory_bytes(meter.device), meter.device)
+    return _result(spec, slowest, states, tally, max(peak), len(meter.warmup), profile, clock)
+
+
+def _result(
+    spec: TrialSpec,
+    step_times: list[float],
+    states: list[int],
+    tally: StateTally,
+    peak: int,
+    warmup_steps: int,
+    profile: dict[str, float] | None,
+    clock: dict[str, float],
+) -> dict[str, Any]:
+    median = statistics.median(step_times)
+    w, cluster = spec.workload, spec.cluster
+    flops = w.model_flops_per_step() / median / cluster.world_size
+    peak_flops = cluster.device.peak_flops.get(w.precision)
+    clock["finished"] = time.time()
+    marks = list(clock.items())
+    return {
+        "status": "ok",
+        "source": "measured",
+        "step_time_s": median,
+        "step_time_min_s": min(step_times),
+        "step_time_max_s": max(step_times),
+        "step_time_stdev_s": statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
+        "step_times_s": step_times,
+        "tokens_per_s": w.tokens_per_step / median,
+        "tflops_per_device": flops / 1e12,
+        "mfu": flops / peak_flops if peak_flops else None,
+        "flop_formula": "megatron-core num_floating_point_operations (model FLOPs, no recompute)",
+        "peak_memory_bytes": peak,
+        "peak_memory_kind": "cuda_max_allocated" if torch.cuda.is_available() else "max_rss",
+        "model_state_bytes": max(states),
+        "model_state_bytes_per_rank": states,
+        "model_state_breakdown_rank0": dict(tally.bytes),
+        "profile": profile,
+        "warmup_steps": warmup_steps,
+        "measured_steps": len(step_times),
+        "world_size": cluster.world_size,
+        "phases_s": {
+            later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)
+        },
+        "versions": {"torch": torch.__version__},
+        "nccl_version": (
+            ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+        ),
+    }
+
+
+def _settled(times: list[float], min_n: int, max_n: int, window: int, tolerance: float) -> bool:
+    if len(times) >= max_n:
+        return True
+    if len(times) < max(min_n, window):
+        return False
+    last = times[-window:]
+    return (max(last) - min(last)) <= tolerance * statistics.median(last)
+
+
+def _agree(decision: bool, device: torch.device) -> bool:
+    """Rank 0's decision, so that every rank runs the same number of steps."""
+    flag = torch.tensor([1 if decision else 0], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+def _gather_ints(value: int, device: torch.device) -> list[int]:
+    mine = torch.tensor([value], dtype=torch.int64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return [int(t.item()) for t in every]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+COMM_MARKERS = ("gloo:", "nccl", "c10d::")
+
+
+def profiler(device: torch.device) -> torch.profiler.profile:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=activities)
+
+
+def profile_summary(prof: torch.profiler.profile, wall: float) -> dict[str, float]:
+    """Time inside collectives (the union of their spans) against the rest of a step."""
+    spans = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if any(marker in e.name.lower() for marker in COMM_MARKERS)
+    )
+    comm_us = 0.0
+    end = float("-inf")
+    for lo, hi in spans:  # length of the union of intervals
+        if hi > end:
+            comm_us += hi - max(lo, end)
+            end = hi
+    comm = min(comm_us / 1e6, wall)
+    return {"step_time_s": wall, "comm_s": comm, "compute_s": wall - comm}

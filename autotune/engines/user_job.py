@@ -1,0 +1,153 @@
+"""The user's own DeepSpeed training command as the trial (`autotune run -- train.py ...`).
+
+Pure: no torch, no DeepSpeed. The command is kept as the user typed it; each trial gets a
+ds_config made from the user's own file with the tuned keys overridden (optimizer, scheduler,
+precision and everything else kept), and the command's config argument pointing at it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import InputError
+from autotune.space import SearchSpace, TrainConfig
+from autotune.specs import Workload
+from autotune.trialspec import TrialSpec, UserJob
+
+CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
+"""Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`
+(`--deepspeed_config FILE`; its `--deepspeed` alone is a switch), or Hugging Face's
+`TrainingArguments` (`--deepspeed FILE`)."""
+LAUNCHER_WORDS = frozenset({"deepspeed", "torchrun", "accelerate", "mpirun", "srun"})
+KNOBS_FILE = "autotune_config.json"
+"""The trial's knobs, for a script tuned through autotune.step."""
+JOB_KNOBS = frozenset(
+    {"zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm", "nccl_algo", "nccl_proto"}
+)
+"""What a DeepSpeed script takes from its ds_config; its pipeline and recomputation are in
+its own code, so they stay as the script has them."""
+
+
+def find_config_argument(argv: Sequence[str]) -> int | None:
+    """Index of the argument that holds the ds_config path (`--flag FILE` or `--flag=FILE`)."""
+    for flag in CONFIG_FLAGS:  # DeepSpeed's own flag first: `--deepspeed` may be a switch
+        for i, arg in enumerate(argv):
+            if arg.startswith(flag + "="):
+                return i
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            if arg == flag and value and not value.startswith("-"):
+                return i + 1
+    return None
+
+
+def parse_job(argv: Sequence[str], workdir: Path, reads_ds_config: bool) -> UserJob:
+    """The user's command, checked: a script or module, and (`reads_ds_config`) a readable
+    ds_config that trials replace; else the script reads its knobs through autotune.step."""
+    command = list(argv)
+    if command and Path(command[0]).name.startswith("python"):
+        command = command[1:]
+    if not command:
+        raise InputError("after --, give your training script and its arguments")
+    if Path(command[0]).name in LAUNCHER_WORDS:
+        raise InputError(
+            f"autotune starts the ranks itself (torchrun): drop {command[0]!r} and give the "
+            "script, e.g. `-- train.py --deepspeed_config ds_config.json`"
+        )
+    if command[0] == "-m":
+        if len(command) < 2:
+            raise InputError("after -- -m, name the module to run")
+    elif not (workdir / command[0]).is_file():
+        raise InputError(f"training script {command[0]!r} does not exist in {workdir}")
+    if not reads_ds_config:
+        return UserJob(command=tuple(command), workdir=str(workdir), config_index=None)
+    index = find_config_argument(command)
+    if index is None:
+        raise InputError(
+            "the command names no DeepSpeed config: give it as --deepspeed_config FILE "
+            "(DeepSpeed) or --deepspeed FILE (Hugging Face)"
+        )
+    argument = command[index]
+    value = argument.partition("=")[2] if argument.startswith("--") else argument
+    return UserJob(
+        command=tuple(command),
+        workdir=str(workdir),
+        config_index=index,
+        base_config=read_ds_config(workdir / value),
+    )
+
+
+def write_knobs_file(spec: TrialSpec, folder: Path) -> Path:
+    """The trial's knobs for a script that reads them itself ($AUTOTUNE_CONFIG)."""
+    w, c = spec.workload, spec.config
+    knobs = {
+        **c.as_dict(),
+        "grad_accum": c.grad_accum(w.global_batch_size),
+        "global_batch_size": w.global_batch_size,
+        "world_size": spec.cluster.world_size,
+    }
+    path = folder / KNOBS_FILE
+    path.write_text(json.dumps(knobs, indent=2) + "\n")
+    return path
+
+
+def read_ds_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"DeepSpeed config {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"DeepSpeed config {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"DeepSpeed config {path}: expected a JSON object")
+    return data
+
+
+def global_batch(base_config: dict[str, Any], world_size: int) -> int:
+    """Sequences per optimizer step the user's config asks for; trials keep it."""
+    batch = base_config.get("train_batch_size")
+    if isinstance(batch, int) and batch > 0:
+        return batch
+    mbs = base_config.get("train_micro_batch_size_per_gpu")
+    accum = base_config.get("gradient_accumulation_steps", 1)
+    if isinstance(mbs, int) and isinstance(accum, int) and mbs > 0 and accum > 0:
+        return mbs * accum * world_size
+    raise InputError(
+        "the DeepSpeed config sets no global batch: give train_batch_size, or "
+        "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) as numbers"
+    )
+
+
+def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
+    """The user's config with the trial's knobs: micro-batch and accumulation move together
+    so that the global batch stays the user's."""
+    merged = copy.deepcopy(job.base_config)
+    merged["train_batch_size"] = workload.global_batch_size
+    merged["train_micro_batch_size_per_gpu"] = config.mbs
+    merged["gradient_accumulation_steps"] = config.grad_accum(workload.global_batch_size)
+    zero = dict(merged.get("zero_optimization") or {})
+    zero["stage"] = config.zero
+    zero["reduce_bucket_size"] = config.reduce_bucket
+    zero["overlap_comm"] = config.overlap_comm
+    if config.zero in (1, 2):
+        zero["allgather_bucket_size"] = config.allgather_bucket
+    else:
+        zero.pop("allgather_bucket_size", None)
+    merged["zero_optimization"] = zero
+    return merged
+
+
+def job_space(
+    space: SearchSpace, workload: Workload, world_size: int, derive_mbs: bool
+) -> SearchSpace:
+    """The engine's space narrowed to what a script takes from its config: other knobs keep
+    their defaults. With `derive_mbs` (no space file given) micro-batches are every divisor
+    of each rank's share of the batch, as DeepSpeed's autotuner tries."""
+    values = {k: v for k, v in space.values.items() if k in JOB_KNOBS}
+    if derive_mbs:
+        per_rank = max(1, workload.global_batch_size // world_size)
+        values["mbs"] = tuple(m for m in range(1, per_rank + 1) if per_rank % m == 0)
+    return SearchSpace(engine=space.engine, values=values, source=f"{space.source} (script)")

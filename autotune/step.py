@@ -1,0 +1,22 @@
+"""For your own training loop: call `autotune.step.done()` after each optimizer step.
+
+Under `autotune run --engine torch --space FILE -- your_script.py ...` this is how autotune
+times your loop (warm-up, measured steps, the profiled step), and the trial's knobs are in the
+JSON file that $AUTOTUNE_CONFIG names. Anywhere else it does nothing, so the call can stay in
+production code. Importing this module imports nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+
+CONFIG_ENV = "AUTOTUNE_CONFIG"
+"""Names the JSON file of the trial's knobs (tp, pp, dp, zero, mbs, grad_accum, ...)."""
+
+
+def done() -> None:
+    """One optimizer step of this rank has ended."""
+    hook_module = sys.modules.get("autotune.engines.job_hook")
+    hook = getattr(hook_module, "ACTIVE", None)
+    if hook is not None:
+        hook.step_done()

@@ -1,0 +1,77 @@
+"""A user's DeepSpeed training script, as people write them: DeepSpeed's own argument
+parsing, a model, a data loader and the usual loop. autotune tunes it without edits.
+
+--hardcoded-config makes it ignore the config file it is given (for the config_ignored test).
+"""
+
+import argparse
+
+import deepspeed
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab: int = 512, width: int = 128, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        block = nn.TransformerEncoderLayer(
+            width, nhead=4, dim_feedforward=4 * width, batch_first=True
+        )
+        self.blocks = nn.TransformerEncoder(block, num_layers=layers)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.embed(tokens)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps")
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=512)
+    parser.add_argument("--hardcoded-config", action="store_true")
+    parser.add_argument("--local_rank", type=int, default=-1)
+    parser = deepspeed.add_config_arguments(parser)
+    args = parser.parse_args()
+
+    config = None
+    if args.hardcoded_config:
+        args.deepspeed_config = None
+        config = {
+            "train_batch_size": 16,
+            "train_micro_batch_size_per_gpu": 8,
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+        }
+    model = TinyLM(args.vocab, args.width, args.layers)
+    engine, _, _, _ = deepspeed.initialize(
+        args=args, model=model, model_parameters=model.parameters(), config=config
+    )
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, args.vocab, (1024, args.seq + 1), generator=generator)
+    data = DataLoader(
+        TensorDataset(tokens[:, :-1], tokens[:, 1:]),
+        batch_size=engine.train_micro_batch_size_per_gpu(),
+        shuffle=True,
+    )
+    loss_fn = nn.CrossEntropyLoss()
+    micro_steps = args.steps * engine.gradient_accumulation_steps()
+    done = 0
+    while done < micro_steps:
+        for inputs, labels in data:
+            logits = engine(inputs.to(engine.device))
+            loss = loss_fn(logits.flatten(0, 1), labels.to(engine.device).flatten())
+            engine.backward(loss)
+            engine.step()
+            done += 1
+            if done == micro_steps:
+                break
+    if engine.global_rank == 0:
+        print(f"trained {args.steps} steps, last loss {loss.item():.3f}")
+
+
+if __name__ == "__main__":
+    main()

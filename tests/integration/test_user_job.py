@@ -1,0 +1,137 @@
+"""`autotune run -- <the user's own DeepSpeed script>`: real trials of an unmodified script
+on 2 gloo ranks, its exported train.sh, and the failures only a user's script can have."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, autotune
+from tests.integration.test_study import check_deepspeed_accepts
+
+pytestmark = pytest.mark.slow
+SCRIPTS = REPO / "tests" / "data" / "user_scripts"
+STUDY = "ds_train-local_2-deepspeed"
+
+
+def tune(tmp_path: Path, *script_args: str, trials: int = 3) -> subprocess.CompletedProcess[str]:
+    """A study of the user's script, run from their folder as they would run it."""
+    workdir = tmp_path / "project"
+    if not workdir.exists():
+        workdir.mkdir()
+        for name in ("ds_train.py", "ds_config.json"):
+            (workdir / name).write_text((SCRIPTS / name).read_text())
+    return autotune(
+        "run",
+        "--cluster",
+        "local:2",
+        "--trials",
+        str(trials),
+        "--no-confirm",
+        "--results",
+        str(tmp_path / "results"),
+        "--",
+        "ds_train.py",
+        *script_args,
+        "--deepspeed_config",
+        "ds_config.json",
+        cwd=workdir,
+        timeout=900,
+    )
+
+
+def trials_table(tmp_path: Path) -> list[dict[str, object]]:
+    listed = autotune(
+        "trials", "--study", STUDY, "--results", str(tmp_path / "results"), "--format", "json"
+    )
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)
+
+
+def test_an_unmodified_deepspeed_script_is_tuned_and_its_export_runs_it(tmp_path: Path) -> None:
+    result = tune(tmp_path, "--steps", "40")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    table = trials_table(tmp_path)
+    assert len(table) == 3
+    assert {row["kind"] for row in table} <= {"ok", "pruned"}
+    best_row = table[0]
+    assert best_row["kind"] == "ok"
+
+    trial = tmp_path / "results" / STUDY / "trials" / str(best_row["number"])
+    measured = json.loads((trial / "result.json").read_text())
+    assert measured["source"] == "measured" and measured["measured_steps"] == 8
+    assert measured["profile"]["step_time_s"] > 0  # the profiled step of the user's loop
+    assert measured["model_state_bytes"] > 0
+    tried = json.loads((trial / "ds_config.json").read_text())
+    assert tried["scheduler"]["type"] == "WarmupLR"  # the user's own settings are kept
+    assert tried["train_batch_size"] == 16
+
+    best = tmp_path / "results" / STUDY / "best"
+    exported = json.loads((best / "ds_config.json").read_text())
+    assert exported["optimizer"] == {"type": "Adam", "params": {"lr": 0.001}}
+    assert exported["zero_optimization"]["stage"] == best_row["zero"]
+    assert exported["train_micro_batch_size_per_gpu"] == best_row["mbs"]
+    check_deepspeed_accepts(best / "ds_config.json")
+
+    env = {**os.environ, "TORCHRUN": str(Path(sys.executable).with_name("torchrun"))}
+    run = subprocess.run(
+        ["bash", str(best / "train.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd="/",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "trained 40 steps" in run.stdout  # the user's script ran to its own end
+
+
+def test_a_script_that_ignores_its_config_stops_the_study(tmp_path: Path) -> None:
+    result = tune(tmp_path, "--hardcoded-config", "--steps", "40")
+    assert result.returncode == 1
+    assert "the script failed before any config was measured (config_ignored)" in result.stdout
+    table = trials_table(tmp_path)
+    assert len(table) == 1 and table[0]["kind"] == "config_ignored"
+    assert "does not take its config from the file it was given" in str(table[0]["error"])
+
+
+def test_a_script_that_ends_too_soon_is_reported_as_no_steps(tmp_path: Path) -> None:
+    result = tune(tmp_path, "--steps", "3")
+    assert result.returncode == 1
+    table = trials_table(tmp_path)
+    assert len(table) == 1 and table[0]["kind"] == "no_steps"
+    assert "ended after 3 optimizer step(s)" in str(table[0]["error"])
+
+
+def test_a_script_with_the_step_helper_is_tuned_on_the_knobs_it_reads(tmp_path: Path) -> None:
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    for name in ("plain_train.py", "plain_space.yaml"):
+        (workdir / name).write_text((SCRIPTS / name).read_text())
+    result = autotune(
+        "run", "--engine", "torch", "--space", "plain_space.yaml", "--cluster", "local:2",
+        "--trials", "3", "--sampler", "grid", "--no-confirm",
+        "--results", str(tmp_path / "results"),
+        "--", "plain_train.py", "--steps", "40",
+        cwd=workdir, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = tmp_path / "results" / "plain_train-local_2-torch"
+    folders = sorted((study / "trials").iterdir())
+    assert len(folders) == 3
+    ran = [json.loads((f / "autotune_config.json").read_text()) for f in folders]
+    assert len({(k["mbs"], k["ddp_bucket_mb"]) for k in ran}) == 3  # three distinct configs
+    assert all(k["mbs"] * k["grad_accum"] * 2 == 16 for k in ran)  # tiny's global batch
+    best = study / "best"
+    env = {**os.environ, "TORCHRUN": str(Path(sys.executable).with_name("torchrun"))}
+    run = subprocess.run(
+        ["bash", str(best / "train.sh")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    exported = json.loads((best / "autotune_config.json").read_text())
+    assert f"trained 40 steps with mbs {exported['mbs']}" in run.stdout

@@ -1,0 +1,139 @@
+"""The user's own DeepSpeed command: how it is read, and the ds_config each trial gets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.engines.user_job import global_batch, job_space, parse_job, trial_ds_config
+from autotune.errors import InputError
+from autotune.export.best import job_command
+from autotune.problem import load_problem
+from autotune.space import TrainConfig
+from autotune.specs import load_workload
+from tests.conftest import autotune
+
+USER_CONFIG = {
+    "train_batch_size": 32,
+    "train_micro_batch_size_per_gpu": "auto",
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 1000}},
+    "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "ds.json").write_text(json.dumps(USER_CONFIG))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "config_argument"),
+    [
+        (["train.py", "--deepspeed_config", "ds.json", "--lr", "1"], "ds.json"),
+        (["python", "train.py", "--deepspeed_config=ds.json"], "--deepspeed_config=ds.json"),
+        (["train.py", "--deepspeed", "--deepspeed_config", "ds.json"], "ds.json"),  # a switch
+        (["train.py", "--output_dir", "out", "--deepspeed", "ds.json"], "ds.json"),  # HF
+    ],
+)
+def test_the_config_argument_is_found_in_each_form(
+    workdir: Path, argv: list[str], config_argument: str
+) -> None:
+    job = parse_job(argv, workdir, reads_ds_config=True)
+    assert job.command[0] == "train.py"  # `python` is the launcher's to add
+    assert job.command[job.config_index] == config_argument
+    assert job.base_config == USER_CONFIG
+    replaced = job.argv_with_config("/trial/ds_config.json")
+    assert replaced[job.config_index].endswith("/trial/ds_config.json")
+    assert replaced[job.config_index].startswith("--deepspeed_config=") == ("=" in config_argument)
+    assert [a for i, a in enumerate(replaced) if i != job.config_index] == [
+        a for i, a in enumerate(job.command) if i != job.config_index
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["deepspeed", "train.py", "--deepspeed_config", "ds.json"], "starts the ranks itself"),
+        (["torchrun", "--nproc-per-node", "8", "train.py"], "starts the ranks itself"),
+        (["nope.py", "--deepspeed_config", "ds.json"], "'nope.py' does not exist"),
+        (["train.py", "--lr", "1"], "names no DeepSpeed config"),
+        (["train.py", "--deepspeed"], "names no DeepSpeed config"),
+        (["train.py", "--deepspeed_config", "missing.json"], "missing.json"),
+        (["train.py", "--deepspeed_config", "train.py"], "not JSON"),
+        (["-m"], "name the module"),
+    ],
+)
+def test_commands_that_cannot_be_tuned_are_refused(
+    workdir: Path, argv: list[str], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_job(argv, workdir, reads_ds_config=True)
+
+
+def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path) -> None:
+    job = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, True)
+    workload = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
+    merged = trial_ds_config(job, workload, TrainConfig(dp=4, zero=1, mbs=2, overlap_comm=True))
+    assert merged["optimizer"] == USER_CONFIG["optimizer"]
+    assert merged["scheduler"] == USER_CONFIG["scheduler"]
+    assert merged["bf16"] == {"enabled": "auto"}  # left for Hugging Face to resolve
+    assert merged["train_micro_batch_size_per_gpu"] == 2
+    assert merged["gradient_accumulation_steps"] == 4  # 32 = 2 x 4 x dp 4
+    assert merged["train_batch_size"] == 32
+    zero = merged["zero_optimization"]
+    assert zero["stage"] == 1 and zero["overlap_comm"] is True
+    assert zero["offload_optimizer"] == {"device": "cpu"}
+    assert USER_CONFIG["zero_optimization"]["stage"] == 3  # the user's dict is untouched
+    stage3 = trial_ds_config(job, workload, TrainConfig(dp=4, zero=3, mbs=8))
+    assert "allgather_bucket_size" not in stage3["zero_optimization"]
+
+
+def test_the_global_batch_comes_from_the_users_config() -> None:
+    assert global_batch({"train_batch_size": 64}, world_size=8) == 64
+    assert global_batch({"train_micro_batch_size_per_gpu": 2}, world_size=8) == 16
+    per_rank = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    assert global_batch(per_rank, world_size=8) == 64
+    with pytest.raises(InputError, match="sets no global batch"):
+        global_batch({"train_batch_size": "auto"}, world_size=8)
+
+
+def test_a_scripts_space_holds_only_what_its_config_sets(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workdir)
+    command = ["train.py", "--deepspeed_config", "ds.json"]
+    problem = load_problem("deepspeed", "tiny", "local:2", command=command)
+    assert problem.workload.global_batch_size == 32
+    assert set(problem.space.values) <= {"zero", "mbs", "reduce_bucket", "overlap_comm"} | {
+        "allgather_bucket",
+        "nccl_algo",
+        "nccl_proto",
+    }
+    assert problem.space.values["mbs"] == (1, 2, 4, 8, 16)  # every divisor of 32 / 2 ranks
+    assert {c.pp for c in problem.enumerate().valid} == {1}
+    with pytest.raises(InputError, match="cannot run your own command"):
+        load_problem("megatron", "tiny", "local:2", command=command)
+    with pytest.raises(InputError, match="list the ones it applies"):
+        load_problem("torch", "tiny", "local:2", command=command)
+    narrowed = job_space(problem.space, problem.workload, 2, derive_mbs=False)
+    assert narrowed.values["mbs"] == problem.space.values["mbs"]
+
+
+def test_the_exported_command_runs_the_users_script_with_the_tuned_file(workdir: Path) -> None:
+    job = parse_job(["train.py", "--tag", "a b", "--deepspeed_config=ds.json"], workdir, True)
+    line = job_command(job, "ds_config.json")
+    assert line == "train.py --tag 'a b' --deepspeed_config=\"$here/ds_config.json\""
+
+
+def test_run_refuses_a_launcher_word_in_one_line(tmp_path: Path) -> None:
+    result = autotune("run", "--", "deepspeed", "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "drop 'deepspeed'" in result.stderr
+    assert not (tmp_path / "results").exists()
