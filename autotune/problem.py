@@ -111,9 +111,7 @@ def load_problem(
             )
         return dataclasses.replace(problem, job=job)
     world = problem.cluster.world_size
-    workload = dataclasses.replace(
-        problem.workload, global_batch_size=global_batch(job.base_config, world)
-    )
+    workload = dataclasses.replace(problem.workload, global_batch_size=global_batch(job, world))
     return dataclasses.replace(
         problem,
         workload=workload,

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from autotune.engines import measure, worker
-from autotune.trialspec import METRICS_FILE, TrialSpec, UserJob
+from autotune.engines.user_job import trial_argv
+from autotune.trialspec import METRICS_FILE, TrialSpec
 
 STARTUP_FAILURES = (SyntaxError, ImportError, FileNotFoundError, NameError)
 """Exceptions before the first step that say the script cannot run at all, whatever the
@@ -119,11 +120,10 @@ ACTIVE: StepHook | None = None
 """The hook of this process's trial, for `autotune.step.done()`."""
 
 
-def run_command(job: UserJob, config_file: Path | None) -> None:
+def run_command(argv: list[str], workdir: str) -> None:
     """The user's command as `python SCRIPT ARGS` or `python -m MODULE ARGS` would run it,
-    from their folder, with `config_file` in place of theirs."""
-    argv = job.argv_with_config(str(config_file)) if config_file else list(job.command)
-    os.chdir(job.workdir)
+    from their folder."""
+    os.chdir(workdir)
     if argv[0] == "-m":
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -139,7 +139,8 @@ def run_job(hook: StepHook, config_file: Path | None) -> None:
     spec, folder, rank = hook.spec, hook.folder, hook.rank
     assert spec.job is not None
     try:
-        run_command(spec.job, config_file)
+        argv = trial_argv(spec, str(config_file)) if config_file else list(spec.job.command)
+        run_command(argv, spec.job.workdir)
     except SystemExit as exc:
         if exc.code not in (0, None):
             when = f"after {hook.steps} step(s)" if hook.steps else "before its first step"

@@ -23,6 +23,8 @@ CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
 (`--deepspeed_config FILE`; its `--deepspeed` alone is a switch), or Hugging Face's
 `TrainingArguments` (`--deepspeed FILE`)."""
 LAUNCHER_WORDS = frozenset({"deepspeed", "torchrun", "accelerate", "mpirun", "srun"})
+HF_BATCH = (("--per_device_train_batch_size", "8"), ("--gradient_accumulation_steps", "1"))
+"""Hugging Face TrainingArguments' batch flags and their defaults."""
 KNOBS_FILE = "autotune_config.json"
 """The trial's knobs, for a script tuned through autotune.step."""
 JOB_KNOBS = frozenset(
@@ -106,19 +108,75 @@ def read_ds_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def global_batch(base_config: dict[str, Any], world_size: int) -> int:
-    """Sequences per optimizer step the user's config asks for; trials keep it."""
-    batch = base_config.get("train_batch_size")
+def is_hugging_face(job: UserJob) -> bool:
+    """The command hands its config to Hugging Face's Trainer (`--deepspeed FILE`), which
+    takes the micro-batch and accumulation from its own flags and checks the file against
+    them."""
+    if job.config_index is None:
+        return False
+    argument = job.command[job.config_index]
+    before = job.command[job.config_index - 1] if job.config_index else ""
+    return argument.startswith("--deepspeed=") or before == "--deepspeed"
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag VALUE` or `--flag=VALUE` in a command (the last one wins)."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg.startswith(flag + "="):
+            found = arg.partition("=")[2]
+        elif arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+    return found
+
+
+def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with `flag` set to `value`: in place where it is given, else appended."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+            return out
+        if arg == flag and i + 1 < len(out):
+            out[i + 1] = value
+            return out
+    return [*out, flag, value]
+
+
+def global_batch(job: UserJob, world_size: int) -> int:
+    """Sequences per optimizer step the user's job asks for; trials keep it."""
+    base = job.base_config
+    batch = base.get("train_batch_size")
     if isinstance(batch, int) and batch > 0:
         return batch
-    mbs = base_config.get("train_micro_batch_size_per_gpu")
-    accum = base_config.get("gradient_accumulation_steps", 1)
+    mbs = base.get("train_micro_batch_size_per_gpu")
+    accum = base.get("gradient_accumulation_steps", 1)
     if isinstance(mbs, int) and isinstance(accum, int) and mbs > 0 and accum > 0:
         return mbs * accum * world_size
+    if is_hugging_face(job):  # "auto" in the file: the Trainer's flags (and their defaults)
+        given = {flag: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
+        try:
+            numbers = [int(value) for value in given.values()]
+        except ValueError:
+            raise InputError(f"batch flags must be whole numbers: {given}") from None
+        return numbers[0] * numbers[1] * world_size
     raise InputError(
         "the DeepSpeed config sets no global batch: give train_batch_size, or "
         "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) as numbers"
     )
+
+
+def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
+    """The user's command for a trial: its config file replaced by `config_path`; for the
+    Hugging Face Trainer also its micro-batch and accumulation flags, which must agree."""
+    assert spec.job is not None
+    argv = spec.job.argv_with_config(config_path)
+    if is_hugging_face(spec.job):
+        accum = spec.config.grad_accum(spec.workload.global_batch_size)
+        (mbs_flag, _), (accum_flag, _) = HF_BATCH
+        argv = with_flag(argv, mbs_flag, str(spec.config.mbs))
+        argv = with_flag(argv, accum_flag, str(accum))
+    return argv
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:

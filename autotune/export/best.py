@@ -22,13 +22,14 @@ import yaml
 from autotune import shell
 from autotune.engines import get_engine
 from autotune.engines.base import Engine
+from autotune.engines.user_job import trial_argv
 from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.step import CONFIG_ENV
 from autotune.study.storage import stored_job, stored_specs
-from autotune.trialspec import TRIAL_FILE, TrialSpec, UserJob, nccl_environment
+from autotune.trialspec import TRIAL_FILE, TrialSpec, nccl_environment
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
 COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")
@@ -251,7 +252,7 @@ def train_script(
                 else []
             ),
             f"cd {shell.quote(spec.job.workdir)}",
-            f"{torchrun} {job_command(spec.job, job_config)}",
+            f"{torchrun} {job_command(spec, job_config)}",
         ]
     else:
         what = (
@@ -278,13 +279,16 @@ def train_script(
     )
 
 
-def job_command(job: UserJob, config_file: str) -> str:
-    """The user's command for a shell, its config argument naming `config_file` in this
-    folder ($here) while the command runs from the user's own directory."""
-    words = [shell.quote(arg) for arg in job.command]
-    if job.config_index is None:  # the script reads $AUTOTUNE_CONFIG
+def job_command(spec: TrialSpec, config_file: str) -> str:
+    """The user's command for the best config, for a shell, its config argument naming
+    `config_file` in this folder ($here) while the command runs from the user's folder."""
+    assert spec.job is not None
+    argv = trial_argv(spec, config_file) if config_file else list(spec.job.command)
+    words = [shell.quote(arg) for arg in argv]
+    index = spec.job.config_index
+    if index is None:  # the script reads $AUTOTUNE_CONFIG
         return " ".join(words)
-    argument = job.command[job.config_index]
+    argument = spec.job.command[index]
     flag = shell.quote(argument.partition("=")[0] + "=") if argument.startswith("--") else ""
-    words[job.config_index] = f'{flag}"$here/{config_file}"'
+    words[index] = f'{flag}"$here/{config_file}"'
     return " ".join(words)

@@ -135,3 +135,42 @@ def test_a_script_with_the_step_helper_is_tuned_on_the_knobs_it_reads(tmp_path: 
     assert run.returncode == 0, run.stderr[-3000:]
     exported = json.loads((best / "autotune_config.json").read_text())
     assert f"trained 40 steps with mbs {exported['mbs']}" in run.stdout
+
+
+def test_a_hugging_face_trainer_script_is_tuned_with_its_own_batch_flags(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("transformers")
+    # --use_cpu: on a machine without GPUs the Trainer sees the torchrun world only with it.
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    for name in ("hf_train.py", "hf_ds_config.json"):
+        (workdir / name).write_text((SCRIPTS / name).read_text())
+    result = autotune(
+        "run", "--cluster", "local:2", "--trials", "2", "--no-confirm",
+        "--results", str(tmp_path / "results"),
+        "--", "hf_train.py", "--output_dir", "out", "--max_steps", "40", "--report_to", "none",
+        "--save_strategy", "no", "--use_cpu", "--per_device_train_batch_size", "4",
+        "--gradient_accumulation_steps", "2", "--deepspeed", "hf_ds_config.json",
+        cwd=workdir, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study = tmp_path / "results" / "hf_train-local_2-deepspeed"
+    for trial in sorted((study / "trials").iterdir()):
+        config = json.loads((trial / "ds_config.json").read_text())
+        assert config["train_batch_size"] == 16  # 4 x 2 x 2 ranks, the Trainer's flags
+        outcome = json.loads((trial / "outcome.json").read_text())
+        assert outcome["kind"] in ("ok", "pruned"), outcome
+    best = study / "best"
+    exported = json.loads((best / "ds_config.json").read_text())
+    assert exported["optimizer"]["params"]["lr"] == "auto"  # left for the Trainer
+    env = {**os.environ, "TORCHRUN": str(Path(sys.executable).with_name("torchrun"))}
+    run = subprocess.run(
+        ["bash", str(best / "train.sh")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "trained 40 steps" in run.stdout
+    train_sh = (best / "train.sh").read_text()
+    assert f"--per_device_train_batch_size {exported['train_micro_batch_size_per_gpu']}" in (
+        train_sh
+    )

@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines.user_job import global_batch, job_space, parse_job, trial_ds_config
+from autotune.engines.user_job import (
+    global_batch,
+    job_space,
+    parse_job,
+    trial_argv,
+    trial_ds_config,
+)
 from autotune.errors import InputError
 from autotune.export.best import job_command
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
-from autotune.specs import load_workload
+from autotune.specs import load_cluster, load_workload
+from autotune.trialspec import TrialSpec
 from tests.conftest import autotune
 
 USER_CONFIG = {
@@ -95,13 +102,50 @@ def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path)
     assert "allgather_bucket_size" not in stage3["zero_optimization"]
 
 
-def test_the_global_batch_comes_from_the_users_config() -> None:
-    assert global_batch({"train_batch_size": 64}, world_size=8) == 64
-    assert global_batch({"train_micro_batch_size_per_gpu": 2}, world_size=8) == 16
-    per_rank = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
-    assert global_batch(per_rank, world_size=8) == 64
+def test_the_global_batch_comes_from_the_users_config(workdir: Path) -> None:
+    def batch(config: dict[str, object], *flags: str) -> int:
+        (workdir / "ds.json").write_text(json.dumps(config))
+        job = parse_job(["train.py", *flags, "--deepspeed", "ds.json"], workdir, True)
+        return global_batch(job, world_size=8)
+
+    assert batch({"train_batch_size": 64}) == 64
+    assert batch({"train_micro_batch_size_per_gpu": 2}) == 16
+    assert batch({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}) == 64
+    # Hugging Face: "auto" in the file, the Trainer's flags (default 8 x 1) decide
+    assert batch({"train_batch_size": "auto"}) == 64
+    assert batch({}, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps=3") == 48
     with pytest.raises(InputError, match="sets no global batch"):
-        global_batch({"train_batch_size": "auto"}, world_size=8)
+        (workdir / "ds.json").write_text(json.dumps({"train_batch_size": "auto"}))
+        global_batch(parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, True), 8)
+
+
+def test_hugging_face_batch_flags_follow_the_trial(workdir: Path) -> None:
+    command = ["train.py", "--per_device_train_batch_size", "8", "--deepspeed", "ds.json"]
+    job = parse_job(command, workdir, True)
+    workload = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
+    spec = TrialSpec(
+        engine="deepspeed",
+        workload=workload,
+        cluster=load_cluster("local:2"),
+        config=TrainConfig(dp=2, mbs=4),
+        job=job,
+    )
+    argv = trial_argv(spec, "/t/ds_config.json")
+    assert argv == [
+        "train.py",
+        "--per_device_train_batch_size",
+        "4",
+        "--deepspeed",
+        "/t/ds_config.json",
+        "--gradient_accumulation_steps",
+        "4",
+    ]
+    plain = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, True)
+    assert trial_argv(dataclasses.replace(spec, job=plain), "x.json") == [
+        "train.py",
+        "--deepspeed_config",
+        "x.json",
+    ]
 
 
 def test_a_scripts_space_holds_only_what_its_config_sets(
@@ -128,7 +172,14 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
 
 def test_the_exported_command_runs_the_users_script_with_the_tuned_file(workdir: Path) -> None:
     job = parse_job(["train.py", "--tag", "a b", "--deepspeed_config=ds.json"], workdir, True)
-    line = job_command(job, "ds_config.json")
+    spec = TrialSpec(
+        engine="deepspeed",
+        workload=load_workload("tiny"),
+        cluster=load_cluster("local:2"),
+        config=TrainConfig(dp=2),
+        job=job,
+    )
+    line = job_command(spec, "ds_config.json")
     assert line == "train.py --tag 'a b' --deepspeed_config=\"$here/ds_config.json\""
 
 
