@@ -416,9 +416,10 @@ def run(
 ) -> None:
     """Tune: search the space with real trials, then export the best config.
 
-    After `--`, your own DeepSpeed training command (`-- train.py --deepspeed_config
-    ds.json ...`): each trial runs it with a ds_config made from yours, and autotune times
-    its optimizer steps.
+    After `--`, your own training command: a DeepSpeed or Hugging Face script (`-- train.py
+    --deepspeed_config ds.json ...`), each trial with a ds_config made from yours; or, with
+    --engine torch and --space, any loop that calls autotune.step.done(). autotune times its
+    optimizer steps.
     """
     from autotune.estimate.saved import load_calibration
     from autotune.export import export_best
@@ -430,8 +431,10 @@ def run(
 
     problem = load_problem(engine, model, cluster, space, command)
     problem.enumerate().require_some()
-    if problem.job is not None and launcher == "replay":
-        raise InputError("--launcher replay replays recorded sweeps, not your own command")
+    if problem.job is not None and launcher in ("replay", "simulate"):
+        raise InputError(
+            f"--launcher {launcher} does not run anything: your own command needs local or slurm"
+        )
     budget = Budget(
         trials=n_trials,
         max_time_s=parse_duration(max_time, "--max-time"),

@@ -27,14 +27,17 @@ Outcome = Literal[
     "cancelled",
     "node_fail",
     "preempted",
+    "script_error",
     "no_steps",
     "config_ignored",
 ]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-"""`pruned`: stopped early because it was clearly slower than the best so far. The last three
-come from a scheduler: cancelled outside autotune, a node failed, preempted (each retried
-once where that can help). The last two are a user's script's: it ended before the trial's
-steps were measured, or it ran with settings other than the config file it was given."""
+"""`pruned`: stopped early because it was clearly slower than the best so far. `cancelled`,
+`node_fail` and `preempted` come from a scheduler: cancelled outside autotune, a node failed,
+preempted (each retried once where that can help). The last three are a user's script's: it
+could not start whatever the config (a syntax error, a missing module or file, an argument it
+refuses), it ended before the trial's steps were measured, or it ran with settings other than
+the config file it was given."""
 
 NCCL_TUNED = ("NCCL_ALGO", "NCCL_PROTO")
 """NCCL variables a trial sets from its config, and no one else: launchers drop inherited ones."""
@@ -75,7 +78,7 @@ class UserJob:
     """The script (or `-m module`) and its arguments, as given after `--`."""
     workdir: str
     """Where it was given: the command runs here, so its relative paths mean the same."""
-    config_index: int | None
+    config_index: int | None = None
     """Index in `command` of the argument that holds the config file's path; None for a
     script that reads the trial's knobs from $AUTOTUNE_CONFIG."""
     base_config: dict[str, Any] = field(default_factory=dict, hash=False)

@@ -26,7 +26,8 @@ fi
 # DeepSpeed compiles its CPU ops on first use. Build them now, once, rather than inside the
 # first trials (where a trial killed mid-build would leave a lock that stalls later ones).
 if .venv/bin/python -c "import sys, torch; sys.exit(1 if torch.cuda.is_available() else 0)"; then
-  # With the venv's ninja, as trials use (launchers put the venv's bin first on PATH).
+  # With the venv's ninja, as trials use (the local launcher puts the venv's bin first on
+  # PATH): ninja versions hash build commands differently and would rebuild each other's.
   PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu .venv/bin/python -c "
 from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
 ShareMemCommBuilder().load(verbose=False)

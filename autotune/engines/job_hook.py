@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from autotune.engines import measure, worker
 from autotune.engines.user_job import trial_argv
@@ -25,7 +26,7 @@ from autotune.trialspec import METRICS_FILE, TrialSpec
 
 STARTUP_FAILURES = (SyntaxError, ImportError, FileNotFoundError, NameError)
 """Exceptions before the first step that say the script cannot run at all, whatever the
-config: reported as launch errors, and the study stops on them."""
+config: reported as script errors, and the study stops on them."""
 
 States = Callable[[], measure.StateTally]
 
@@ -78,6 +79,11 @@ class StepHook:
         self.after_step(device, check=_nothing, states=_unknown_states)
 
     def _first_step(self, device: torch.device, check: Callable[[], None]) -> None:
+        if not dist.is_initialized():
+            raise worker.ScriptError(
+                "the script took an optimizer step without torch.distributed: it must call "
+                "init_process_group (DeepSpeed and the Trainer do) before training"
+            )
         check()
         worker.check_nccl_environment(self.spec, self.rank)
         self.clock["initialized"] = time.time()
@@ -124,7 +130,8 @@ def run_command(argv: list[str], workdir: str) -> None:
     """The user's command as `python SCRIPT ARGS` or `python -m MODULE ARGS` would run it,
     from their folder."""
     os.chdir(workdir)
-    if argv[0] == "-m":
+    if argv[0] == "-m":  # importable from the user's folder, as `python -m` there
+        sys.path.insert(0, workdir)
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
@@ -145,11 +152,11 @@ def run_job(hook: StepHook, config_file: Path | None) -> None:
         if exc.code not in (0, None):
             when = f"after {hook.steps} step(s)" if hook.steps else "before its first step"
             exited = RuntimeError(f"the script exited with code {exc.code} {when}")
-            worker.write_error(folder, rank, exited, "crash" if hook.steps else "launch_error")
+            worker.write_error(folder, rank, exited, "crash" if hook.steps else "script_error")
             raise
     except BaseException as exc:
         startup = hook.steps == 0 and isinstance(exc, STARTUP_FAILURES)
-        worker.write_error(folder, rank, exc, "launch_error" if startup else None)
+        worker.write_error(folder, rank, exc, "script_error" if startup else None)
         raise
     plan = spec.steps
     needed = plan.min_warmup + plan.measured_steps + 1 + int(plan.profile)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,15 @@ def parse_job(argv: Sequence[str], workdir: Path, reads_ds_config: bool) -> User
     """The user's command, checked: a script or module, and (`reads_ds_config`) a readable
     ds_config that trials replace; else the script reads its knobs through autotune.step."""
     command = list(argv)
-    if command and Path(command[0]).name.startswith("python"):
+    if command and re.fullmatch(r"python[\d.]*", Path(command[0]).name):
         command = command[1:]
     if not command:
         raise InputError("after --, give your training script and its arguments")
+    if command[0].startswith("-") and command[0] != "-m":
+        raise InputError(
+            f"interpreter option {command[0]!r}: give the script (or -m MODULE) right after "
+            "python; set Python options in the environment (e.g. PYTHONUNBUFFERED)"
+        )
     if Path(command[0]).name in LAUNCHER_WORDS:
         raise InputError(
             f"autotune starts the ranks itself (torchrun): drop {command[0]!r} and give the "
@@ -180,12 +186,17 @@ def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
-    """The user's config with the trial's knobs: micro-batch and accumulation move together
-    so that the global batch stays the user's."""
+    """The user's config with the trial's knobs: the global batch stays the user's and the
+    micro-batch is the trial's; DeepSpeed derives the accumulation from the two and the data
+    parallel size (which the script's own pipeline, if any, decides). The Hugging Face
+    Trainer checks all three against its flags, which the trial sets too (`trial_argv`)."""
     merged = copy.deepcopy(job.base_config)
     merged["train_batch_size"] = workload.global_batch_size
     merged["train_micro_batch_size_per_gpu"] = config.mbs
-    merged["gradient_accumulation_steps"] = config.grad_accum(workload.global_batch_size)
+    if is_hugging_face(job):
+        merged["gradient_accumulation_steps"] = config.grad_accum(workload.global_batch_size)
+    else:
+        merged.pop("gradient_accumulation_steps", None)
     zero = dict(merged.get("zero_optimization") or {})
     zero["stage"] = config.zero
     zero["reduce_bucket_size"] = config.reduce_bucket
@@ -205,6 +216,12 @@ def job_space(
     their defaults. With `derive_mbs` (no space file given) micro-batches are every divisor
     of each rank's share of the batch, as DeepSpeed's autotuner tries."""
     values = {k: v for k, v in space.values.items() if k in JOB_KNOBS}
+    ignored = [k for k, v in space.values.items() if k not in JOB_KNOBS and len(v) > 1]
+    if ignored and not derive_mbs:
+        raise InputError(
+            f"{space.source}: a DeepSpeed script sets {', '.join(sorted(ignored))} in its own "
+            f"code, not from its config; tunable: {', '.join(sorted(JOB_KNOBS))}"
+        )
     if derive_mbs:
         per_rank = max(1, workload.global_batch_size // world_size)
         values["mbs"] = tuple(m for m in range(1, per_rank + 1) if per_rank % m == 0)

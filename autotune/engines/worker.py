@@ -209,6 +209,10 @@ class LaunchEnvironmentError(RuntimeError):
     """The ranks were started with an environment the trial did not ask for."""
 
 
+class ScriptError(RuntimeError):
+    """A user's script cannot run at all, whatever the config."""
+
+
 class NoStepsError(RuntimeError):
     """A user's script ended before the trial's steps were measured."""
 
@@ -219,8 +223,8 @@ class ConfigIgnoredError(RuntimeError):
 
 
 def classify_exception(exc: BaseException) -> str:
-    """oom, launch_error, config_ignored, no_steps, comm_error or crash, from the exception
-    a rank died of."""
+    """oom, launch_error, config_ignored, no_steps, script_error, comm_error or crash, from
+    the exception a rank died of."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return "oom"
     if isinstance(exc, LaunchEnvironmentError):
@@ -229,6 +233,8 @@ def classify_exception(exc: BaseException) -> str:
         return "config_ignored"
     if isinstance(exc, NoStepsError):
         return "no_steps"
+    if isinstance(exc, ScriptError):
+        return "script_error"
     text = str(exc)
     if isinstance(exc, dist.DistError) or any(
         marker in text

@@ -283,7 +283,7 @@ def job_command(spec: TrialSpec, config_file: str) -> str:
     """The user's command for the best config, for a shell, its config argument naming
     `config_file` in this folder ($here) while the command runs from the user's folder."""
     assert spec.job is not None
-    argv = trial_argv(spec, config_file) if config_file else list(spec.job.command)
+    argv = trial_argv(spec, config_file)
     words = [shell.quote(arg) for arg in argv]
     index = spec.job.config_index
     if index is None:  # the script reads $AUTOTUNE_CONFIG

@@ -332,7 +332,7 @@ def run_study(
     )
 
 
-SCRIPT_FAULTS = ("launch_error", "no_steps", "config_ignored")
+SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")
 """Failures of a user's script that no other config would fix."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 import psutil
 import sqlalchemy.exc
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from autotune.errors import InputError
 from autotune.problem import Problem
@@ -80,12 +80,12 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
 
 def problem_attrs(problem: Problem) -> dict[str, Any]:
     """What the study remembers of its problem (as Optuna study user attributes)."""
-    return {
+    return {  # "job" first: a study that has "engine" has its "job" (None before jobs)
+        "job": dataclasses.asdict(problem.job) if problem.job else None,
         "engine": problem.engine.name,
         "workload": dataclasses.asdict(problem.workload),
         "cluster": dataclasses.asdict(problem.cluster),
         "space": {k: list(v) for k, v in problem.space.values.items()},
-        "job": dataclasses.asdict(problem.job) if problem.job else None,
     }
 
 
@@ -112,6 +112,8 @@ def open_study(
     )
     attrs = problem_attrs(problem)
     stored = study.user_attrs
+    if "engine" in stored:  # an existing study: one made before jobs were stored had none
+        stored = {"job": None, **stored}
     for key in ("engine", "workload", "cluster", "job"):
         if key in stored and _identity(stored[key]) != _identity(attrs[key]):
             raise InputError(
@@ -160,7 +162,12 @@ def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
 def stored_job(study: optuna.Study) -> UserJob | None:
     """The user's command the study tunes, if it tunes one."""
     job = study.user_attrs.get("job")
-    return TypeAdapter(UserJob).validate_python(job) if job else None
+    if not job:
+        return None
+    try:
+        return TypeAdapter(UserJob).validate_python(job)
+    except ValidationError:
+        raise InputError(f"study {study.study_name!r}: its stored command is unreadable") from None
 
 
 def owner_tag() -> str:

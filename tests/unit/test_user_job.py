@@ -10,7 +10,6 @@ import pytest
 
 from autotune.engines.user_job import (
     global_batch,
-    job_space,
     parse_job,
     trial_argv,
     trial_ds_config,
@@ -26,6 +25,7 @@ from tests.conftest import autotune
 USER_CONFIG = {
     "train_batch_size": 32,
     "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": 8,
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}},
     "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 1000}},
     "bf16": {"enabled": "auto"},
@@ -75,6 +75,7 @@ def test_the_config_argument_is_found_in_each_form(
         (["train.py", "--deepspeed_config", "missing.json"], "missing.json"),
         (["train.py", "--deepspeed_config", "train.py"], "not JSON"),
         (["-m"], "name the module"),
+        (["python3", "-u", "train.py", "--deepspeed_config", "ds.json"], "interpreter option"),
     ],
 )
 def test_commands_that_cannot_be_tuned_are_refused(
@@ -82,6 +83,13 @@ def test_commands_that_cannot_be_tuned_are_refused(
 ) -> None:
     with pytest.raises(InputError, match=message):
         parse_job(argv, workdir, reads_ds_config=True)
+
+
+def test_only_an_interpreter_word_is_dropped(workdir: Path) -> None:
+    (workdir / "python_train.py").write_text("")
+    argv = ["python_train.py", "--deepspeed_config", "ds.json"]
+    assert parse_job(argv, workdir, True).command[0] == "python_train.py"
+    assert parse_job(["python3.11", *argv], workdir, True).command[0] == "python_train.py"
 
 
 def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path) -> None:
@@ -92,7 +100,7 @@ def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path)
     assert merged["scheduler"] == USER_CONFIG["scheduler"]
     assert merged["bf16"] == {"enabled": "auto"}  # left for Hugging Face to resolve
     assert merged["train_micro_batch_size_per_gpu"] == 2
-    assert merged["gradient_accumulation_steps"] == 4  # 32 = 2 x 4 x dp 4
+    assert "gradient_accumulation_steps" not in merged  # DeepSpeed derives 4 = 32 / (2 x dp 4)
     assert merged["train_batch_size"] == 32
     zero = merged["zero_optimization"]
     assert zero["stage"] == 1 and zero["overlap_comm"] is True
@@ -166,8 +174,9 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
         load_problem("megatron", "tiny", "local:2", command=command)
     with pytest.raises(InputError, match="list the ones it applies"):
         load_problem("torch", "tiny", "local:2", command=command)
-    narrowed = job_space(problem.space, problem.workload, 2, derive_mbs=False)
-    assert narrowed.values["mbs"] == problem.space.values["mbs"]
+    (workdir / "space.yaml").write_text("engine: deepspeed\nknobs:\n  pp: [1, 2]\n  zero: [0]\n")
+    with pytest.raises(InputError, match="sets pp in its own code"):
+        load_problem("deepspeed", "tiny", "local:2", "space.yaml", command=command)
 
 
 def test_the_exported_command_runs_the_users_script_with_the_tuned_file(workdir: Path) -> None:

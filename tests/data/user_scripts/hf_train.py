@@ -2,6 +2,8 @@
 HfArgumentParser as the Transformers examples do: a small randomly initialised GPT-2 (no
 downloads) on synthetic tokens."""
 
+import os
+
 import torch
 from transformers import (
     GPT2Config,
@@ -33,7 +35,10 @@ def main() -> None:
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens())
     trainer.train()
     if trainer.is_world_process_zero():
-        print(f"trained {trainer.state.global_step} steps")
+        print(f"trained {trainer.state.global_step} steps", flush=True)
+    # DeepSpeed on gloo leaks a process group whose threads can abort the interpreter's exit
+    # (see autotune/engines/worker.py); end without that teardown, as autotune's workers do.
+    os._exit(0)
 
 
 if __name__ == "__main__":
