@@ -130,6 +130,13 @@ def classify(
             wall_s=wall_s,
             returncode=returncode,
         )
+    if returncode == 0:  # a user's command that ended on its own (e.g. os._exit) too early
+        return LaunchOutcome(
+            kind="no_steps",
+            error="the command ended normally before the trial's steps were measured",
+            wall_s=wall_s,
+            returncode=returncode,
+        )
     log = (folder / LOG_FILE).read_text(errors="replace") if (folder / LOG_FILE).exists() else ""
     line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
     # No rank reported: the worker never got going (bad environment, import failure, ...).
