@@ -104,22 +104,10 @@ def summarize(
     clock: dict[str, float],
 ) -> dict[str, Any]:
     """The trial's result from every rank's measurements (a collective: all ranks call it)."""
-    slowest = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
+    step_times = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
     states = _gather_ints(tally.total, meter.device)
-    peak = _gather_ints(_peak_memory_bytes(meter.device), meter.device)
-    return _result(spec, slowest, states, tally, max(peak), len(meter.warmup), profile, clock)
-
-
-def _result(
-    spec: TrialSpec,
-    step_times: list[float],
-    states: list[int],
-    tally: StateTally,
-    peak: int,
-    warmup_steps: int,
-    profile: dict[str, float] | None,
-    clock: dict[str, float],
-) -> dict[str, Any]:
+    peak = max(_gather_ints(_peak_memory_bytes(meter.device), meter.device))
+    warmup_steps = len(meter.warmup)
     median = statistics.median(step_times)
     w, cluster = spec.workload, spec.cluster
     flops = w.model_flops_per_step() / median / cluster.world_size
