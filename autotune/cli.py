@@ -417,9 +417,11 @@ def run(
     """Tune: search the space with real trials, then export the best config.
 
     After `--`, your own training command: a DeepSpeed or Hugging Face script (`-- train.py
-    --deepspeed_config ds.json ...`), each trial with a ds_config made from yours; or, with
-    --engine torch and --space, any loop that calls autotune.step.done(). autotune times its
-    optimizer steps.
+    --deepspeed_config ds.json ...`), each trial with a ds_config made from yours; with
+    --engine megatron, a Megatron-LM script (`-- pretrain_gpt.py ...`), its parallel, batch,
+    recompute and overlap flags replaced; with --engine torch, torchtitan (`-- -m
+    torchtitan.train ...`, the model given by --model) or, with --space, any loop that
+    calls autotune.step.done().
     """
     from autotune.estimate.saved import load_calibration
     from autotune.export import export_best

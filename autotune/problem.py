@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.engines import Engine, get_engine
-from autotune.engines.user_job import global_batch, job_space, parse_job
+from autotune.engines import Engine, get_engine, megatron_job, torchtitan_job
+from autotune.engines.user_job import DEEPSPEED_KNOBS, global_batch, job_space, parse_job
 from autotune.errors import InputError
 from autotune.space import (
     Enumeration,
@@ -97,27 +97,33 @@ def load_problem(
     )
     if not command:
         return problem
-    if chosen.job_worker is None:
-        raise InputError(
-            f"the {chosen.name} engine cannot run your own command; use --engine deepspeed "
-            "(DeepSpeed scripts) or --engine torch (scripts that call autotune.step.done())"
-        )
-    job = parse_job(command, Path.cwd(), reads_ds_config=chosen.job_reads_config_file)
-    if not chosen.job_reads_config_file:
-        if space is None:
+    return _with_job(problem, parse_job(command, Path.cwd(), chosen.name), space is None)
+
+
+def _with_job(problem: Problem, job: UserJob, default_space: bool) -> Problem:
+    """The problem of tuning the user's command: the model and batch its framework says
+    (Megatron-LM's flags, the DeepSpeed config's batch, torchtitan's batch and sequence
+    over `--model`), the space narrowed to what the framework takes from a trial."""
+    world = problem.cluster.world_size
+    workload, space = problem.workload, problem.space
+    if job.framework == "script":
+        if default_space:
             raise InputError(
                 "your script reads its knobs from $AUTOTUNE_CONFIG: list the ones it applies, "
                 "and their values, in --space FILE"
             )
         return dataclasses.replace(problem, job=job)
-    world = problem.cluster.world_size
-    workload = dataclasses.replace(problem.workload, global_batch_size=global_batch(job, world))
-    return dataclasses.replace(
-        problem,
-        workload=workload,
-        space=job_space(problem.space, workload, world, derive_mbs=space is None),
-        job=job,
-    )
+    if job.framework == "megatron":
+        workload = megatron_job.workload_from_command(job.command, job.name)
+    elif job.framework == "deepspeed":
+        workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
+        space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
+    else:
+        batch, seq = torchtitan_job.batch_and_sequence(job.command, Path(job.workdir), world)
+        workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
+        space = job_space(space, torchtitan_job.KNOBS, workload, world, derive_mbs=default_space)
+        space = torchtitan_job.without_zero1(space)
+    return dataclasses.replace(problem, workload=workload, space=space, job=job)
 
 
 def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:

@@ -69,13 +69,21 @@ class StepPlan:
     """Profile one extra step with torch.profiler to split communication from computation."""
 
 
+JobFramework = Literal["deepspeed", "script", "megatron", "torchtitan"]
+"""How a user's command takes the trial's config and how its steps are seen: a DeepSpeed
+script (its ds_config file replaced; a hook around the engine's step), a script that reads
+$AUTOTUNE_CONFIG and calls `autotune.step.done()`, or Megatron-LM / torchtitan (their flags
+rewritten; their own log lines read)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class UserJob:
     """The user's own training command, run once per rank by the trial launcher with the
-    trial's config file in place of theirs."""
+    trial's config in place of theirs."""
 
     command: tuple[str, ...]
     """The script (or `-m module`) and its arguments, as given after `--`."""
+    framework: JobFramework
     workdir: str
     """Where it was given: the command runs here, so its relative paths mean the same."""
     config_index: int | None = None

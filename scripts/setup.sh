@@ -23,6 +23,9 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install --quiet "torch==2.13.0"
 fi
 .venv/bin/pip install --quiet -e '.[dev]'
+# torchtitan's config parser checks the commands trials give it; the package alone (its
+# requirements are for training, which this CPU cannot do: its kernels need triton).
+.venv/bin/pip install --quiet --no-deps "torchtitan==0.2.2"
 # DeepSpeed compiles its CPU ops on first use. Build them now, once, rather than inside the
 # first trials (where a trial killed mid-build would leave a lock that stalls later ones).
 if .venv/bin/python -c "import sys, torch; sys.exit(1 if torch.cuda.is_available() else 0)"; then

@@ -8,9 +8,18 @@ from typing import ClassVar
 
 from autotune.space import GENERIC_RULES, Rule
 from autotune.specs import Cluster
-from autotune.trialspec import TrialSpec
+from autotune.trialspec import JobFramework, TrialSpec
 
 NCCL_KNOBS = frozenset({"nccl_algo", "nccl_proto"})
+JOB_WORKERS: dict[JobFramework, str] = {
+    "deepspeed": "autotune.engines.deepspeed_job_worker",
+    "script": "autotune.engines.script_job_worker",
+    "megatron": "autotune.engines.log_job_worker",
+    "torchtitan": "autotune.engines.log_job_worker",
+}
+"""The module torchrun starts on each rank of a trial of a user's command (`autotune run --
+CMD`): a hook around DeepSpeed's step, the `autotune.step` helper, or the reader of
+Megatron-LM's and torchtitan's own log lines."""
 
 
 class Engine(ABC):
@@ -25,13 +34,6 @@ class Engine(ABC):
     def rules(self) -> tuple[Rule, ...]:
         return GENERIC_RULES + self.engine_rules
 
-    job_worker: ClassVar[str | None] = None
-    """The module that runs a user's own training command with this engine's measuring hook
-    (`autotune run -- CMD`); None where the engine cannot tune one."""
-    job_reads_config_file: ClassVar[bool] = False
-    """A user's command names this engine's config file, which trials replace (DeepSpeed's
-    ds_config); else it reads the trial's knobs through `autotune.step`."""
-
     @property
     def worker_module(self) -> str:
         return f"autotune.engines.{self.name}_worker"
@@ -39,8 +41,8 @@ class Engine(ABC):
     def worker(self, spec: TrialSpec) -> str:
         """The module torchrun starts for this trial: the hook around the user's command,
         or autotune's own worker."""
-        if spec.job is not None and self.job_worker is not None:
-            return self.job_worker
+        if spec.job is not None:
+            return JOB_WORKERS[spec.job.framework]
         return self.worker_module
 
     def environment(self, cluster: Cluster) -> dict[str, str]:

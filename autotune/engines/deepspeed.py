@@ -23,8 +23,6 @@ class DeepSpeedEngine(Engine):
         )
         | NCCL_KNOBS
     )
-    job_worker = "autotune.engines.deepspeed_job_worker"
-    job_reads_config_file = True
     engine_rules = (
         Rule(
             "deepspeed_no_tp",

@@ -140,29 +140,40 @@ def run_command(argv: list[str], workdir: str) -> None:
         runpy.run_path(argv[0], run_name="__main__")
 
 
+def run_for_trial(
+    argv: list[str], spec: TrialSpec, folder: Path, rank: int, steps: Callable[[], int]
+) -> None:
+    """Run the user's command as a rank of a trial; a failure is written down with its kind
+    (`steps` says how many steps this rank saw: none means the script could not start)
+    and raised again. Returns when the command ends by itself."""
+    assert spec.job is not None
+    try:
+        run_command(argv, spec.job.workdir)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            when = f"after {steps()} step(s)" if steps() else "before its first step"
+            exited = RuntimeError(f"the script exited with code {exc.code} {when}")
+            worker.write_error(folder, rank, exited, "crash" if steps() else "script_error")
+            raise
+    except BaseException as exc:
+        startup = steps() == 0 and isinstance(exc, STARTUP_FAILURES)
+        worker.write_error(folder, rank, exc, "script_error" if startup else None)
+        raise
+
+
+def too_few_steps(steps: int, needed: int) -> worker.NoStepsError:
+    return worker.NoStepsError(
+        f"the script ended after {steps} optimizer step(s); a trial needs at least "
+        f"{needed} (more while step times settle): let it run longer"
+    )
+
+
 def run_job(hook: StepHook, config_file: Path | None) -> None:
     """Run the user's command under `hook`. A command that returns has ended before the
     trial's steps were measured (the hook ends the process once they are)."""
     spec, folder, rank = hook.spec, hook.folder, hook.rank
-    assert spec.job is not None
-    try:
-        argv = trial_argv(spec, str(config_file)) if config_file else list(spec.job.command)
-        run_command(argv, spec.job.workdir)
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            when = f"after {hook.steps} step(s)" if hook.steps else "before its first step"
-            exited = RuntimeError(f"the script exited with code {exc.code} {when}")
-            worker.write_error(folder, rank, exited, "crash" if hook.steps else "script_error")
-            raise
-    except BaseException as exc:
-        startup = hook.steps == 0 and isinstance(exc, STARTUP_FAILURES)
-        worker.write_error(folder, rank, exc, "script_error" if startup else None)
-        raise
-    plan = spec.steps
-    needed = plan.min_warmup + plan.measured_steps + 1 + int(plan.profile)
-    ended = worker.NoStepsError(
-        f"the script ended after {hook.steps} optimizer step(s); a trial needs at least "
-        f"{needed} (more while step times settle): let it run longer"
-    )
+    run_for_trial(trial_argv(spec, str(config_file or "")), spec, folder, rank, lambda: hook.steps)
+    plan = spec.steps  # the first step starts the clock; the profiled one comes after
+    ended = too_few_steps(hook.steps, plan.min_warmup + plan.measured_steps + 1 + plan.profile)
     worker.write_error(folder, rank, ended)
     raise ended

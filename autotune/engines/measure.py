@@ -60,10 +60,13 @@ class StateTally:
 
 class StepMeter:
     """Warm-up until step time settles (every rank follows rank 0's decision), then measured
-    steps: the one set of statistics for autotune's own loop and for the hook in a user's."""
+    steps: the one set of statistics for autotune's own loop, for the hook in a user's, and
+    for the step times a framework logs (there one rank decides alone: `collective=False`)."""
 
-    def __init__(self, plan: StepPlan, device: torch.device, log: TextIO | None) -> None:
-        self.plan, self.device, self.log = plan, device, log
+    def __init__(
+        self, plan: StepPlan, device: torch.device, log: TextIO | None, collective: bool = True
+    ) -> None:
+        self.plan, self.device, self.log, self.collective = plan, device, log, collective
         self.warmup: list[float] = []
         self.measured: list[float] = []
         self.warmed_up = False
@@ -93,7 +96,7 @@ class StepMeter:
                 plan.settle_window,
                 plan.settle_tolerance,
             )
-            self.warmed_up = _agree(settled, self.device)
+            self.warmed_up = _agree(settled, self.device) if self.collective else settled
 
 
 def summarize(
@@ -104,16 +107,50 @@ def summarize(
     clock: dict[str, float],
 ) -> dict[str, Any]:
     """The trial's result from every rank's measurements (a collective: all ranks call it)."""
-    step_times = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
     states = _gather_ints(tally.total, meter.device)
-    peak = max(_gather_ints(_peak_memory_bytes(meter.device), meter.device))
-    warmup_steps = len(meter.warmup)
+    return trial_result(
+        spec,
+        step_times=_max_over_ranks(
+            meter.measured, meter.device
+        ),  # a step ends with its slowest rank
+        warmup_steps=len(meter.warmup),
+        memory=Memory(
+            peak_bytes=max(_gather_ints(_peak_memory_bytes(meter.device), meter.device)),
+            kind="cuda_max_allocated" if torch.cuda.is_available() else "max_rss",
+            model_state_bytes_per_rank=states,
+            breakdown_rank0=dict(tally.bytes),
+        ),
+        profile=profile,
+        clock=clock,
+    )
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a trial knows of its memory: the peak, how it was read, and model states."""
+
+    peak_bytes: int | None
+    kind: str
+    model_state_bytes_per_rank: list[int] = field(default_factory=list)
+    breakdown_rank0: dict[str, int] = field(default_factory=dict)
+
+
+def trial_result(
+    spec: TrialSpec,
+    step_times: list[float],
+    warmup_steps: int,
+    memory: Memory,
+    profile: dict[str, float] | None,
+    clock: dict[str, float],
+) -> dict[str, Any]:
+    """The result record of a measured trial, from its slowest-rank step times."""
     median = statistics.median(step_times)
     w, cluster = spec.workload, spec.cluster
     flops = w.model_flops_per_step() / median / cluster.world_size
     peak_flops = cluster.device.peak_flops.get(w.precision)
     clock["finished"] = time.time()
     marks = list(clock.items())
+    states = memory.model_state_bytes_per_rank
     return {
         "status": "ok",
         "source": "measured",
@@ -126,11 +163,11 @@ def summarize(
         "tflops_per_device": flops / 1e12,
         "mfu": flops / peak_flops if peak_flops else None,
         "flop_formula": "megatron-core num_floating_point_operations (model FLOPs, no recompute)",
-        "peak_memory_bytes": peak,
-        "peak_memory_kind": "cuda_max_allocated" if torch.cuda.is_available() else "max_rss",
-        "model_state_bytes": max(states),
+        "peak_memory_bytes": memory.peak_bytes,
+        "peak_memory_kind": memory.kind,
+        "model_state_bytes": max(states) if states else None,
         "model_state_bytes_per_rank": states,
-        "model_state_breakdown_rank0": dict(tally.bytes),
+        "model_state_breakdown_rank0": dict(memory.breakdown_rank0),
         "profile": profile,
         "warmup_steps": warmup_steps,
         "measured_steps": len(step_times),

@@ -29,7 +29,6 @@ class TorchEngine(Engine):
     knobs = frozenset({"tp", "pp", "vpp", "zero", "mbs", "recompute", "sp", "ddp_bucket_mb"}) | (
         NCCL_KNOBS
     )
-    job_worker = "autotune.engines.script_job_worker"
     engine_rules = (
         Rule(
             "torch_zero1_plain_ddp",
@@ -59,7 +58,7 @@ class TorchEngine(Engine):
     )
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
-        if spec.job is not None:
+        if spec.job is not None and spec.job.framework == "script":
             return [write_knobs_file(spec, folder)]
         path = folder / PARALLEL_FILE
         path.write_text(yaml.safe_dump(parallel_settings(spec), sort_keys=False))

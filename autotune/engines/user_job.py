@@ -1,8 +1,10 @@
-"""The user's own DeepSpeed training command as the trial (`autotune run -- train.py ...`).
+"""The user's own training command as the trial (`autotune run -- train.py ...`).
 
-Pure: no torch, no DeepSpeed. The command is kept as the user typed it; each trial gets a
-ds_config made from the user's own file with the tuned keys overridden (optimizer, scheduler,
-precision and everything else kept), and the command's config argument pointing at it.
+Pure: no torch, no DeepSpeed. Which framework the command is decides how a trial hands it
+the config: a DeepSpeed script gets a ds_config made from the user's own file with the tuned
+keys overridden (optimizer, scheduler, precision and everything else kept) and its config
+argument pointing at it; a script tuned through `autotune.step` a JSON file of knobs;
+Megatron-LM and torchtitan their flags rewritten (megatron_job, torchtitan_job).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.engines import megatron_job, torchtitan_job
+from autotune.engines.argv import flag_positions, flag_value, with_flag
 from autotune.errors import InputError
 from autotune.space import SearchSpace, TrainConfig
 from autotune.specs import Workload
-from autotune.trialspec import TrialSpec, UserJob
+from autotune.trialspec import JobFramework, TrialSpec, UserJob
 
 CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
 """Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`
@@ -28,28 +32,37 @@ HF_BATCH = (("--per_device_train_batch_size", "8"), ("--gradient_accumulation_st
 """Hugging Face TrainingArguments' batch flags and their defaults."""
 KNOBS_FILE = "autotune_config.json"
 """The trial's knobs, for a script tuned through autotune.step."""
-JOB_KNOBS = frozenset(
+DEEPSPEED_KNOBS = frozenset(
     {"zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm", "nccl_algo", "nccl_proto"}
 )
 """What a DeepSpeed script takes from its ds_config; its pipeline and recomputation are in
 its own code, so they stay as the script has them."""
 
 
+def framework_for(engine: str, command: Sequence[str]) -> JobFramework:
+    """The framework a command is tuned as, from the engine chosen and the command."""
+    if engine == "deepspeed":
+        return "deepspeed"
+    if engine == "megatron":
+        return "megatron"
+    return "torchtitan" if torchtitan_job.is_torchtitan(command) else "script"
+
+
 def find_config_argument(argv: Sequence[str]) -> int | None:
-    """Index of the argument that holds the ds_config path (`--flag FILE` or `--flag=FILE`)."""
+    """Index of the argument that holds the ds_config path (`--flag FILE` or `--flag=FILE`;
+    the last one given)."""
     for flag in CONFIG_FLAGS:  # DeepSpeed's own flag first: `--deepspeed` may be a switch
-        for i, arg in enumerate(argv):
-            if arg.startswith(flag + "="):
-                return i
-            value = argv[i + 1] if i + 1 < len(argv) else ""
-            if arg == flag and value and not value.startswith("-"):
-                return i + 1
+        for at, value in reversed(flag_positions(argv, flag)):
+            if value is None and "=" in argv[at]:
+                return at
+            if value is not None and not argv[value].startswith("-"):
+                return value
     return None
 
 
-def parse_job(argv: Sequence[str], workdir: Path, reads_ds_config: bool) -> UserJob:
-    """The user's command, checked: a script or module, and (`reads_ds_config`) a readable
-    ds_config that trials replace; else the script reads its knobs through autotune.step."""
+def parse_job(argv: Sequence[str], workdir: Path, engine: str) -> UserJob:
+    """The user's command, checked: a script or module, and for a DeepSpeed script a
+    readable ds_config that trials replace."""
     command = list(argv)
     if command and re.fullmatch(r"python[\d.]*", Path(command[0]).name):
         command = command[1:]
@@ -70,8 +83,9 @@ def parse_job(argv: Sequence[str], workdir: Path, reads_ds_config: bool) -> User
             raise InputError("after -- -m, name the module to run")
     elif not (workdir / command[0]).is_file():
         raise InputError(f"training script {command[0]!r} does not exist in {workdir}")
-    if not reads_ds_config:
-        return UserJob(command=tuple(command), workdir=str(workdir), config_index=None)
+    framework = framework_for(engine, command)
+    if framework != "deepspeed":
+        return UserJob(command=tuple(command), framework=framework, workdir=str(workdir))
     index = find_config_argument(command)
     if index is None:
         raise InputError(
@@ -82,6 +96,7 @@ def parse_job(argv: Sequence[str], workdir: Path, reads_ds_config: bool) -> User
     value = argument.partition("=")[2] if argument.startswith("--") else argument
     return UserJob(
         command=tuple(command),
+        framework=framework,
         workdir=str(workdir),
         config_index=index,
         base_config=read_ds_config(workdir / value),
@@ -125,30 +140,6 @@ def is_hugging_face(job: UserJob) -> bool:
     return argument.startswith("--deepspeed=") or before == "--deepspeed"
 
 
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag VALUE` or `--flag=VALUE` in a command (the last one wins)."""
-    found = None
-    for i, arg in enumerate(argv):
-        if arg.startswith(flag + "="):
-            found = arg.partition("=")[2]
-        elif arg == flag and i + 1 < len(argv):
-            found = argv[i + 1]
-    return found
-
-
-def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
-    """`argv` with `flag` set to `value`: in place where it is given, else appended."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg.startswith(flag + "="):
-            out[i] = f"{flag}={value}"
-            return out
-        if arg == flag and i + 1 < len(out):
-            out[i + 1] = value
-            return out
-    return [*out, flag, value]
-
-
 def global_batch(job: UserJob, world_size: int) -> int:
     """Sequences per optimizer step the user's job asks for; trials keep it."""
     base = job.base_config
@@ -173,9 +164,14 @@ def global_batch(job: UserJob, world_size: int) -> int:
 
 
 def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
-    """The user's command for a trial: its config file replaced by `config_path`; for the
-    Hugging Face Trainer also its micro-batch and accumulation flags, which must agree."""
+    """The user's command for a trial: Megatron-LM's and torchtitan's flags rewritten; a
+    DeepSpeed script's config file replaced by `config_path`, for the Hugging Face Trainer
+    also its micro-batch and accumulation flags, which must agree."""
     assert spec.job is not None
+    if spec.job.framework == "megatron":
+        return megatron_job.trial_argv(spec)
+    if spec.job.framework == "torchtitan":
+        return torchtitan_job.trial_argv(spec)
     argv = spec.job.argv_with_config(config_path)
     if is_hugging_face(spec.job):
         accum = spec.config.grad_accum(spec.workload.global_batch_size)
@@ -183,6 +179,17 @@ def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
         argv = with_flag(argv, mbs_flag, str(spec.config.mbs))
         argv = with_flag(argv, accum_flag, str(accum))
     return argv
+
+
+def export_argv(spec: TrialSpec, config_path: str) -> list[str]:
+    """The user's command with the tuned config, for training: as a trial runs it, but a
+    Megatron-LM or torchtitan command keeps its own length, logging and checkpoints."""
+    assert spec.job is not None
+    if spec.job.framework == "megatron":
+        return megatron_job.export_argv(spec)
+    if spec.job.framework == "torchtitan":
+        return torchtitan_job.export_argv(spec)
+    return trial_argv(spec, config_path)
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
@@ -210,19 +217,23 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
 
 
 def job_space(
-    space: SearchSpace, workload: Workload, world_size: int, derive_mbs: bool
+    space: SearchSpace,
+    knobs: frozenset[str],
+    workload: Workload,
+    world_size: int,
+    derive_mbs: bool,
 ) -> SearchSpace:
-    """The engine's space narrowed to what a script takes from its config: other knobs keep
-    their defaults. With `derive_mbs` (no space file given) micro-batches are every divisor
-    of each rank's share of the batch, as DeepSpeed's autotuner tries."""
-    values = {k: v for k, v in space.values.items() if k in JOB_KNOBS}
-    ignored = [k for k, v in space.values.items() if k not in JOB_KNOBS and len(v) > 1]
+    """The engine's space narrowed to the `knobs` a command takes from the trial: others
+    keep their defaults. With `derive_mbs` (no space file given) micro-batches are every
+    divisor of each rank's share of the batch, as DeepSpeed's autotuner tries."""
+    values = {k: v for k, v in space.values.items() if k in knobs}
+    ignored = [k for k, v in space.values.items() if k not in knobs and len(v) > 1]
     if ignored and not derive_mbs:
         raise InputError(
-            f"{space.source}: a DeepSpeed script sets {', '.join(sorted(ignored))} in its own "
-            f"code, not from its config; tunable: {', '.join(sorted(JOB_KNOBS))}"
+            f"{space.source}: the command sets {', '.join(sorted(ignored))} in its own "
+            f"code, not from the trial; tunable: {', '.join(sorted(knobs))}"
         )
     if derive_mbs:
         per_rank = max(1, workload.global_batch_size // world_size)
         values["mbs"] = tuple(m for m in range(1, per_rank + 1) if per_rank % m == 0)
-    return SearchSpace(engine=space.engine, values=values, source=f"{space.source} (script)")
+    return SearchSpace(engine=space.engine, values=values, source=f"{space.source} (command)")

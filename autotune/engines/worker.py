@@ -91,7 +91,7 @@ def start() -> tuple[TrialSpec, Path, int, dict[str, float]]:
     return spec, trial_file.parent, int(os.environ.get("RANK", "0")), clock
 
 
-def _exit_now() -> None:
+def exit_now() -> None:
     """End the rank with status 0 without running interpreter and C++ static teardown.
 
     DeepSpeed's clone of the world group (`deepspeed.utils.groups._clone_world_group`) stays
@@ -144,7 +144,7 @@ def finish(folder: Path, rank: int, result: dict[str, Any]) -> None:
         write_atomically(folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
     dist.barrier()
     dist.destroy_process_group()
-    _exit_now()
+    exit_now()
 
 
 def _profiled_step(session: Session) -> dict[str, float]:

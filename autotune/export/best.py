@@ -22,7 +22,7 @@ import yaml
 from autotune import shell
 from autotune.engines import get_engine
 from autotune.engines.base import Engine
-from autotune.engines.user_job import trial_argv
+from autotune.engines.user_job import export_argv
 from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.report.table import best_trial
@@ -248,7 +248,7 @@ def train_script(
             'here="$(pwd)"',
             *(
                 [f'export {CONFIG_ENV}="$here/{job_config}"']
-                if spec.job.config_index is None
+                if spec.job.framework == "script"
                 else []
             ),
             f"cd {shell.quote(spec.job.workdir)}",
@@ -283,10 +283,10 @@ def job_command(spec: TrialSpec, config_file: str) -> str:
     """The user's command for the best config, for a shell, its config argument naming
     `config_file` in this folder ($here) while the command runs from the user's folder."""
     assert spec.job is not None
-    argv = trial_argv(spec, config_file)
+    argv = export_argv(spec, config_file)
     words = [shell.quote(arg) for arg in argv]
     index = spec.job.config_index
-    if index is None:  # the script reads $AUTOTUNE_CONFIG
+    if index is None:  # flags rewritten, or the script reads $AUTOTUNE_CONFIG
         return " ".join(words)
     argument = spec.job.command[index]
     flag = shell.quote(argument.partition("=")[0] + "=") if argument.startswith("--") else ""

@@ -174,3 +174,56 @@ def test_a_hugging_face_trainer_script_is_tuned_with_its_own_batch_flags(
     assert f"--per_device_train_batch_size {exported['train_micro_batch_size_per_gpu']}" in (
         train_sh
     )
+
+
+def test_a_megatron_lm_command_is_measured_from_its_own_log_lines(tmp_path: Path) -> None:
+    """The log reader end to end on 2 gloo ranks, with a stand-in that prints Megatron-LM's
+    lines (megatron-core cannot train on CPU): the trial's flags reach the script, the last
+    rank's iteration times are the trial's steps, the data-parallel rank 0's memory report
+    its peak, and the user's checkpoint folder is left alone."""
+    from autotune import trial
+    from autotune.engines import get_engine, megatron_job
+    from autotune.launchers.local import LocalLauncher
+    from autotune.space import TrainConfig
+    from autotune.specs import load_cluster
+    from autotune.trialspec import StepPlan, TrialSpec, UserJob
+
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "megatron_like.py").write_text((SCRIPTS / "megatron_like.py").read_text())
+    command = [
+        "megatron_like.py",
+        *["--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4"],
+        *["--seq-length", "128", "--vocab-size", "1000", "--bf16"],
+        *["--global-batch-size", "16", "--micro-batch-size", "8"],
+        *["--tensor-model-parallel-size", "2", "--train-iters", "100000", "--save", "ckpt"],
+    ]
+    spec = TrialSpec(
+        engine="megatron",
+        workload=megatron_job.workload_from_command(command, "megatron_like"),
+        cluster=load_cluster("local:2"),
+        config=TrainConfig(dp=2, mbs=2),
+        steps=StepPlan(min_warmup=2, max_warmup=4, measured_steps=3, profile=False),
+        job=UserJob(command=tuple(command), framework="megatron", workdir=str(workdir)),
+    )
+    record = trial.run(spec, get_engine("megatron"), LocalLauncher(), tmp_path / "trial", 300)
+    assert record.kind == "ok", record.error
+    result = record.result
+    assert result is not None
+    given = json.loads((workdir / "argv-rank0.json").read_text())
+    assert given[given.index("--tensor-model-parallel-size") + 1] == "1"
+    assert given[given.index("--micro-batch-size") + 1] == "2"
+    assert given[given.index("--train-iters") + 1] == "7"  # 4 warm-up at most + 3 measured
+    assert "--save" not in given and not (workdir / "ckpt").exists()
+    log = (tmp_path / "trial" / "log.txt").read_text()
+    printed = [
+        float(line.split("elapsed time per iteration (ms): ")[1].split(" ")[0])
+        for line in log.splitlines()
+        if "elapsed time per iteration (ms)" in line
+    ]
+    assert len(printed) == 7  # every line passed through to the trial's log
+    measured = [round(s * 1000, 1) for s in result["step_times_s"]]
+    warmup = result["warmup_steps"]
+    assert measured == printed[warmup : warmup + 3]
+    assert result["peak_memory_kind"] == "megatron_max_allocated"
+    assert result["peak_memory_bytes"] > 10 * 2**20  # a Python process with torch

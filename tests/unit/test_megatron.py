@@ -62,9 +62,10 @@ def megatron_flags() -> dict[str, bool]:
     return flags
 
 
-def check_golden(name: str, text: str) -> None:
-    """Compare with tests/golden/megatron/NAME; AUTOTUNE_UPDATE_GOLDEN=1 rewrites it."""
-    path = GOLDEN / name
+def check_golden(name: str, text: str, folder: Path = GOLDEN) -> None:
+    """Compare with tests/golden/megatron/NAME (or `folder`/NAME); AUTOTUNE_UPDATE_GOLDEN=1
+    rewrites it."""
+    path = folder / name
     if os.environ.get("AUTOTUNE_UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -52,7 +52,7 @@ def workdir(tmp_path: Path) -> Path:
 def test_the_config_argument_is_found_in_each_form(
     workdir: Path, argv: list[str], config_argument: str
 ) -> None:
-    job = parse_job(argv, workdir, reads_ds_config=True)
+    job = parse_job(argv, workdir, "deepspeed")
     assert job.command[0] == "train.py"  # `python` is the launcher's to add
     assert job.command[job.config_index] == config_argument
     assert job.base_config == USER_CONFIG
@@ -82,18 +82,18 @@ def test_commands_that_cannot_be_tuned_are_refused(
     workdir: Path, argv: list[str], message: str
 ) -> None:
     with pytest.raises(InputError, match=message):
-        parse_job(argv, workdir, reads_ds_config=True)
+        parse_job(argv, workdir, "deepspeed")
 
 
 def test_only_an_interpreter_word_is_dropped(workdir: Path) -> None:
     (workdir / "python_train.py").write_text("")
     argv = ["python_train.py", "--deepspeed_config", "ds.json"]
-    assert parse_job(argv, workdir, True).command[0] == "python_train.py"
-    assert parse_job(["python3.11", *argv], workdir, True).command[0] == "python_train.py"
+    assert parse_job(argv, workdir, "deepspeed").command[0] == "python_train.py"
+    assert parse_job(["python3.11", *argv], workdir, "deepspeed").command[0] == "python_train.py"
 
 
 def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path) -> None:
-    job = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, True)
+    job = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed")
     workload = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
     merged = trial_ds_config(job, workload, TrainConfig(dp=4, zero=1, mbs=2, overlap_comm=True))
     assert merged["optimizer"] == USER_CONFIG["optimizer"]
@@ -113,7 +113,7 @@ def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path)
 def test_the_global_batch_comes_from_the_users_config(workdir: Path) -> None:
     def batch(config: dict[str, object], *flags: str) -> int:
         (workdir / "ds.json").write_text(json.dumps(config))
-        job = parse_job(["train.py", *flags, "--deepspeed", "ds.json"], workdir, True)
+        job = parse_job(["train.py", *flags, "--deepspeed", "ds.json"], workdir, "deepspeed")
         return global_batch(job, world_size=8)
 
     assert batch({"train_batch_size": 64}) == 64
@@ -124,12 +124,14 @@ def test_the_global_batch_comes_from_the_users_config(workdir: Path) -> None:
     assert batch({}, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps=3") == 48
     with pytest.raises(InputError, match="sets no global batch"):
         (workdir / "ds.json").write_text(json.dumps({"train_batch_size": "auto"}))
-        global_batch(parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, True), 8)
+        global_batch(
+            parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed"), 8
+        )
 
 
 def test_hugging_face_batch_flags_follow_the_trial(workdir: Path) -> None:
     command = ["train.py", "--per_device_train_batch_size", "8", "--deepspeed", "ds.json"]
-    job = parse_job(command, workdir, True)
+    job = parse_job(command, workdir, "deepspeed")
     workload = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
     spec = TrialSpec(
         engine="deepspeed",
@@ -148,7 +150,7 @@ def test_hugging_face_batch_flags_follow_the_trial(workdir: Path) -> None:
         "--gradient_accumulation_steps",
         "4",
     ]
-    plain = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, True)
+    plain = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed")
     assert trial_argv(dataclasses.replace(spec, job=plain), "x.json") == [
         "train.py",
         "--deepspeed_config",
@@ -170,7 +172,7 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
     }
     assert problem.space.values["mbs"] == (1, 2, 4, 8, 16)  # every divisor of 32 / 2 ranks
     assert {c.pp for c in problem.enumerate().valid} == {1}
-    with pytest.raises(InputError, match="cannot run your own command"):
+    with pytest.raises(InputError, match="Megatron-LM command must give --hidden-size"):
         load_problem("megatron", "tiny", "local:2", command=command)
     with pytest.raises(InputError, match="list the ones it applies"):
         load_problem("torch", "tiny", "local:2", command=command)
@@ -180,7 +182,9 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
 
 
 def test_the_exported_command_runs_the_users_script_with_the_tuned_file(workdir: Path) -> None:
-    job = parse_job(["train.py", "--tag", "a b", "--deepspeed_config=ds.json"], workdir, True)
+    job = parse_job(
+        ["train.py", "--tag", "a b", "--deepspeed_config=ds.json"], workdir, "deepspeed"
+    )
     spec = TrialSpec(
         engine="deepspeed",
         workload=load_workload("tiny"),

@@ -1,0 +1,135 @@
+"""Runs a Megatron-LM or torchtitan command as a trial and reads the framework's own log.
+
+torchrun starts `python -m autotune.engines.log_job_worker trial.json` on every rank. The
+command (its flags rewritten for the trial: megatron_job, torchtitan_job) runs in this
+process; everything it prints passes through unchanged and each line is also read for the
+framework's step times and memory figures. The trial runs a fixed number of steps. The rank
+that logs them measures them with the warm-up rule every trial uses and, once the command
+has ended, writes the result; every rank writes the peak memory it logged beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from autotune.engines import job_hook, megatron_job, torchtitan_job, worker
+from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
+from autotune.engines.measure import Memory, StepMeter, trial_result
+from autotune.trialspec import METRICS_FILE, RESULT_FILE, TrialSpec, read_json, write_atomically
+
+Parser = Callable[[str, TrialSpec], Logged]
+FORMATS: dict[str, tuple[Parser, Callable[[int], int], Callable[[TrialSpec], list[str]]]] = {
+    "megatron": (megatron_job.parse_line, megatron_job.reporting_rank, megatron_job.trial_argv),
+    "torchtitan": (
+        torchtitan_job.parse_line,
+        torchtitan_job.reporting_rank,
+        torchtitan_job.trial_argv,
+    ),
+}
+"""Per framework: how a line is read, which rank's lines give the steps, the trial's
+command."""
+
+
+class LineTap:
+    """A text stream that passes everything to `stream` and hands each whole line to
+    `on_line`; anything else (fileno, encoding, isatty) is the stream's."""
+
+    def __init__(self, stream: TextIO, on_line: Callable[[str], None]) -> None:
+        self._stream, self._on_line, self._partial = stream, on_line, ""
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._on_line(line)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class LoggedRun:
+    """What one rank read from the framework's lines."""
+
+    def __init__(self, spec: TrialSpec, folder: Path, rank: int, clock: dict[str, float]):
+        parse, reporting_rank, _ = FORMATS[spec.job.framework]  # type: ignore[union-attr]
+        self.spec, self.folder, self.rank, self.clock = spec, folder, rank, clock
+        self.parse = parse
+        self.reports = rank == reporting_rank(spec.cluster.world_size)
+        log = (folder / METRICS_FILE).open("a") if self.reports else None
+        self.meter = StepMeter(spec.steps, torch.device("cpu"), log, collective=False)
+        self.steps = 0
+        self.peak: LoggedMemory | None = None
+
+    def read(self, line: str) -> None:
+        for item in self.parse(line, self.spec):
+            if isinstance(item, LoggedStep):
+                self._step(item.seconds)
+            elif self.peak is None or item.peak_bytes > self.peak.peak_bytes:
+                self.peak = item
+                record = {"peak_bytes": item.peak_bytes, "kind": item.kind}
+                write_atomically(self._memory_file(self.rank), json.dumps(record) + "\n")
+
+    def _step(self, seconds: float) -> None:
+        self.steps += 1
+        if not self.reports or self.meter.done:
+            return
+        if self.steps == 1:
+            self.clock["initialized"] = time.time() - seconds
+        was_warm = self.meter.warmed_up
+        self.meter.record(seconds)
+        if self.meter.warmed_up and not was_warm:
+            self.clock["warmed_up"] = time.time()
+        if self.meter.done:
+            self.clock["measured"] = time.time()
+
+    def _memory_file(self, rank: int) -> Path:
+        return self.folder / f"memory-rank{rank}.json"
+
+    def result(self) -> dict[str, Any]:
+        """The trial's result, from this rank's steps and every rank's logged peak."""
+        if self.meter.log is not None:
+            self.meter.log.close()
+        peaks = [
+            record
+            for rank in range(self.spec.cluster.world_size)
+            if (record := read_json(self._memory_file(rank)))
+        ]
+        top = max(peaks, key=lambda r: r["peak_bytes"], default=None)
+        memory = Memory(
+            peak_bytes=top["peak_bytes"] if top else None,
+            kind=top["kind"] if top else "not_logged",
+        )
+        return trial_result(
+            self.spec, self.meter.measured, len(self.meter.warmup), memory, None, self.clock
+        )
+
+
+def main() -> None:
+    spec, folder, rank, clock = worker.start()
+    assert spec.job is not None
+    run = LoggedRun(spec, folder, rank, clock)
+    sys.stdout = LineTap(sys.stdout, run.read)  # type: ignore[assignment]
+    sys.stderr = LineTap(sys.stderr, run.read)  # type: ignore[assignment]
+    argv = FORMATS[spec.job.framework][2](spec)
+    job_hook.run_for_trial(argv, spec, folder, rank, lambda: run.steps)
+    if run.reports:
+        if not run.meter.done:
+            plan = spec.steps
+            ended = job_hook.too_few_steps(run.steps, plan.min_warmup + plan.measured_steps)
+            worker.write_error(folder, rank, ended)
+            raise ended
+        write_atomically(folder / RESULT_FILE, json.dumps(run.result(), indent=2) + "\n")
+    worker.exit_now()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""A Megatron-LM training command (`pretrain_gpt.py` and its forks) as the trial. Pure.
+
+The trial's flags replace the user's parallel layout, batch, recomputation, bucket and
+overlap flags (the same flags the megatron engine exports); the rest of the command stays as
+the user wrote it. A trial runs a fixed number of iterations, each logged, without
+evaluation or checkpoints. The model the estimator sees is read from the user's flags.
+
+Steps are read from Megatron-LM's own log, in the format of `training_log` in
+megatron/training/training.py at core_v0.14.0 (printed by the last rank; core_v0.16 adds
+microseconds to the timestamp, which the pattern does not depend on), and peak memory from
+`report_memory` in megatron/training/utils.py (printed after the first logged iteration by
+each rank of data-parallel rank 0).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from autotune.engines.argv import flag_value, has_flag, without_flags
+from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
+from autotune.engines.megatron import pretrain_gpt_flags
+from autotune.errors import InputError
+from autotune.specs import Workload
+from autotune.trialspec import TrialSpec
+
+TUNED = {
+    "--tensor-model-parallel-size": 1,
+    "--pipeline-model-parallel-size": 1,
+    "--num-layers-per-virtual-pipeline-stage": 1,
+    "--num-virtual-stages-per-pipeline-rank": 1,
+    "--sequence-parallel": 0,
+    "--use-distributed-optimizer": 0,
+    "--overlap-grad-reduce": 0,
+    "--overlap-param-gather": 0,
+    "--ddp-bucket-size": 1,
+    "--micro-batch-size": 1,
+    "--global-batch-size": 1,
+    "--recompute-activations": 0,
+    "--recompute-granularity": 1,
+    "--recompute-method": 1,
+    "--recompute-num-layers": 1,
+}
+"""The user's flags that the trial's config replaces (flag -> values it takes)."""
+RUN_LENGTH = {
+    "--train-iters": 1,
+    "--train-samples": 1,
+    "--exit-interval": 1,
+    "--log-interval": 1,
+    "--eval-iters": 1,
+    "--save": 1,
+    "--save-interval": 1,
+    "--load": 1,
+    "--rampup-batch-size": 3,
+}
+"""What a trial sets itself: its length, a log line per iteration, no evaluation, no
+checkpoint written to or read from the user's folders, the steady global batch."""
+NOT_YET = {
+    "--context-parallel-size": "context parallelism",
+    "--num-experts": "mixture of experts",
+    "--expert-model-parallel-size": "expert parallelism",
+}
+GPT2_VOCAB = 50257
+"""GPT2BPETokenizer's vocabulary, for commands that give a vocabulary file, not a size."""
+
+ITERATION = re.compile(
+    r" iteration\s+(\d+)/\s*\d+ \|.*? elapsed time per iteration \(ms\): ([0-9.]+) \|"
+)
+MEMORY = re.compile(
+    r"\[Rank \d+\] \(after \d+ iterations\) memory \(MB\) \| allocated: [0-9.]+ \| "
+    r"max allocated: ([0-9.]+) \|"
+)
+
+
+def parse_line(line: str, spec: TrialSpec) -> Logged:
+    """A step's time or this rank's peak memory, from one line of Megatron-LM's output."""
+    if match := ITERATION.search(line):
+        return (LoggedStep(float(match.group(2)) / 1000),)
+    if match := MEMORY.search(line):
+        return (LoggedMemory(int(float(match.group(1)) * 2**20), "megatron_max_allocated"),)
+    return ()
+
+
+def reporting_rank(world_size: int) -> int:
+    """`print_rank_last`: the iteration line comes from the last rank."""
+    return world_size - 1
+
+
+def _int_flag(argv: Sequence[str], flag: str, default: int | None = None) -> int:
+    value = flag_value(argv, flag)
+    if value is None:
+        if default is None:
+            raise InputError(
+                f"the Megatron-LM command must give {flag}: autotune reads the model from it"
+            )
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"{flag} {value!r}: expected a whole number") from None
+
+
+def workload_from_command(argv: Sequence[str], name: str) -> Workload:
+    """The model and global batch the command trains, as Megatron-LM's arguments.py reads
+    them (its default MLP width included)."""
+    for flag, what in NOT_YET.items():
+        if _int_flag(argv, flag, 1) > 1:
+            raise InputError(
+                f"{flag}: tuning {what} in a Megatron-LM command is not supported yet"
+            )
+    hidden = _int_flag(argv, "--hidden-size")
+    heads = _int_flag(argv, "--num-attention-heads")
+    swiglu = has_flag(argv, "--swiglu")
+    default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+    if flag_value(argv, "--vocab-size") is None and flag_value(argv, "--tokenizer-type") != (
+        "GPT2BPETokenizer"
+    ):
+        raise InputError(
+            "the Megatron-LM command must give --vocab-size (or use GPT2BPETokenizer)"
+        )
+    if hidden % heads:
+        raise InputError(
+            f"--hidden-size {hidden} is not divisible by --num-attention-heads {heads}"
+        )
+    precision = (
+        "bf16" if has_flag(argv, "--bf16") else "fp16" if has_flag(argv, "--fp16") else "fp32"
+    )
+    return Workload(
+        name=name,
+        num_layers=_int_flag(argv, "--num-layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=(
+            _int_flag(argv, "--num-query-groups", 1)
+            if has_flag(argv, "--group-query-attention")
+            else heads
+        ),
+        ffn_hidden_size=_int_flag(argv, "--ffn-hidden-size", default_ffn),
+        vocab_size=_int_flag(argv, "--vocab-size", GPT2_VOCAB),
+        seq_length=_int_flag(argv, "--seq-length"),
+        global_batch_size=_int_flag(argv, "--global-batch-size"),
+        precision=precision,
+        swiglu=swiglu,
+    )
+
+
+def tuned_flags(spec: TrialSpec) -> list[str]:
+    """The config's layout, batch and recomputation flags, as the megatron engine exports
+    them."""
+    groups = pretrain_gpt_flags(spec.workload, spec.config)[:2]
+    return [word for _, lines in groups for line in lines for word in line.split()]
+
+
+def export_argv(spec: TrialSpec) -> list[str]:
+    """The user's command with the tuned flags: their run length, checkpoints and the rest
+    kept."""
+    assert spec.job is not None
+    return [*without_flags(spec.job.command, TUNED), *tuned_flags(spec)]
+
+
+def trial_argv(spec: TrialSpec) -> list[str]:
+    """The command a trial runs: tuned flags, and just enough iterations, each logged."""
+    assert spec.job is not None
+    plan = spec.steps
+    iterations = plan.max_warmup + plan.measured_steps
+    command = spec.job.command
+    if has_flag(command, "--train-samples"):  # a sample-based schedule stays sample-based
+        length = ["--train-samples", str(iterations * spec.workload.global_batch_size)]
+    else:
+        length = ["--train-iters", str(iterations)]
+        user_iters = flag_value(command, "--train-iters")
+        if user_iters and not has_flag(command, "--lr-decay-iters"):
+            length += ["--lr-decay-iters", user_iters]  # the user's schedule, not the trial's
+    return [
+        *without_flags(command, TUNED | RUN_LENGTH),
+        *tuned_flags(spec),
+        *length,
+        *["--log-interval", "1", "--eval-iters", "0"],
+    ]

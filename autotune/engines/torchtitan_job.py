@@ -1,0 +1,202 @@
+"""A torchtitan training command (`-m torchtitan.train ...`) as the trial. Pure.
+
+torchtitan takes its settings from a TOML file (`--job.config_file`) overridden by tyro
+flags (`--section.field VALUE`). The trial's tensor-parallel degree, data-parallel kind
+(DDP: `data_parallel_replicate_degree`; FSDP2: `data_parallel_shard_degree` with
+`fsdp_reshard_after_forward` never for zero 2, always for zero 3), local batch and activation
+checkpointing are flags added after the user's own; the global batch stays the user's. A
+trial runs a fixed number of steps, each logged, without checkpoints or validation.
+
+Steps are read from the metrics line of `MetricsProcessor.log` in
+torchtitan/components/metrics.py at v0.2.2, which every rank prints (rank 0's is read):
+it gives tokens per second per device, `tps = tokens since the last log / (seconds *
+cp * tp * pp)`, over this rank's data-parallel share of the batch, so one step of the
+global batch took `global_batch * seq_len / (tps * world size)` seconds; and the peak
+memory reserved since the last log (`memory: X GiB`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.engines.argv import flag_value, without_flags
+from autotune.engines.logged import ANSI_COLOUR, Logged, LoggedMemory, LoggedStep
+from autotune.errors import InputError
+from autotune.space import SearchSpace
+from autotune.trialspec import TrialSpec
+
+MODULE = "torchtitan.train"
+KNOBS = frozenset({"tp", "zero", "mbs", "recompute", "nccl_algo", "nccl_proto"})
+"""What a torchtitan command takes from the trial: its pipeline needs a schedule and
+micro-batch settings of its own, sequence parallelism comes with tensor parallelism, and it
+has no ZeRO-1 (zero 1 is left out of the space)."""
+TUNED = {
+    "--parallelism.tensor_parallel_degree": 1,
+    "--parallelism.pipeline_parallel_degree": 1,
+    "--parallelism.data_parallel_replicate_degree": 1,
+    "--parallelism.data_parallel_shard_degree": 1,
+    "--parallelism.fsdp_reshard_after_forward": 1,
+    "--training.local_batch_size": 1,
+    "--training.global_batch_size": 1,
+    "--activation_checkpoint.mode": 1,
+}
+"""The user's flags the trial's config replaces (flag -> values it takes)."""
+RUN_LENGTH = {
+    "--training.steps": 1,
+    "--metrics.log_freq": 1,
+    "--metrics.disable_color_printing": 0,
+    "--metrics.no_disable_color_printing": 0,
+    "--checkpoint.enable": 0,
+    "--checkpoint.no_enable": 0,
+    "--validation.enable": 0,
+    "--validation.no_enable": 0,
+}
+TRIAL_SETTINGS = [
+    "--metrics.log_freq",
+    "1",
+    "--metrics.disable_color_printing",
+    "--checkpoint.no_enable",
+    "--validation.no_enable",
+]
+"""A metrics line per step without colours; nothing written to or read from checkpoints."""
+NOT_YET = {
+    "--parallelism.context_parallel_degree": "context parallelism",
+    "--parallelism.expert_parallel_degree": "expert parallelism",
+}
+DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048}
+"""torchtitan's `Training` defaults (config/job_config.py, v0.2.2)."""
+
+METRICS = re.compile(
+    r"(?<!validate )step:\s*\d+\s+loss:.*?memory:\s*([0-9.]+)GiB.*?tps: ([0-9,]+)"
+)
+
+
+def is_torchtitan(command: Sequence[str]) -> bool:
+    """`-m torchtitan.train ...` or a torchtitan checkout's `torchtitan/train.py ...`."""
+    if list(command[:2]) == ["-m", MODULE]:
+        return True
+    return Path(command[0]).as_posix().endswith("torchtitan/train.py")
+
+
+def canonical(argv: Sequence[str]) -> list[str]:
+    """Flag names with underscores, as torchtitan documents them (tyro takes both)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            arg = "--" + name[2:].replace("-", "_") + eq + value
+        out.append(arg)
+    return out
+
+
+def parse_line(line: str, spec: TrialSpec) -> Logged:
+    """One step's seconds and the peak memory reserved since the previous metrics line."""
+    match = METRICS.search(re.sub(ANSI_COLOUR, "", line))
+    if not match:
+        return ()
+    memory = LoggedMemory(int(float(match.group(1)) * 2**30), "torchtitan_max_reserved")
+    tps = int(match.group(2).replace(",", ""))
+    if tps == 0:  # under half a token per second: no time to read
+        return (memory,)
+    tokens = spec.workload.global_batch_size * spec.workload.seq_length
+    return (LoggedStep(tokens / (tps * spec.cluster.world_size)), memory)
+
+
+def reporting_rank(world_size: int) -> int:
+    return 0
+
+
+def _training_settings(argv: Sequence[str], workdir: Path) -> dict[str, Any]:
+    """The `[training]` and `[parallelism]` settings: TOML first, flags over it."""
+    settings: dict[str, Any] = {}
+    toml = flag_value(argv, "--job.config_file")
+    if toml:
+        path = workdir / toml
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise InputError(f"torchtitan config {path}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"torchtitan config {path}: not TOML ({exc})") from None
+        for section in ("training", "parallelism"):
+            settings.update({f"{section}.{k}": v for k, v in data.get(section, {}).items()})
+    for arg_index, arg in enumerate(argv):
+        if arg.startswith(("--training.", "--parallelism.")):
+            name, eq, value = arg[2:].partition("=")
+            if not eq and arg_index + 1 < len(argv):
+                value = argv[arg_index + 1]
+            settings[name] = value
+    return settings
+
+
+def _whole(settings: dict[str, Any], key: str, default: int) -> int:
+    value = settings.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"torchtitan {key} = {value!r}: expected a whole number") from None
+
+
+def batch_and_sequence(argv: Sequence[str], workdir: Path, world_size: int) -> tuple[int, int]:
+    """The global batch (sequences per optimizer step) and sequence length the command
+    trains with; a global batch of -1 is one local batch per data-parallel rank."""
+    settings = _training_settings(canonical(argv), workdir)
+    for flag, what in NOT_YET.items():
+        if _whole(settings, flag[2:], 1) > 1:
+            raise InputError(f"{flag}: tuning {what} in a torchtitan command is not supported yet")
+    seq = _whole(settings, "training.seq_len", DEFAULTS["seq_len"])
+    global_batch = _whole(settings, "training.global_batch_size", DEFAULTS["global_batch_size"])
+    if global_batch > 0:
+        return global_batch, seq
+    local = _whole(settings, "training.local_batch_size", DEFAULTS["local_batch_size"])
+    model_parallel = 1
+    for degree in ("tensor_parallel_degree", "pipeline_parallel_degree"):
+        model_parallel *= _whole(settings, f"parallelism.{degree}", 1)
+    return local * max(1, world_size // model_parallel), seq
+
+
+def without_zero1(space: SearchSpace) -> SearchSpace:
+    """torchtitan has DDP and FSDP2, no ZeRO-1."""
+    values = dict(space.values)
+    values["zero"] = tuple(z for z in values.get("zero", (0, 2, 3)) if z != 1) or (3,)
+    return SearchSpace(engine=space.engine, values=values, source=space.source)
+
+
+def tuned_flags(spec: TrialSpec) -> list[str]:
+    c = spec.config
+    replicate, shard = (c.dp, 1) if c.zero == 0 else (1, c.dp)
+    flags = [
+        *["--parallelism.tensor_parallel_degree", str(c.tp)],
+        *["--parallelism.pipeline_parallel_degree", str(c.pp)],
+        *["--parallelism.data_parallel_replicate_degree", str(replicate)],
+        *["--parallelism.data_parallel_shard_degree", str(shard)],
+    ]
+    if c.zero >= 2:
+        reshard = "always" if c.zero == 3 else "never"
+        flags += ["--parallelism.fsdp_reshard_after_forward", reshard]
+    return [
+        *flags,
+        *["--training.local_batch_size", str(c.mbs)],
+        *["--training.global_batch_size", str(spec.workload.global_batch_size)],
+        *["--activation_checkpoint.mode", c.recompute],
+    ]
+
+
+def export_argv(spec: TrialSpec) -> list[str]:
+    assert spec.job is not None
+    return [*without_flags(canonical(spec.job.command), TUNED), *tuned_flags(spec)]
+
+
+def trial_argv(spec: TrialSpec) -> list[str]:
+    assert spec.job is not None
+    steps = spec.steps.max_warmup + spec.steps.measured_steps
+    return [
+        *without_flags(canonical(spec.job.command), TUNED | RUN_LENGTH),
+        *tuned_flags(spec),
+        *["--training.steps", str(steps)],
+        *TRIAL_SETTINGS,
+    ]
