@@ -102,8 +102,9 @@ def load_problem(
 
 def _with_job(problem: Problem, job: UserJob, default_space: bool) -> Problem:
     """The problem of tuning the user's command: the model and batch its framework says
-    (Megatron-LM's flags, the DeepSpeed config's batch, torchtitan's batch and sequence
-    over `--model`), the space narrowed to what the framework takes from a trial."""
+    (Megatron-LM's flags; the DeepSpeed config's batch; torchtitan's batch and sequence,
+    and its model where autotune has a preset of it), else `--model`; the space narrowed
+    to what the framework takes from a trial."""
     world = problem.cluster.world_size
     workload, space = problem.workload, problem.space
     if job.framework == "script":
@@ -119,6 +120,8 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool) -> Problem:
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
     else:
+        preset = torchtitan_job.model_preset(job.command, Path(job.workdir))
+        workload = load_workload(preset) if preset else workload
         batch, seq = torchtitan_job.batch_and_sequence(job.command, Path(job.workdir), world)
         workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
         space = job_space(space, torchtitan_job.KNOBS, workload, world, derive_mbs=default_space)

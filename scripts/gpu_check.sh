@@ -4,7 +4,12 @@
 #      NCCL_ALGO x NCCL_PROTO sweep; one GPU exercises the NCCL path, not a link);
 #   2. a short real study per engine (megatron, deepspeed, torch) on one GPU with NCCL;
 #   3. predicted against measured memory (torch.cuda.max_memory_allocated) and step time for
-#      every trial, in results/gpu/.
+#      every trial, in results/gpu/;
+#   4. the user's own command, measured from the framework's own log lines: Megatron-LM's
+#      pretrain_gpt.py from a checkout named by $MEGATRON_LM (mock data), and torchtitan's
+#      debug model from a checkout named by $TORCHTITAN (its test tokenizer); each is skipped,
+#      with a line saying so, when its checkout is not there (the pip packages lack the script
+#      and the tokenizer, and the GPU host reaches no network).
 #
 #   ./scripts/setup.sh && ./scripts/gpu_check.sh
 #
@@ -38,5 +43,31 @@ for engine in megatron deepspeed torch; do
     --results "$OUT/studies" --study "gpu-$engine" > "$OUT/$engine.log" 2>&1
   echo "$engine: exit $? (log in $OUT/$engine.log)"
 done
+here=$PWD
+job_study() {  # FRAMEWORK_DIR ENGINE STUDY -- COMMAND...: a 2-trial study of a user's command
+  local dir=$1 engine=$2 study=$3
+  shift 4
+  (cd "$dir" && timeout --signal=INT "$STUDY_S" "$here/$PY" -m autotune run --engine "$engine" \
+    --cluster local --trials 2 --sampler grid --no-confirm --no-early-stop \
+    --timeout-per-trial 120s --results "$here/$OUT/studies" --study "$study" -- "$@") \
+    > "$OUT/$study.log" 2>&1
+  echo "$study: exit $? (log in $OUT/$study.log)"
+}
+if [ -f "${MEGATRON_LM:-}/pretrain_gpt.py" ]; then
+  job_study "$MEGATRON_LM" megatron gpu-megatron-lm -- pretrain_gpt.py \
+    --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 512 \
+    --max-position-embeddings 512 --position-embedding-type rope --normalization RMSNorm \
+    --swiglu --disable-bias-linear --micro-batch-size 2 --global-batch-size 16 --bf16 \
+    --lr 1e-4 --train-iters 1000 --mock-data --tokenizer-type NullTokenizer \
+    --vocab-size 32000 --split 99,1,0 --transformer-impl local
+else
+  echo "gpu-megatron-lm: skipped (set MEGATRON_LM to a Megatron-LM checkout)"
+fi
+if [ -f "${TORCHTITAN:-}/torchtitan/train.py" ]; then
+  job_study "$TORCHTITAN" torch gpu-torchtitan -- -m torchtitan.train \
+    --job.config_file torchtitan/models/llama3/train_configs/debug_model.toml
+else
+  echo "gpu-torchtitan: skipped (set TORCHTITAN to a torchtitan checkout at v0.2.2)"
+fi
 "$PY" scripts/gpu_compare.py "$OUT/studies" > "$OUT/predicted_vs_measured.md"
 cat "$OUT/predicted_vs_measured.md"

@@ -128,7 +128,8 @@ class MegatronEngine(Engine):
             raise InputError(
                 "the megatron engine needs GPUs: megatron-core's pipeline schedules and "
                 "attention allocate on CUDA; on this CPU cluster use --launcher simulate, "
-                "autotune plan or autotune estimate"
+                "autotune plan or autotune estimate (with --model; a Megatron-LM command "
+                "is tuned on its GPUs)"
             )
         if shutil.which("nvidia-smi") is None and not Path("/dev/nvidiactl").exists():
             raise InputError(

@@ -110,8 +110,13 @@ def reporting_rank(world_size: int) -> int:
     return 0
 
 
+SECTIONS = ("training", "parallelism", "model")
+PRESETS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b"}
+"""torchtitan's model flavors (models/llama3/__init__.py) that autotune has as presets."""
+
+
 def _training_settings(argv: Sequence[str], workdir: Path) -> dict[str, Any]:
-    """The `[training]` and `[parallelism]` settings: TOML first, flags over it."""
+    """The `[training]`, `[parallelism]` and `[model]` settings: TOML first, flags over it."""
     settings: dict[str, Any] = {}
     toml = flag_value(argv, "--job.config_file")
     if toml:
@@ -122,10 +127,10 @@ def _training_settings(argv: Sequence[str], workdir: Path) -> dict[str, Any]:
             raise InputError(f"torchtitan config {path}: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise InputError(f"torchtitan config {path}: not TOML ({exc})") from None
-        for section in ("training", "parallelism"):
+        for section in SECTIONS:
             settings.update({f"{section}.{k}": v for k, v in data.get(section, {}).items()})
     for arg_index, arg in enumerate(argv):
-        if arg.startswith(("--training.", "--parallelism.")):
+        if arg.startswith(tuple(f"--{section}." for section in SECTIONS)):
             name, eq, value = arg[2:].partition("=")
             if not eq and arg_index + 1 < len(argv):
                 value = argv[arg_index + 1]
@@ -164,6 +169,13 @@ def without_zero1(space: SearchSpace) -> SearchSpace:
     values = dict(space.values)
     values["zero"] = tuple(z for z in values.get("zero", (0, 2, 3)) if z != 1) or (3,)
     return SearchSpace(engine=space.engine, values=values, source=space.source)
+
+
+def model_preset(argv: Sequence[str], workdir: Path) -> str | None:
+    """autotune's preset of the model the command trains, when it has one."""
+    settings = _training_settings(canonical(argv), workdir)
+    name, flavor = settings.get("model.name", "llama3"), settings.get("model.flavor", "debugmodel")
+    return PRESETS.get((str(name), str(flavor)))
 
 
 def tuned_flags(spec: TrialSpec) -> list[str]:

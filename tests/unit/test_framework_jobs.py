@@ -348,3 +348,21 @@ def test_exported_train_scripts_run_the_users_command_with_the_tuned_flags(
     titan = dataclasses.replace(titan, job=dataclasses.replace(titan.job, workdir="/work/titan"))
     titan_sh = train_script(get_engine("torch"), titan, trial, "mine")
     check_golden("torchtitan.train.sh", titan_sh, golden)
+
+
+def test_a_torchtitan_study_takes_model_batch_and_space_from_the_command(
+    titan_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.problem import load_problem
+
+    (titan_dir / "llama3_8b.toml").write_text(
+        (titan_dir / "llama3_8b.toml").read_text() + "[model]\nname = 'llama3'\nflavor = '8B'\n"
+    )
+    monkeypatch.chdir(titan_dir)
+    problem = load_problem("torch", "tiny", "dgx-h100:2", command=TITAN)
+    assert problem.workload.name == "llama3-8b"
+    assert (problem.workload.global_batch_size, problem.workload.seq_length) == (64, 8192)
+    assert set(problem.space.values) <= torchtitan_job.KNOBS
+    assert 1 not in problem.space.values["zero"]
+    assert {c.pp for c in problem.enumerate().valid} == {1}
+    assert problem.job is not None and problem.job.framework == "torchtitan"
