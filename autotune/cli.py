@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import re
@@ -483,8 +482,10 @@ def run(
             "recorded as failed (interrupted)"
         )
     console.print(f"stopped: {outcome.stop_reason}")
-    exported = []
-    with contextlib.suppress(InputError):  # no completed trial: nothing to export
+    from autotune.report.table import best_trial
+
+    exported = []  # none without a completed trial; any other failure to export is raised
+    if best_trial(study) is not None:
         exported = export_best(study, ref.folder / "best", force=True)
     display.study_summary(console, study, ref, exported)
     if outcome.ran or outcome.confirmations:

@@ -131,11 +131,9 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool) -> Problem:
 
 def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:
     """The problem and config a trial.json describes, checked by the same rules."""
-    from pydantic import ValidationError
-
     try:
         spec = TrialSpec.from_json(path.read_text())
-    except (OSError, ValidationError) as exc:
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: not a readable trial file: {first}") from None
     engine = get_engine(spec.engine)

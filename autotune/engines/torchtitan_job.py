@@ -125,6 +125,8 @@ def _training_settings(argv: Sequence[str], workdir: Path) -> dict[str, Any]:
             data = tomllib.loads(path.read_text())
         except OSError as exc:
             raise InputError(f"torchtitan config {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise InputError(f"torchtitan config {path}: not a text file") from None
         except tomllib.TOMLDecodeError as exc:
             raise InputError(f"torchtitan config {path}: not TOML ({exc})") from None
         for section in SECTIONS:

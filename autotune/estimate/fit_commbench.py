@@ -34,7 +34,13 @@ def calibrate_commbench(
     if cluster_name is None and not isinstance(report.get("cluster"), str):
         raise InputError(f"--commbench: {report_path} names no cluster; pass --cluster")
     cluster = load_cluster(cluster_name or report["cluster"])
-    fits = tuple(require_fits(fit_commbench(report), str(report_path)))
+    try:
+        fitted = fit_commbench(report)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise InputError(
+            f"--commbench: {report_path} has rows that are not commbench's ({type(exc).__name__})"
+        ) from None
+    fits = tuple(require_fits(fitted, str(report_path)))
     before, _ = load_calibration(results, cluster)
     path = calibration_path(results, cluster)
     meta = {"commbench": str(report_path.resolve()), "cluster": cluster.name}

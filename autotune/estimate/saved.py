@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from autotune.errors import InputError
 from autotune.estimate.commfit import CollectiveFit, Regime
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.specs import Cluster
@@ -18,12 +19,19 @@ def calibration_path(results: Path, cluster: Cluster) -> Path:
 
 
 def read_calibration(path: Path) -> Calibration:
-    stored = json.loads(path.read_text())["calibration"]
-    fits = tuple(
-        CollectiveFit(**{**f, "regimes": tuple(Regime(**r) for r in f["regimes"])})
-        for f in stored.pop("collectives", [])
-    )
-    return Calibration(**stored, collectives=fits)
+    """A saved calibration, or an InputError naming the file when it is not one."""
+    try:
+        stored = json.loads(path.read_text())["calibration"]
+        fits = tuple(
+            CollectiveFit(**{**f, "regimes": tuple(Regime(**r) for r in f["regimes"])})
+            for f in stored.pop("collectives", [])
+        )
+        return Calibration(**stored, collectives=fits)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InputError(
+            f"calibration {path}: unreadable ({type(exc).__name__}); delete it or run "
+            "`autotune calibrate` again"
+        ) from None
 
 
 def load_calibration(results: Path, cluster: Cluster) -> tuple[Calibration, str]:

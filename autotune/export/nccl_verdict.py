@@ -10,9 +10,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig, nccl_default
 from autotune.study.choices import config_key
-
-NOISE_FLOOR = 0.02
-"""Gains below this never count, whatever the trials' own spread says."""
+from autotune.study.noise import noise
 
 
 @dataclass(frozen=True)
@@ -25,11 +23,6 @@ class NcclVerdict:
 
 def _config(trial: FrozenTrial) -> TrainConfig:
     return TrainConfig(**trial.user_attrs["config"])
-
-
-def _noise(trial: FrozenTrial) -> float:
-    step, stdev = trial.user_attrs.get("step_time_s"), trial.user_attrs.get("step_time_stdev_s")
-    return stdev / step if step and stdev else 0.0
 
 
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
@@ -47,13 +40,13 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     if baselines:
         baseline = max(baselines, key=lambda t: t.value or 0.0)
         gain = (best.value or 0.0) / (baseline.value or 1.0) - 1
-        noise = max(NOISE_FLOOR, _noise(best), _noise(baseline))
-        if gain > noise:
+        margin = noise(best, baseline)
+        if gain > margin:
             version = best.user_attrs.get("nccl_version") or "unknown"
             return NcclVerdict(
                 best,
                 f"Measured gain of {settings}: {gain:+.1%} over NCCL's default (trial "
-                f"{baseline.number}; noise {noise:.1%}), NCCL {version}.",
+                f"{baseline.number}; noise {margin:.1%}), NCCL {version}.",
             )
         why = f"{gain:+.1%} over NCCL's default (trial {baseline.number}) is within noise"
     else:

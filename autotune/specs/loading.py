@@ -193,6 +193,8 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (UTF-8 YAML expected)") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of fields at the top level")
     return data

@@ -9,20 +9,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig
+from autotune.study.noise import noise
 
 CONTENDERS = 3
 """The best trial and up to this many minus one runners-up."""
 LONGER = 3
 """Confirmation trials measure this many times the steps."""
-NOISE_FLOOR = 0.02
-"""Differences under 2% are noise on any shared machine, whatever the trials' own spread."""
-
-
-def noise(t: FrozenTrial) -> float:
-    """Twice the relative spread of the trial's step times, at least the floor."""
-    stdev, median = t.user_attrs.get("step_time_stdev_s"), t.user_attrs.get("step_time_s")
-    spread = 2 * stdev / median if stdev and median else 0.0
-    return max(NOISE_FLOOR, spread)
 
 
 def contenders(study: optuna.Study) -> list[FrozenTrial]:
@@ -38,9 +30,7 @@ def contenders(study: optuna.Study) -> list[FrozenTrial]:
     if len(done) < 2 or any("confirms" in t.user_attrs for t in study.get_trials(deepcopy=False)):
         return []  # confirmed already, or another worker is confirming
     best = done[0]
-    close = [
-        t for t in done[1:CONTENDERS] if t.value >= best.value * (1 - max(noise(best), noise(t)))
-    ]  # type: ignore[operator]
+    close = [t for t in done[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
     return [best, *close] if close else []
 
 

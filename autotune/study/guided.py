@@ -26,6 +26,7 @@ from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
 from autotune.space import TrainConfig, nccl_default
 from autotune.study.choices import config_key
+from autotune.study.noise import NOISE_FLOOR
 
 PRIOR_SPREAD = 0.15
 """The model's relative error before measurements say otherwise (its held-out error on
@@ -60,7 +61,7 @@ class GuidedSearch:
     """Valid configs predicted to fit, before any measurement."""
     calibration: Calibration
     seed: int | None = None
-    threshold: float = 0.02
+    threshold: float = NOISE_FLOOR
     rng: random.Random = field(init=False)
     memory_limit: float = field(init=False)
     measured: list[TrainConfig] = field(default_factory=list)

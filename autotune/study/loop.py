@@ -245,6 +245,15 @@ def run_study(
             config = next((c for c in in_order if config_key(c) not in claimed), None)
         return config, None if config else "search space exhausted: every config is claimed"
 
+    def refreshed() -> str | None:
+        """Every worker's verdicts read again, and whether the budget is spent. Each pass of
+        the loop ends here, skipped or run: a proposal another worker has just measured is
+        then known, instead of being proposed, refused as claimed, and proposed again."""
+        nonlocal seen, finished
+        seen = verdicts(study)
+        finished = len(seen)
+        return budget_reason()
+
     reason = budget_reason()
     while reason is None:
         if strategy in ENQUEUEING:
@@ -270,12 +279,14 @@ def run_study(
             trial.set_user_attr("pruned_reason", why)
             study.tell(trial, state=TrialState.PRUNED)
             misses += 1
+            reason = refreshed()
             continue
         misses = 0
         owner = claim(study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
             trial.set_user_attr("pruned_reason", f"config claimed by trial {owner}")
             study.tell(trial, state=TrialState.PRUNED)
+            reason = refreshed()
             continue
         predicted = estimate(
             problem.workload,
@@ -298,9 +309,7 @@ def run_study(
         ran += 1
         progress.finished(trial.number, config.label(), record, best_value(study))
         fail_abandoned_trials(study)  # other workers that died meanwhile
-        seen = verdicts(study)  # this worker's and every other worker's
-        finished = len(seen)
-        reason = script_fault(problem, record, best_value(study)) or budget_reason()
+        reason = script_fault(problem, record, best_value(study)) or refreshed()
     confirmations: list[int] = []
     if budget.confirm and launcher.source == "measured":
         patient = dataclasses.replace(budget, early_stop_margin=None)

@@ -69,3 +69,39 @@ def test_dashboard_refuses_the_network_without_expose_and_unknown_studies(tmp_pa
     unknown = autotune("dashboard", "--study", "nosuch", "--results", str(tmp_path), cwd=tmp_path)
     assert unknown.returncode == 2 and "nosuch" in unknown.stderr
     assert len(unknown.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 8, b"{}", b'{"rows": [1, "x"]}'])
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["space", "--model", "FILE"], "m.yaml"),
+        (["space", "--cluster", "FILE"], "c.yaml"),
+        (["space", "--space", "FILE"], "s.yaml"),
+        (["run", "--launcher", "replay", "--table", "FILE"], "t.csv"),
+        (["calibrate", "--commbench", "FILE"], "report.json"),
+        (["estimate", "--trial-file", "FILE"], "trial.json"),
+        (
+            ["run", "--cluster", "local:2", "--", "train.py", "--deepspeed_config", "FILE"],
+            "d.json",
+        ),
+    ],
+)
+def test_any_content_in_a_file_autotune_reads_is_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], name: str, content: bytes
+) -> None:
+    """Random bytes, or JSON/YAML of the wrong shape, in every file a user hands autotune."""
+    (tmp_path / name).write_bytes(content)
+    (tmp_path / "train.py").write_text("")
+    result = autotune(*[name if a == "FILE" else a for a in args], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+
+
+def test_an_unreadable_saved_calibration_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    folder = tmp_path / "results" / "calibration"
+    folder.mkdir(parents=True)
+    (folder / "dgx-h100_1.json").write_bytes(bytes(range(256)))
+    result = autotune("estimate", "--cluster", "dgx-h100:1", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "calibration" in result.stderr and len(result.stderr.strip().splitlines()) == 1
