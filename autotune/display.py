@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 import pandas as pd
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
@@ -191,6 +192,13 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        if "confirms" in t.user_attrs:
+            console.print(
+                f"[yellow]the longer re-measurement of trial {t.user_attrs['confirms']} "
+                f"failed[/] ({t.user_attrs.get('kind')}: {t.user_attrs.get('error')}): that "
+                "trial stands on its own shorter measurement"
+            )
     stopped = frame[frame["status"] == "pruned"]
     if not stopped.empty:
         console.print(f"stopped early (clearly slower than the best): {len(stopped)}")

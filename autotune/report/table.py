@@ -6,6 +6,8 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
+from autotune.study.confirm import standing
+
 COLUMNS = (
     "number",
     "status",
@@ -59,12 +61,6 @@ def trial_table(study: optuna.Study) -> pd.DataFrame:
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The winner: the best trial, or, when the leaders were re-measured with longer trials
-    (confirmation), the best of those longer measurements."""
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.value is not None
-    ]
-    confirmed = [t for t in done if "confirms" in t.user_attrs]
-    return max(confirmed or done, key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]
+    """The winner: the best standing measurement, a config's longer re-measurement
+    (confirmation) standing for it where there is one."""
+    return max(standing(study), key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]

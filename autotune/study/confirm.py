@@ -17,21 +17,40 @@ LONGER = 3
 """Confirmation trials measure this many times the steps."""
 
 
+def standing(study: optuna.Study) -> list[FrozenTrial]:
+    """Each completed config's standing measurement: its latest confirmation (the longer
+    trial) where it has one, else its own trial. The winner is the best of these, so a trial
+    that runs after a confirmation (a resumed study, another worker) can still win."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None
+    ]
+    latest = {t.user_attrs["confirms"]: t for t in done if "confirms" in t.user_attrs}
+    return [latest.get(t.number, t) for t in done if "confirms" not in t.user_attrs]
+
+
 def contenders(study: optuna.Study) -> list[FrozenTrial]:
-    """The best measured trial and the runners-up within noise of it; [] if it stands alone."""
-    done = sorted(
-        (
-            t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("source") == "measured" and "confirms" not in t.user_attrs
-        ),
-        key=lambda t: -t.value,
-    )  # type: ignore[operator]
-    if len(done) < 2 or any("confirms" in t.user_attrs for t in study.get_trials(deepcopy=False)):
-        return []  # confirmed already, or another worker is confirming
-    best = done[0]
-    close = [t for t in done[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
-    return [best, *close] if close else []
+    """The trials to re-measure with longer trials: of the leader and the runners-up within
+    noise of it, those not measured longer yet (nor being so by another worker); [] when the
+    leader stands alone."""
+    ranked = sorted(
+        (t for t in standing(study) if t.user_attrs.get("source") == "measured"),
+        key=lambda t: -t.value,  # type: ignore[operator]
+    )
+    if len(ranked) < 2:
+        return []
+    best = ranked[0]
+    close = [t for t in ranked[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
+    confirming = {
+        t.user_attrs["confirms"]
+        for t in study.get_trials(deepcopy=False)
+        if "confirms" in t.user_attrs
+    }
+    unconfirmed = [
+        t for t in [best, *close] if "confirms" not in t.user_attrs and t.number not in confirming
+    ]
+    return unconfirmed if close else []
 
 
 def confirm(
@@ -39,10 +58,14 @@ def confirm(
     params_of: Callable[[TrainConfig], dict[str, object]],
     distributions: dict[str, optuna.distributions.BaseDistribution],
     run: Callable[[optuna.Trial, TrainConfig], object],
+    time_left: Callable[[], bool] = lambda: True,
 ) -> list[int]:
-    """Run one longer trial per contender; returns the new trials' numbers."""
+    """Run one longer trial per contender while `time_left()`; returns the new trials'
+    numbers."""
     numbers = []
     for original in contenders(study):
+        if not time_left():
+            break
         config = TrainConfig(**original.user_attrs["config"])
         study.enqueue_trial(params_of(config), user_attrs={"confirms": original.number})
         trial = study.ask(distributions)

@@ -331,7 +331,13 @@ def run_study(
             label = f"{config.label()} (confirming trial {trial.user_attrs['confirms']})"
             progress.finished(trial.number, label, record, best_value(study))
 
-        confirmations = confirm(study, space.params, space.distributions, run_confirmation)
+        def time_left() -> bool:
+            limit = budget.max_time_s
+            return limit is None or time.monotonic() - start < limit
+
+        confirmations = confirm(
+            study, space.params, space.distributions, run_confirmation, time_left
+        )
     return StudyOutcome(
         ran=ran,
         finished_total=finished,

@@ -58,3 +58,30 @@ def test_noise_has_a_floor() -> None:
     study = study_of(recorded().iloc[[0]])
     trial = study.trials[0]
     assert noise(trial) >= 0.02
+
+
+def measured(study: optuna.Study, tokens: float, confirms: int | None = None) -> int:
+    attrs: dict[str, object] = {"source": "measured", "step_time_s": 1.0}
+    attrs["step_time_stdev_s"] = 0.001
+    if confirms is not None:
+        attrs["confirms"] = confirms
+    study.add_trial(optuna.trial.create_trial(value=tokens, user_attrs=attrs))
+    return study.trials[-1].number
+
+
+def test_a_trial_after_a_confirmation_can_still_win_and_is_confirmed_in_turn() -> None:
+    from autotune.report.table import best_trial
+
+    study = optuna.create_study(direction="maximize")
+    a, b = measured(study, 100.0), measured(study, 99.5)
+    measured(study, 95.0, confirms=a)
+    b_long = measured(study, 97.0, confirms=b)
+    assert best_trial(study).number == b_long  # type: ignore[union-attr]
+    assert contenders(study) == []  # both leaders measured longer already
+    later = measured(study, 97.5)  # e.g. a resumed study with a larger --trials
+    assert best_trial(study).number == later  # type: ignore[union-attr]
+    assert [t.number for t in contenders(study)] == [later]  # close to b's 97: confirm it
+    measured(study, 90.0, confirms=later)  # its longer trial says it was lucky
+    assert best_trial(study).number == b_long  # type: ignore[union-attr]
+    clear = measured(study, 130.0)
+    assert best_trial(study).number == clear and contenders(study) == []  # type: ignore[union-attr]
