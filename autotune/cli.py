@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -23,6 +23,9 @@ from autotune.errors import AutotuneError, InputError
 from autotune.problem import load_problem, problem_from_trial_file
 from autotune.space import parse_overrides
 from autotune.specs.cluster import Cluster, SlurmSettings
+
+if TYPE_CHECKING:
+    from autotune.launchers import Launcher
 
 # Tables stay readable when output goes to a file or pipe (80 columns otherwise).
 console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
@@ -314,6 +317,7 @@ def calibrate(
     from autotune.study import load_existing_study
     from autotune.study.storage import study_ref
 
+    assert study_name is not None  # one of the two was given
     ref = study_ref(study_name, storage, results)
     report = calibrate_study(load_existing_study(ref), ref.folder, results)
     display.calibration(console, report)
@@ -436,14 +440,17 @@ def run(
         raise InputError(
             f"--launcher {launcher} does not run anything: your own command needs local or slurm"
         )
+    per_trial_s = parse_duration(timeout_per_trial, "--timeout-per-trial")
+    assert per_trial_s is not None  # the option has a default
     budget = Budget(
         trials=n_trials,
         max_time_s=parse_duration(max_time, "--max-time"),
-        timeout_per_trial_s=parse_duration(timeout_per_trial, "--timeout-per-trial"),
+        timeout_per_trial_s=per_trial_s,
         early_stop_margin=early_stop_margin if early_stop else None,
         confirm=confirm,
     )
     cal, _ = load_calibration(results, problem.cluster)
+    chosen_launcher: Launcher
     if launcher == "replay" and table is not None:
         from autotune.launchers.replay import replay_world
 
@@ -505,7 +512,7 @@ def _slurm_settings(
 ) -> SlurmSettings:
     """The cluster file's `slurm:` section, overridden by the flags given."""
     flags = {"partition": partition, "account": account, "qos": qos}
-    chosen = {k: v for k, v in flags.items() if v is not None}
+    chosen: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
     if sbatch_options:
         chosen["extra_sbatch"] = cluster.slurm.extra_sbatch + tuple(sbatch_options)
     return dataclasses.replace(cluster.slurm, **chosen)

@@ -91,8 +91,8 @@ def _case(
             else:
                 dist.recv(buf, group_src=peer, group=group)
 
-        expected = float(rank) if rank % 2 == 1 else value  # the even partner's rank + 1
-        return run_pair, lambda: peer >= n or bool(torch.all(buf == expected))
+        received = float(rank) if rank % 2 == 1 else value  # the even partner's rank + 1
+        return run_pair, lambda: peer >= n or bool(torch.all(buf == received))
     raise ValueError(f"unknown collective {op}")
 
 

@@ -62,8 +62,8 @@ def install(hook: StepHook) -> None:
         after(engine)
         return loss
 
-    DeepSpeedEngine.step = step  # type: ignore[method-assign]
-    PipelineEngine.train_batch = train_batch  # type: ignore[method-assign]
+    DeepSpeedEngine.step = step
+    PipelineEngine.train_batch = train_batch
 
 
 def main() -> None:

@@ -117,8 +117,8 @@ def main() -> None:
     spec, folder, rank, clock = worker.start()
     assert spec.job is not None
     run = LoggedRun(spec, folder, rank, clock)
-    sys.stdout = LineTap(sys.stdout, run.read)  # type: ignore[assignment]
-    sys.stderr = LineTap(sys.stderr, run.read)  # type: ignore[assignment]
+    sys.stdout = LineTap(sys.stdout, run.read)
+    sys.stderr = LineTap(sys.stderr, run.read)
     argv = FORMATS[spec.job.framework][2](spec)
     job_hook.run_for_trial(argv, spec, folder, rank, lambda: run.steps)
     if run.reports:

@@ -22,6 +22,7 @@ from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
 from autotune.engines.megatron import pretrain_gpt_flags
 from autotune.errors import InputError
 from autotune.specs import Workload
+from autotune.specs.workload import Precision
 from autotune.trialspec import TrialSpec
 
 TUNED = {
@@ -122,7 +123,7 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
         raise InputError(
             f"--hidden-size {hidden} is not divisible by --num-attention-heads {heads}"
         )
-    precision = (
+    precision: Precision = (
         "bf16" if has_flag(argv, "--bf16") else "fp16" if has_flag(argv, "--fp16") else "fp32"
     )
     return Workload(

@@ -8,13 +8,14 @@ import yaml
 
 from autotune.engines.base import NCCL_KNOBS, Engine
 from autotune.engines.user_job import write_knobs_file
-from autotune.space import Rule
+from autotune.space import Rule, TrainConfig
+from autotune.specs import Cluster, Workload
 from autotune.trialspec import TrialSpec
 
 PARALLEL_FILE = "torch_parallel.yaml"
 
 
-def _pipeline_fills(c, w, _k) -> bool:  # type: ignore[no-untyped-def]
+def _pipeline_fills(c: TrainConfig, w: Workload, _k: Cluster) -> bool:
     """Schedule1F1B needs micro-batches >= stages; the interleaved one splits them in rounds."""
     if c.pp == 1:
         return True

@@ -6,12 +6,13 @@ import contextlib  # noqa: E402
 import os  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any, cast  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 from torch.distributed.pipelining import (  # noqa: E402
     PipelineStage,
@@ -21,6 +22,7 @@ from torch.distributed.pipelining import (  # noqa: E402
 from torch.distributed.tensor import Replicate, Shard  # noqa: E402
 from torch.distributed.tensor.parallel import (  # noqa: E402
     ColwiseParallel,
+    ParallelStyle,
     PrepareModuleInput,
     RowwiseParallel,
     SequenceParallel,
@@ -58,7 +60,7 @@ class TorchSession:
         pp_rank = mesh["pp"].get_local_rank()
         stage_ids = [pp_rank + k * c.pp for k in range(c.vpp)]
         n_stages = c.pp * c.vpp
-        self.modules = [
+        self.modules: list[nn.Module] = [
             Decoder(
                 w,
                 c.recompute,
@@ -70,7 +72,7 @@ class TorchSession:
         ]
         if c.tp > 1:
             for module in self.modules:
-                tensor_parallel(module, mesh["tp"], c.sp)
+                tensor_parallel(cast(Decoder, module), mesh["tp"], c.sp)
         if c.dp > 1:
             self.modules = [self._data_parallel(m, mesh["dp"], c) for m in self.modules]
         params = [p for m in self.modules for p in m.parameters()]
@@ -85,9 +87,9 @@ class TorchSession:
             self.optimizer = torch.optim.AdamW(params, lr=1e-4)
         tokens, labels = synthetic_batch(w, c.mbs, seed=0)
         self.batch = (tokens.to(self.device), labels.to(self.device))
-        self.schedule = None
+        self.schedule: Schedule1F1B | ScheduleInterleaved1F1B | None = None
         if c.pp > 1:
-            stages = [
+            stages: list[Any] = [
                 PipelineStage(m, s, n_stages, self.device, group=mesh["pp"].get_group())
                 for m, s in zip(self.modules, stage_ids, strict=True)
             ]
@@ -114,9 +116,10 @@ class TorchSession:
             else MixedPrecisionPolicy()
         )
         reshard = c.zero == 3
-        for block in module.blocks.values():
+        for block in cast(Decoder, module).blocks.values():
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
-        return fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+        sharded = fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+        return cast(nn.Module, sharded)
 
     def _autocast(self) -> contextlib.AbstractContextManager[None]:
         if self.low_precision is None or self.config.zero >= 2:
@@ -149,8 +152,9 @@ class TorchSession:
 
     def _pipeline_step(self) -> None:
         tokens, labels = (t.repeat(self.grad_accum, 1) for t in self.batch)
+        assert self.schedule is not None
         args = (tokens,) if self.has_first else ()
-        kwargs = {"target": labels} if self.has_last else {}
+        kwargs: dict[str, Any] = {"target": labels} if self.has_last else {}
         self.schedule.step(*args, **kwargs)
 
     def model_state(self) -> measure.StateTally:
@@ -178,7 +182,7 @@ def _gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
         with model.no_sync():
             yield
         return
-    if hasattr(model, "set_requires_gradient_sync"):
+    if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(enabled)
     yield
 
@@ -194,7 +198,7 @@ def tensor_parallel(model: Decoder, mesh: DeviceMesh, sp: bool) -> None:
             {"tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=between)},
         )
     for block in model.blocks.values():
-        plan: dict[str, object] = {
+        plan: dict[str, ParallelStyle] = {
             "attn.q": ColwiseParallel(),
             "attn.k": ColwiseParallel(),
             "attn.v": ColwiseParallel(),
@@ -202,7 +206,7 @@ def tensor_parallel(model: Decoder, mesh: DeviceMesh, sp: bool) -> None:
             "mlp.up": ColwiseParallel(),
             "mlp.down": RowwiseParallel(output_layouts=between),
         }
-        if block.mlp.gate is not None:
+        if cast(Any, block).mlp.gate is not None:
             plan["mlp.gate"] = ColwiseParallel()
         if sp:
             gather = PrepareModuleInput(

@@ -11,6 +11,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from autotune.estimate.steptime import Calibration, step_time
 from autotune.space import TrainConfig
@@ -69,7 +70,8 @@ def fit(
             for factor in (step, 1 / step, step**0.5, step**-0.5):
                 value = getattr(best, name)
                 candidate_value = min(hi, max(lo, (value or 0.05) * factor))
-                candidate = replace(best, **{name: candidate_value})
+                changed: dict[str, Any] = {name: candidate_value}
+                candidate = replace(best, **changed)
                 loss = _loss(candidate, data)
                 if loss < best_loss:
                     best, best_loss = candidate, loss

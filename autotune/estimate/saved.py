@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from autotune.errors import InputError
@@ -43,7 +44,7 @@ def load_calibration(results: Path, cluster: Cluster) -> tuple[Calibration, str]
     return default, f"default for {cluster.device.generation}"
 
 
-def save_calibration(path: Path, cal: Calibration, meta: dict[str, object]) -> None:
+def save_calibration(path: Path, cal: Calibration, meta: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(
         path, json.dumps({"calibration": dataclasses.asdict(cal), **meta}, indent=2) + "\n"

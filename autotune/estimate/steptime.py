@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.estimate import comm
+from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import rank_parameters, recomputed_layers
 from autotune.space import TrainConfig
@@ -221,7 +222,7 @@ def _data_parallel(
     if engine == "megatron" and not c.overlap_comm:
         n_buckets = 1  # Megatron-LM drops the bucket size without --overlap-grad-reduce
 
-    def bucketed(op: str, total: float) -> float:
+    def bucketed(op: Op, total: float) -> float:
         return n_buckets * comm.seconds(
             op,
             total / n_buckets / (c.dp if op != "all_reduce" else 1),
@@ -231,7 +232,7 @@ def _data_parallel(
             c.nccl_proto,
             cal.bandwidth_scale,
             cal.collectives,
-        )  # type: ignore[arg-type]
+        )
 
     if c.zero == 0:
         grads = bucketed("all_reduce", grad_bytes)

@@ -122,7 +122,7 @@ def _write_all(
 
 
 def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for package in PACKAGES:
         try:
             versions[package] = importlib.metadata.version(package)

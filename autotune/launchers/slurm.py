@@ -27,7 +27,7 @@ from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchReq
 from autotune.launchers.early_stop import measured_step_times
 from autotune.launchers.local import torchrun
 from autotune.specs.cluster import Cluster, SlurmSettings
-from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED
+from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, Outcome
 
 STEP_SCRIPT = "slurm_step.sh"
 """Runs on every node of the trial (one SLURM task per node): torchrun for that node."""
@@ -89,7 +89,7 @@ def slurm_error(output: str) -> str | None:
     """SLURM's reason: the last line that says error or failure, else the last line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     named = [line for line in lines if "error" in line.lower() or "failure" in line.lower()]
-    return (named or lines or [None])[-1]
+    return (named or lines)[-1] if lines else None
 
 
 def step_script(request: LaunchRequest) -> str:
@@ -377,7 +377,8 @@ def slurm_outcome(
     base = classify(folder, exit_code, False, run_s, stopped_early)
     if base.kind in ("ok", "pruned"):
         return replace(base, queue_s=queue_s)
-    by_state = {
+    kind: Outcome
+    by_state: dict[str, tuple[Outcome, str]] = {
         "TIMEOUT": ("timeout", "SLURM ended the job at its time limit (TIMEOUT)"),
         "DEADLINE": ("timeout", "SLURM ended the job at its deadline (DEADLINE)"),
         "OUT_OF_MEMORY": ("oom", "SLURM ended the job for exceeding its memory (OUT_OF_MEMORY)"),
@@ -395,4 +396,4 @@ def slurm_outcome(
         return replace(base, queue_s=queue_s)
     return LaunchOutcome(
         kind=kind, error=error, wall_s=run_s, returncode=exit_code, queue_s=queue_s
-    )  # type: ignore[arg-type]
+    )

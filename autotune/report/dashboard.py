@@ -19,7 +19,7 @@ def check_host(host: str, expose: bool) -> None:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except socket.gaierror:
         raise InputError(f"--host {host!r}: no such address") from None
-    remote = [a for a in addresses if not ipaddress.ip_address(a.split("%")[0]).is_loopback]
+    remote = [a for a in addresses if not ipaddress.ip_address(str(a).split("%")[0]).is_loopback]
     if remote and not expose:
         raise InputError(
             f"--host {host} would serve the study to the network without authentication; "

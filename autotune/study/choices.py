@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from autotune.errors import InputError
 from autotune.space import TrainConfig
@@ -37,7 +37,7 @@ class StudySpace:
         return cls(choices=choices, fixed=fixed)
 
     @property
-    def distributions(self) -> dict[str, CategoricalDistribution]:
+    def distributions(self) -> dict[str, BaseDistribution]:
         return {k: CategoricalDistribution(v) for k, v in self.choices.items()}
 
     def config(self, params: dict[str, Any], world_size: int) -> TrainConfig:
