@@ -101,6 +101,13 @@ def space(
                     "total": found.total,
                     "valid": len(found.valid),
                     "removed_by_rule": found.removed,
+                    "knobs": {
+                        knob: {
+                            "values": list(values),
+                            "meaning": problem.engine.knob_meanings.get(knob, ""),
+                        }
+                        for knob, values in problem.space.values.items()
+                    },
                     "sample": [c.as_dict() for c in found.valid[:sample]],
                 },
                 indent=2,

@@ -11,6 +11,14 @@ from autotune.specs import Cluster
 from autotune.trialspec import JobFramework, TrialSpec
 
 NCCL_KNOBS = frozenset({"nccl_algo", "nccl_proto"})
+NCCL_MEANINGS = {
+    "nccl_algo": "NCCL_ALGO for every rank (default: unset, NCCL chooses)",
+    "nccl_proto": "NCCL_PROTO for every rank (default: unset, NCCL chooses)",
+}
+RECOMPUTE_MEANING = (
+    "activation recomputation: none; selective (the attention core, Korthikanti et al.); "
+    "full (each transformer block)"
+)
 JOB_WORKERS: dict[JobFramework, str] = {
     "deepspeed": "autotune.engines.deepspeed_job_worker",
     "script": "autotune.engines.script_job_worker",
@@ -29,6 +37,9 @@ class Engine(ABC):
     knobs: ClassVar[frozenset[str]]
     """Knobs this engine reads; a space file may vary only these."""
     engine_rules: ClassVar[tuple[Rule, ...]] = ()
+    knob_meanings: ClassVar[dict[str, str]] = {}
+    """Each knob in this engine's own words and units (its config keys or flags): `zero=1`
+    or a bucket size means different things to DeepSpeed, Megatron-LM and PyTorch."""
 
     @property
     def rules(self) -> tuple[Rule, ...]:

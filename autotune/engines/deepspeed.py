@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
 from autotune.engines.user_job import trial_ds_config
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
@@ -23,6 +23,17 @@ class DeepSpeedEngine(Engine):
         )
         | NCCL_KNOBS
     )
+    knob_meanings = {
+        "pp": "PipelineModule(num_stages=pp) with DeepSpeed's pipeline engine",
+        "zero": "zero_optimization.stage: 0 none, 1 optimizer states, 2 + gradients, "
+        "3 + parameters partitioned",
+        "mbs": "train_micro_batch_size_per_gpu (gradient accumulation keeps the global batch)",
+        "recompute": RECOMPUTE_MEANING,
+        "reduce_bucket": "zero_optimization.reduce_bucket_size, in elements",
+        "allgather_bucket": "zero_optimization.allgather_bucket_size, in elements (ZeRO 1-2)",
+        "overlap_comm": "zero_optimization.overlap_comm",
+        **NCCL_MEANINGS,
+    }
     engine_rules = (
         Rule(
             "deepspeed_no_tp",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import shell
-from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, Engine
 from autotune.errors import InputError
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
@@ -70,6 +70,24 @@ class MegatronEngine(Engine):
         )
         | NCCL_KNOBS
     )
+    knob_meanings = {
+        "tp": "--tensor-model-parallel-size",
+        "pp": "--pipeline-model-parallel-size",
+        "vpp": "model chunks per pipeline rank: --num-layers-per-virtual-pipeline-stage "
+        "num_layers/(pp*vpp)",
+        "sp": "--sequence-parallel",
+        "zero": "0 plain DDP; 1 --use-distributed-optimizer (optimizer states and fp32 master "
+        "weights sharded over data-parallel ranks)",
+        "mbs": "--micro-batch-size (--global-batch-size stays)",
+        "recompute": "--recompute-granularity (none, selective, full)",
+        "recompute_method": "--recompute-method (uniform, block; full recomputation only)",
+        "recompute_num_layers": "--recompute-num-layers (full recomputation only)",
+        "ddp_bucket_mb": "MB of fp32 gradients per bucket: --ddp-bucket-size counts "
+        "parameters (MB*2^20/4)",
+        "overlap_comm": "--overlap-grad-reduce",
+        "overlap_param_gather": "--overlap-param-gather",
+        **NCCL_MEANINGS,
+    }
     engine_rules = (
         Rule(
             "megatron_zero_is_distributed_optimizer",

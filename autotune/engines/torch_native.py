@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from autotune.engines.base import NCCL_KNOBS, Engine
+from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
 from autotune.engines.user_job import write_knobs_file
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
@@ -30,6 +30,18 @@ class TorchEngine(Engine):
     knobs = frozenset({"tp", "pp", "vpp", "zero", "mbs", "recompute", "sp", "ddp_bucket_mb"}) | (
         NCCL_KNOBS
     )
+    knob_meanings = {
+        "tp": "DTensor tensor parallelism (ColwiseParallel/RowwiseParallel, Megatron-style)",
+        "pp": "torch.distributed.pipelining stages (Schedule1F1B)",
+        "vpp": "stages per pipeline rank (ScheduleInterleaved1F1B when > 1)",
+        "zero": "0 DDP; 1 DDP + ZeroRedundancyOptimizer; 2 FSDP2 fully_shard("
+        "reshard_after_forward=False); 3 FSDP2 reshard_after_forward=True",
+        "mbs": "micro-batch per rank (accumulation keeps the global batch)",
+        "recompute": RECOMPUTE_MEANING,
+        "sp": "sequence parallelism beside tp (SequenceParallel norms, residual Shard(1))",
+        "ddp_bucket_mb": "DistributedDataParallel(bucket_cap_mb=...), MB",
+        **NCCL_MEANINGS,
+    }
     engine_rules = (
         Rule(
             "torch_zero1_plain_ddp",

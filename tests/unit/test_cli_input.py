@@ -105,3 +105,23 @@ def test_an_unreadable_saved_calibration_is_one_line_and_exit_2(tmp_path: Path) 
     result = autotune("estimate", "--cluster", "dgx-h100:1", cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "calibration" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_space_says_what_each_knob_means_in_the_engines_own_words(tmp_path: Path) -> None:
+    import json
+
+    def meanings(engine: str) -> dict[str, str]:
+        result = autotune(
+            "space", "--engine", engine, "--cluster", "local:2", "--json", cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        return {k: v["meaning"] for k, v in json.loads(result.stdout)["knobs"].items()}
+
+    megatron, deepspeed, torch = meanings("megatron"), meanings("deepspeed"), meanings("torch")
+    assert "--overlap-grad-reduce" in megatron["overlap_comm"]
+    assert "--use-distributed-optimizer" in megatron["zero"]
+    assert "--ddp-bucket-size counts parameters" in megatron["ddp_bucket_mb"]
+    assert "zero_optimization.overlap_comm" in deepspeed["overlap_comm"]
+    assert "elements" in deepspeed["reduce_bucket"]
+    assert "ZeroRedundancyOptimizer" in torch["zero"] and "FSDP2" in torch["zero"]
+    assert all(megatron.values()) and all(deepspeed.values()) and all(torch.values())
