@@ -718,9 +718,9 @@ def main() -> None:
     _quiet_optuna()
     try:
         cli.main(standalone_mode=False)
-    except AutotuneError as exc:
+    except AutotuneError as exc:  # input errors exit 2, what failed at run time 1
         click.echo(f"autotune: error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(2 if isinstance(exc, InputError) else 1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from autotune.errors import InputError
+from autotune.errors import InputError, LaunchError
 from autotune.estimate.collectives import PROTOS
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchRequest
 from autotune.launchers.local import LocalLauncher
@@ -137,7 +137,7 @@ def run_commbench(
     )
     if not (folder / REPORT_FILE).exists():
         why = outcome.error or f"exit {outcome.returncode}"
-        raise InputError(f"commbench failed ({why}); see {folder / LOG_FILE}")
+        raise LaunchError(f"commbench failed ({why}); see {folder / LOG_FILE}")
     report = json.loads((folder / REPORT_FILE).read_text())
     pd.DataFrame(report["rows"]).to_csv(folder / "commbench.csv", index=False)
     report["folder"] = str(folder)

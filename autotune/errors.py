@@ -10,4 +10,5 @@ class InputError(AutotuneError):
 
 
 class LaunchError(AutotuneError):
-    """A launcher could not start or control a trial."""
+    """Something autotune ran failed at run time (a benchmark launch): not the user's input
+    (exit code 1, with its cause)."""

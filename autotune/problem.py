@@ -97,10 +97,11 @@ def load_problem(
     )
     if not command:
         return problem
-    return _with_job(problem, parse_job(command, Path.cwd(), chosen.name), space is None)
+    job = parse_job(command, Path.cwd(), chosen.name)
+    return _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
 
 
-def _with_job(problem: Problem, job: UserJob, default_space: bool) -> Problem:
+def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: bool) -> Problem:
     """The problem of tuning the user's command: the model and batch its framework says
     (Megatron-LM's flags; the DeepSpeed config's batch; torchtitan's batch and sequence,
     and its model where autotune has a preset of it), else `--model`; the space narrowed
@@ -121,6 +122,11 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool) -> Problem:
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
     else:
         preset = torchtitan_job.model_preset(job.command, Path(job.workdir))
+        if preset is None and not model_given:
+            raise InputError(
+                "autotune has no preset of the torchtitan model this command trains: "
+                "describe it with --model (a preset like llama3-8b, or a YAML file)"
+            )
         workload = load_workload(preset) if preset else workload
         batch, seq = torchtitan_job.batch_and_sequence(job.command, Path(job.workdir), world)
         workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)

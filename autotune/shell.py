@@ -39,6 +39,6 @@ def exports(env: Mapping[str, str]) -> str:
     lines = []
     for name, value in env.items():
         if not _ENV_NAME.match(name):
-            raise ValueError(f"not an environment variable name: {name!r}")
+            raise InputError(f"not an environment variable name: {name!r}")
         lines.append(f"export {name}={quote(value)}")
     return "\n".join(lines)

@@ -141,19 +141,21 @@ def run_command(argv: list[str], workdir: str) -> None:
 
 
 def run_for_trial(
-    argv: list[str], spec: TrialSpec, folder: Path, rank: int, steps: Callable[[], int]
+    argv: list[str], spec: TrialSpec, folder: Path, rank: int, steps: Callable[[], int | None]
 ) -> None:
     """Run the user's command as a rank of a trial; a failure is written down with its kind
-    (`steps` says how many steps this rank saw: none means the script could not start)
-    and raised again. Returns when the command ends by itself."""
+    and raised again. `steps` says how many steps this rank saw (0: the script could not
+    start; None: this rank cannot tell, e.g. one that prints no step lines). Returns when
+    the command ends by itself."""
     assert spec.job is not None
     try:
         run_command(argv, spec.job.workdir)
     except SystemExit as exc:
         if exc.code not in (0, None):
-            when = f"after {steps()} step(s)" if steps() else "before its first step"
+            seen = steps()
+            when = "before its first step" if seen == 0 else f"after {seen or 'some'} step(s)"
             exited = RuntimeError(f"the script exited with code {exc.code} {when}")
-            worker.write_error(folder, rank, exited, "crash" if steps() else "script_error")
+            worker.write_error(folder, rank, exited, "script_error" if seen == 0 else "crash")
             raise
     except BaseException as exc:
         startup = steps() == 0 and isinstance(exc, STARTUP_FAILURES)

@@ -11,6 +11,7 @@ has ended, writes the result; every rank writes the peak memory it logged beside
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +23,15 @@ import torch
 from autotune.engines import job_hook, megatron_job, torchtitan_job, worker
 from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
 from autotune.engines.measure import Memory, StepMeter, trial_result
-from autotune.trialspec import METRICS_FILE, RESULT_FILE, TrialSpec, read_json, write_atomically
+from autotune.trialspec import (
+    METRICS_FILE,
+    NCCL_TUNED,
+    RESULT_FILE,
+    TrialSpec,
+    nccl_environment,
+    read_json,
+    write_atomically,
+)
 
 Parser = Callable[[str, TrialSpec], Logged]
 FORMATS: dict[str, tuple[Parser, Callable[[int], int], Callable[[TrialSpec], list[str]]]] = {
@@ -88,8 +97,9 @@ class LoggedRun:
         self.meter.record(seconds)
         if self.meter.warmed_up and not was_warm:
             self.clock["warmed_up"] = time.time()
-        if self.meter.done:
+        if self.meter.done:  # written now: a failure in the framework's teardown loses nothing
             self.clock["measured"] = time.time()
+            write_atomically(self.folder / RESULT_FILE, json.dumps(self.result(), indent=2) + "\n")
 
     def _memory_file(self, rank: int) -> Path:
         return self.folder / f"memory-rank{rank}.json"
@@ -113,21 +123,41 @@ class LoggedRun:
         )
 
 
+def check_nccl_environment(spec: TrialSpec, folder: Path, rank: int) -> None:
+    """This rank runs with the trial's NCCL settings (there is no process group yet to
+    compare ranks: each checks its own)."""
+    expected = nccl_environment(spec)
+    for name in NCCL_TUNED:
+        if os.environ.get(name) != expected.get(name):
+            wrong = worker.LaunchEnvironmentError(
+                f"{name} is {os.environ.get(name) or 'unset'} on rank {rank} but the trial "
+                f"sets it {expected.get(name) or 'unset'}"
+            )
+            worker.write_error(folder, rank, wrong)
+            raise wrong
+
+
 def main() -> None:
     spec, folder, rank, clock = worker.start()
     assert spec.job is not None
+    check_nccl_environment(spec, folder, rank)
     run = LoggedRun(spec, folder, rank, clock)
     sys.stdout = LineTap(sys.stdout, run.read)
     sys.stderr = LineTap(sys.stderr, run.read)
     argv = FORMATS[spec.job.framework][2](spec)
-    job_hook.run_for_trial(argv, spec, folder, rank, lambda: run.steps)
-    if run.reports:
-        if not run.meter.done:
-            plan = spec.steps
-            ended = job_hook.too_few_steps(run.steps, plan.min_warmup + plan.measured_steps)
-            worker.write_error(folder, rank, ended)
-            raise ended
-        write_atomically(folder / RESULT_FILE, json.dumps(run.result(), indent=2) + "\n")
+    job_hook.run_for_trial(argv, spec, folder, rank, lambda: run.steps if run.reports else None)
+    if run.reports and not run.meter.done:
+        plan = spec.steps
+        ended = (
+            job_hook.too_few_steps(run.steps, plan.min_warmup + plan.measured_steps)
+            if run.steps
+            else worker.NoStepsError(
+                f"no {spec.job.framework} step line was read from rank {rank}'s output: the "
+                "command printed none in the format autotune reads (see README)"
+            )
+        )
+        worker.write_error(folder, rank, ended)
+        raise ended
     worker.exit_now()
 
 

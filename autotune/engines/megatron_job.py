@@ -41,8 +41,20 @@ TUNED = {
     "--recompute-granularity": 1,
     "--recompute-method": 1,
     "--recompute-num-layers": 1,
+    # settings that hold for one layout only, which Megatron-LM refuses under others
+    "--tp-comm-overlap": 0,
+    "--decoder-first-pipeline-num-layers": 1,
+    "--decoder-last-pipeline-num-layers": 1,
+    "--account-for-embedding-in-pipeline-split": 0,
+    "--account-for-loss-in-pipeline-split": 0,
+    "--pipeline-model-parallel-layout": 1,
+    "--microbatch-group-size-per-virtual-pipeline-stage": 1,
+    "--distribute-saved-activations": 0,
+    "--overlap-param-gather-with-optimizer-step": 0,
 }
-"""The user's flags that the trial's config replaces (flag -> values it takes)."""
+"""The user's flags that the trial's config replaces (flag -> values it takes), and those
+tied to the user's own layout (an uneven pipeline split, TP communication overlap), which
+the tuned layout may not allow."""
 RUN_LENGTH = {
     "--train-iters": 1,
     "--train-samples": 1,
@@ -167,6 +179,9 @@ def trial_argv(spec: TrialSpec) -> list[str]:
     command = spec.job.command
     if has_flag(command, "--train-samples"):  # a sample-based schedule stays sample-based
         length = ["--train-samples", str(iterations * spec.workload.global_batch_size)]
+        user_samples = flag_value(command, "--train-samples")
+        if user_samples and not has_flag(command, "--lr-decay-samples"):
+            length += ["--lr-decay-samples", user_samples]  # warm-up must stay below decay
     else:
         length = ["--train-iters", str(iterations)]
         user_iters = flag_value(command, "--train-iters")

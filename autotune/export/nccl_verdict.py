@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.space import TrainConfig, nccl_default
 from autotune.study.choices import config_key
+from autotune.study.confirm import standing
 from autotune.study.noise import noise
 
 
@@ -29,11 +30,7 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     config = _config(best)
     if config == nccl_default(config):
         return NcclVerdict(best, None)
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.value is not None and "config" in t.user_attrs
-    ]
+    done = [t for t in standing(study) if "config" in t.user_attrs]
     layout = config_key(nccl_default(config))
     baselines = [t for t in done if config_key(_config(t)) == layout]
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"

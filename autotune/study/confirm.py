@@ -17,17 +17,35 @@ LONGER = 3
 """Confirmation trials measure this many times the steps."""
 
 
+def _confirmations(study: optuna.Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
+    return [
+        t for t in study.get_trials(deepcopy=False, states=states) if "confirms" in t.user_attrs
+    ]
+
+
 def standing(study: optuna.Study) -> list[FrozenTrial]:
     """Each completed config's standing measurement: its latest confirmation (the longer
-    trial) where it has one, else its own trial. The winner is the best of these, so a trial
-    that runs after a confirmation (a resumed study, another worker) can still win."""
+    trial) where it has one, else its own trial; a config whose latest confirmation failed
+    (out of memory at length, a crash) does not stand. The winner is the best of these, so a
+    trial that runs after a confirmation (a resumed study, another worker) can still win."""
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.value is not None
     ]
-    latest = {t.user_attrs["confirms"]: t for t in done if "confirms" in t.user_attrs}
-    return [latest.get(t.number, t) for t in done if "confirms" not in t.user_attrs]
+    latest = {
+        t.user_attrs["confirms"]: t
+        for t in _confirmations(study, (TrialState.COMPLETE, TrialState.FAIL))
+    }
+    standing = [latest.get(t.number, t) for t in done if "confirms" not in t.user_attrs]
+    return [t for t in standing if t.state == TrialState.COMPLETE]
+
+
+def _being_confirmed(study: optuna.Study) -> set[int]:
+    """Trials with a longer re-measurement running or done (a queued one another worker's
+    loop took and skipped does not count)."""
+    states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.FAIL)
+    return {t.user_attrs["confirms"] for t in _confirmations(study, states)}
 
 
 def contenders(study: optuna.Study) -> list[FrozenTrial]:
@@ -42,11 +60,7 @@ def contenders(study: optuna.Study) -> list[FrozenTrial]:
         return []
     best = ranked[0]
     close = [t for t in ranked[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
-    confirming = {
-        t.user_attrs["confirms"]
-        for t in study.get_trials(deepcopy=False)
-        if "confirms" in t.user_attrs
-    }
+    confirming = _being_confirmed(study)
     unconfirmed = [
         t for t in [best, *close] if "confirms" not in t.user_attrs and t.number not in confirming
     ]
@@ -61,14 +75,19 @@ def confirm(
     time_left: Callable[[], bool] = lambda: True,
 ) -> list[int]:
     """Run one longer trial per contender while `time_left()`; returns the new trials'
-    numbers."""
+    numbers. Another worker may take the queued trial (Optuna hands out the oldest waiting
+    one): a trial that is not this contender's confirmation is given back as pruned."""
     numbers = []
     for original in contenders(study):
-        if not time_left():
-            break
+        if not time_left() or original.number in _being_confirmed(study):
+            continue
         config = TrainConfig(**original.user_attrs["config"])
         study.enqueue_trial(params_of(config), user_attrs={"confirms": original.number})
         trial = study.ask(distributions)
+        if trial.user_attrs.get("confirms") != original.number:
+            trial.set_user_attr("pruned_reason", "took another worker's queued trial")
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
         run(trial, config)
         numbers.append(trial.number)
     return numbers

@@ -113,7 +113,7 @@ def open_study(
     attrs = problem_attrs(problem)
     stored = study.user_attrs
     if "engine" in stored:  # an existing study: one made before jobs were stored had none
-        stored = {"job": None, **stored}
+        stored = {**stored, "job": with_framework(stored.get("job"))}
     for key in ("engine", "workload", "cluster", "job"):
         if key in stored and _identity(stored[key]) != _identity(attrs[key]):
             raise InputError(
@@ -159,9 +159,17 @@ def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
     )
 
 
+def with_framework(job: Any) -> Any:
+    """A stored command from before frameworks were named: a ds_config argument made it a
+    DeepSpeed script, else a script tuned through autotune.step."""
+    if isinstance(job, dict) and "framework" not in job:
+        return {**job, "framework": "script" if job.get("config_index") is None else "deepspeed"}
+    return job
+
+
 def stored_job(study: optuna.Study) -> UserJob | None:
     """The user's command the study tunes, if it tunes one."""
-    job = study.user_attrs.get("job")
+    job = with_framework(study.user_attrs.get("job"))
     if not job:
         return None
     try:

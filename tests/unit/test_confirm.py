@@ -85,3 +85,24 @@ def test_a_trial_after_a_confirmation_can_still_win_and_is_confirmed_in_turn() -
     assert best_trial(study).number == b_long  # type: ignore[union-attr]
     clear = measured(study, 130.0)
     assert best_trial(study).number == clear and contenders(study) == []  # type: ignore[union-attr]
+
+
+def test_a_config_whose_longer_trial_failed_does_not_win() -> None:
+    from autotune.report.table import best_trial
+
+    study = optuna.create_study(direction="maximize")
+    a, b = measured(study, 100.0), measured(study, 99.5)
+    failed = study.ask()
+    failed.set_user_attr("confirms", a)
+    failed.set_user_attr("kind", "oom")
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    assert best_trial(study).number == b  # type: ignore[union-attr]
+
+
+def test_a_queued_confirmation_another_worker_skipped_does_not_block_one() -> None:
+    study = optuna.create_study(direction="maximize")
+    a, b = measured(study, 100.0), measured(study, 99.5)
+    skipped = study.ask()  # another worker's loop took the queued trial and pruned it
+    skipped.set_user_attr("confirms", a)
+    study.tell(skipped, state=optuna.trial.TrialState.PRUNED)
+    assert [t.number for t in contenders(study)] == [a, b]

@@ -174,6 +174,14 @@ def test_a_sample_based_megatron_schedule_stays_sample_based() -> None:
     argv = megatron_job.trial_argv(megatron_spec(TrainConfig(tp=8, dp=2, mbs=1), command))
     args = megatron_parser().parse_args(argv[1:])
     assert args.train_samples == str(20 * 256) and args.train_iters is None
+    assert args.lr_decay_samples == "1000000"  # warm-up samples stay below the decay
+
+
+def test_flags_tied_to_the_users_own_layout_are_left_out() -> None:
+    command = [*PRETRAIN, "--tp-comm-overlap", "--decoder-first-pipeline-num-layers", "3"]
+    argv = megatron_job.trial_argv(megatron_spec(TrainConfig(tp=1, dp=16, mbs=1), command))
+    args = megatron_parser().parse_args(argv[1:])
+    assert not args.tp_comm_overlap and args.decoder_first_pipeline_num_layers is None
 
 
 # torchtitan ------------------------------------------------------------------------------
@@ -355,10 +363,12 @@ def test_a_torchtitan_study_takes_model_batch_and_space_from_the_command(
 ) -> None:
     from autotune.problem import load_problem
 
+    monkeypatch.chdir(titan_dir)
+    with pytest.raises(InputError, match="no preset of the torchtitan model"):
+        load_problem("torch", "tiny", "dgx-h100:2", command=TITAN)  # debugmodel, no --model
     (titan_dir / "llama3_8b.toml").write_text(
         (titan_dir / "llama3_8b.toml").read_text() + "[model]\nname = 'llama3'\nflavor = '8B'\n"
     )
-    monkeypatch.chdir(titan_dir)
     problem = load_problem("torch", "tiny", "dgx-h100:2", command=TITAN)
     assert problem.workload.name == "llama3-8b"
     assert (problem.workload.global_batch_size, problem.workload.seq_length) == (64, 8192)

@@ -201,3 +201,17 @@ def test_run_refuses_a_launcher_word_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "drop 'deepspeed'" in result.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_study_stored_before_frameworks_were_named_still_reads_its_command() -> None:
+    import optuna
+
+    from autotune.study.storage import stored_job
+
+    study = optuna.create_study()
+    command = ["train.py", "--deepspeed_config", "ds.json"]
+    study.set_user_attr("job", {"command": command, "workdir": "/w", "config_index": 2})
+    job = stored_job(study)
+    assert job is not None and job.framework == "deepspeed"
+    study.set_user_attr("job", {"command": ["loop.py"], "workdir": "/w", "config_index": None})
+    assert stored_job(study).framework == "script"  # type: ignore[union-attr]
