@@ -18,10 +18,3 @@ def spread(trial: FrozenTrial) -> float:
 def noise(*trials: FrozenTrial) -> float:
     """The relative difference below which these trials cannot be told apart."""
     return max(NOISE_FLOOR, *(spread(t) for t in trials))
-
-
-def beats(better: FrozenTrial, other: FrozenTrial) -> bool:
-    """`better`'s throughput exceeds `other`'s by more than their noise."""
-    if better.value is None or other.value is None:
-        return False
-    return better.value > other.value * (1 + noise(better, other))
