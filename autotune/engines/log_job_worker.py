@@ -11,7 +11,6 @@ has ended, writes the result; every rank writes the peak memory it logged beside
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,10 +24,8 @@ from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
 from autotune.engines.measure import Memory, StepMeter, trial_result
 from autotune.trialspec import (
     METRICS_FILE,
-    NCCL_TUNED,
     RESULT_FILE,
     TrialSpec,
-    nccl_environment,
     read_json,
     write_atomically,
 )
@@ -126,15 +123,9 @@ class LoggedRun:
 def check_nccl_environment(spec: TrialSpec, folder: Path, rank: int) -> None:
     """This rank runs with the trial's NCCL settings (there is no process group yet to
     compare ranks: each checks its own)."""
-    expected = nccl_environment(spec)
-    for name in NCCL_TUNED:
-        if os.environ.get(name) != expected.get(name):
-            wrong = worker.LaunchEnvironmentError(
-                f"{name} is {os.environ.get(name) or 'unset'} on rank {rank} but the trial "
-                f"sets it {expected.get(name) or 'unset'}"
-            )
-            worker.write_error(folder, rank, wrong)
-            raise wrong
+    if wrong := worker.nccl_mismatch(spec, worker.my_nccl_environment(), rank):
+        worker.write_error(folder, rank, wrong)
+        raise wrong
 
 
 def main() -> None:

@@ -179,18 +179,30 @@ def check_nccl_environment(spec: TrialSpec, rank: int) -> None:
     on one node silently changes what is measured, or hangs the collective."""
     if os.environ.get(FAULT_ENV) == "nccl_env" and rank == 1:
         os.environ["NCCL_ALGO"] = "Tree"  # test hook: one rank with a setting of its own
-    expected = nccl_environment(spec)
-    mine = {name: os.environ.get(name) for name in NCCL_TUNED}
     everyone: list[dict[str, str | None]] = [{} for _ in range(dist.get_world_size())]
-    dist.all_gather_object(everyone, mine)
+    dist.all_gather_object(everyone, my_nccl_environment())
     for other, env in enumerate(everyone):
-        for name in NCCL_TUNED:
-            value = expected.get(name)
-            if env[name] != value:
-                raise LaunchEnvironmentError(
-                    f"{name} is {env[name] or 'unset'} on rank {other} but the trial sets it "
-                    f"{value or 'unset'}: every rank must run with the trial's NCCL settings"
-                )
+        if wrong := nccl_mismatch(spec, env, other):
+            raise wrong
+
+
+def my_nccl_environment() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in NCCL_TUNED}
+
+
+def nccl_mismatch(
+    spec: TrialSpec, env: dict[str, str | None], rank: int
+) -> LaunchEnvironmentError | None:
+    """What is wrong with one rank's NCCL settings (`env`) for this trial, if anything."""
+    expected = nccl_environment(spec)
+    for name in NCCL_TUNED:
+        value = expected.get(name)
+        if env.get(name) != value:
+            return LaunchEnvironmentError(
+                f"{name} is {env.get(name) or 'unset'} on rank {rank} but the trial sets it "
+                f"{value or 'unset'}: every rank must run with the trial's NCCL settings"
+            )
+    return None
 
 
 def maybe_inject_fault(rank: int) -> None:
