@@ -19,9 +19,10 @@ from typing import Any, TextIO
 
 import torch
 
-from autotune.engines import job_hook, megatron_job, torchtitan_job, worker
-from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
+from autotune.engines import job_hook, worker
+from autotune.engines.logged import LoggedMemory, LoggedStep
 from autotune.engines.measure import Memory, StepMeter, trial_result
+from autotune.engines.user_job import LOGGING_FRAMEWORKS
 from autotune.trialspec import (
     METRICS_FILE,
     RESULT_FILE,
@@ -29,18 +30,6 @@ from autotune.trialspec import (
     read_json,
     write_atomically,
 )
-
-Parser = Callable[[str, TrialSpec], Logged]
-FORMATS: dict[str, tuple[Parser, Callable[[int], int], Callable[[TrialSpec], list[str]]]] = {
-    "megatron": (megatron_job.parse_line, megatron_job.reporting_rank, megatron_job.trial_argv),
-    "torchtitan": (
-        torchtitan_job.parse_line,
-        torchtitan_job.reporting_rank,
-        torchtitan_job.trial_argv,
-    ),
-}
-"""Per framework: how a line is read, which rank's lines give the steps, the trial's
-command."""
 
 
 class LineTap:
@@ -66,17 +55,17 @@ class LoggedRun:
     """What one rank read from the framework's lines."""
 
     def __init__(self, spec: TrialSpec, folder: Path, rank: int, clock: dict[str, float]):
-        parse, reporting_rank, _ = FORMATS[spec.job.framework]  # type: ignore[union-attr]
+        assert spec.job is not None
+        self.framework = LOGGING_FRAMEWORKS[spec.job.framework]
         self.spec, self.folder, self.rank, self.clock = spec, folder, rank, clock
-        self.parse = parse
-        self.reports = rank == reporting_rank(spec.cluster.world_size)
+        self.reports = rank == self.framework.reporting_rank(spec.cluster.world_size)
         log = (folder / METRICS_FILE).open("a") if self.reports else None
         self.meter = StepMeter(spec.steps, torch.device("cpu"), log, collective=False)
         self.steps = 0
         self.peak: LoggedMemory | None = None
 
     def read(self, line: str) -> None:
-        for item in self.parse(line, self.spec):
+        for item in self.framework.parse_line(line, self.spec):
             if isinstance(item, LoggedStep):
                 self._step(item.seconds)
             elif self.peak is None or item.peak_bytes > self.peak.peak_bytes:
@@ -135,7 +124,7 @@ def main() -> None:
     run = LoggedRun(spec, folder, rank, clock)
     sys.stdout = LineTap(sys.stdout, run.read)
     sys.stderr = LineTap(sys.stderr, run.read)
-    argv = FORMATS[spec.job.framework][2](spec)
+    argv = run.framework.trial_argv(spec)
     job_hook.run_for_trial(argv, spec, folder, rank, lambda: run.steps if run.reports else None)
     if run.reports and not run.meter.done:
         plan = spec.steps

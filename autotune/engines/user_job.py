@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.engines import megatron_job, torchtitan_job
 from autotune.engines.argv import flag_positions, flag_value, with_flag
+from autotune.engines.logged import Logged
 from autotune.errors import InputError
 from autotune.space import SearchSpace, TrainConfig
 from autotune.specs import Workload
@@ -37,6 +39,34 @@ DEEPSPEED_KNOBS = frozenset(
 )
 """What a DeepSpeed script takes from its ds_config; its pipeline and recomputation are in
 its own code, so they stay as the script has them."""
+
+
+@dataclass(frozen=True)
+class LoggingFramework:
+    """A framework whose command takes the trial's config as flags and whose steps are read
+    from its own log lines (Megatron-LM, torchtitan)."""
+
+    trial_argv: Callable[[TrialSpec], list[str]]
+    export_argv: Callable[[TrialSpec], list[str]]
+    parse_line: Callable[[str, TrialSpec], Logged]
+    reporting_rank: Callable[[int], int]
+    """Which rank prints the step lines, for a world size."""
+
+
+LOGGING_FRAMEWORKS: dict[str, LoggingFramework] = {
+    "megatron": LoggingFramework(
+        megatron_job.trial_argv,
+        megatron_job.export_argv,
+        megatron_job.parse_line,
+        megatron_job.reporting_rank,
+    ),
+    "torchtitan": LoggingFramework(
+        torchtitan_job.trial_argv,
+        torchtitan_job.export_argv,
+        torchtitan_job.parse_line,
+        torchtitan_job.reporting_rank,
+    ),
+}
 
 
 def framework_for(engine: str, command: Sequence[str]) -> JobFramework:
@@ -168,10 +198,8 @@ def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
     DeepSpeed script's config file replaced by `config_path`, for the Hugging Face Trainer
     also its micro-batch and accumulation flags, which must agree."""
     assert spec.job is not None
-    if spec.job.framework == "megatron":
-        return megatron_job.trial_argv(spec)
-    if spec.job.framework == "torchtitan":
-        return torchtitan_job.trial_argv(spec)
+    if logging := LOGGING_FRAMEWORKS.get(spec.job.framework):
+        return logging.trial_argv(spec)
     argv = spec.job.argv_with_config(config_path)
     if is_hugging_face(spec.job):
         accum = spec.config.grad_accum(spec.workload.global_batch_size)
@@ -185,10 +213,8 @@ def export_argv(spec: TrialSpec, config_path: str) -> list[str]:
     """The user's command with the tuned config, for training: as a trial runs it, but a
     Megatron-LM or torchtitan command keeps its own length, logging and checkpoints."""
     assert spec.job is not None
-    if spec.job.framework == "megatron":
-        return megatron_job.export_argv(spec)
-    if spec.job.framework == "torchtitan":
-        return torchtitan_job.export_argv(spec)
+    if logging := LOGGING_FRAMEWORKS.get(spec.job.framework):
+        return logging.export_argv(spec)
     return trial_argv(spec, config_path)
 
 
