@@ -131,12 +131,10 @@ def _training_settings(argv: Sequence[str], workdir: Path) -> dict[str, Any]:
             raise InputError(f"torchtitan config {path}: not TOML ({exc})") from None
         for section in SECTIONS:
             settings.update({f"{section}.{k}": v for k, v in data.get(section, {}).items()})
-    for arg_index, arg in enumerate(argv):
+    for arg in argv:
         if arg.startswith(tuple(f"--{section}." for section in SECTIONS)):
-            name, eq, value = arg[2:].partition("=")
-            if not eq and arg_index + 1 < len(argv):
-                value = argv[arg_index + 1]
-            settings[name] = value
+            name = arg.partition("=")[0]
+            settings[name[2:]] = flag_value(argv, name)
     return settings
 
 
