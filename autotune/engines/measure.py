@@ -108,11 +108,10 @@ def summarize(
 ) -> dict[str, Any]:
     """The trial's result from every rank's measurements (a collective: all ranks call it)."""
     states = _gather_ints(tally.total, meter.device)
+    slowest = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
     return trial_result(
         spec,
-        step_times=_max_over_ranks(
-            meter.measured, meter.device
-        ),  # a step ends with its slowest rank
+        step_times=slowest,
         warmup_steps=len(meter.warmup),
         memory=Memory(
             peak_bytes=max(_gather_ints(_peak_memory_bytes(meter.device), meter.device)),
