@@ -217,13 +217,12 @@ def run_study(
             study.enqueue_trial(space.params(e.config), user_attrs={"seeded_by": "plan"})
     resumed_failed = fail_abandoned_trials(study)
     seen = verdicts(study)
-    finished = len(seen)
     rng = random.Random(seed)
     misses, ran, start = 0, 0, time.monotonic()
 
     def budget_reason() -> str | None:
-        if budget.trials is not None and finished >= budget.trials:
-            return f"trial budget reached ({finished} trials)"
+        if budget.trials is not None and len(seen) >= budget.trials:
+            return f"trial budget reached ({len(seen)} trials)"
         if budget.max_time_s is not None and time.monotonic() - start >= budget.max_time_s:
             return f"time budget reached ({budget.max_time_s:.0f} s)"
         if len(seen) >= len(ranked):
@@ -249,9 +248,8 @@ def run_study(
         """Every worker's verdicts read again, and whether the budget is spent. Each pass of
         the loop ends here, skipped or run: a proposal another worker has just measured is
         then known, instead of being proposed, refused as claimed, and proposed again."""
-        nonlocal seen, finished
+        nonlocal seen
         seen = verdicts(study)
-        finished = len(seen)
         return budget_reason()
 
     reason = budget_reason()
@@ -340,7 +338,7 @@ def run_study(
         )
     return StudyOutcome(
         ran=ran,
-        finished_total=finished,
+        finished_total=len(seen),
         stop_reason=reason or "",
         resumed_failed=resumed_failed,
         confirmations=confirmations,
