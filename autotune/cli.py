@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.console import Console
@@ -23,9 +23,6 @@ from autotune.errors import AutotuneError, InputError
 from autotune.problem import load_problem, problem_from_trial_file
 from autotune.space import parse_overrides
 from autotune.specs.cluster import Cluster, SlurmSettings
-
-if TYPE_CHECKING:
-    from autotune.launchers import Launcher
 
 # Tables stay readable when output goes to a file or pipe (80 columns otherwise).
 console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
@@ -435,7 +432,7 @@ def run(
     """
     from autotune.estimate.saved import load_calibration
     from autotune.export import export_best
-    from autotune.launchers import get_launcher
+    from autotune.launchers import LaunchSettings, get_launcher
     from autotune.study import Budget, open_study, run_study
     from autotune.study.samplers import make_sampler
     from autotune.study.storage import default_study_name, study_ref
@@ -457,19 +454,17 @@ def run(
         confirm=confirm,
     )
     cal, _ = load_calibration(results, problem.cluster)
-    chosen_launcher: Launcher
-    if launcher == "replay" and table is not None:
-        from autotune.launchers.replay import replay_world
-
-        problem, chosen_launcher = replay_world(problem, table)
-    else:
-        slurm = _slurm_settings(problem.cluster, partition, account, qos, sbatch_options)
-        chosen_launcher = get_launcher(
-            launcher, cal, slurm=slurm, gpus=problem.cluster.backend == "nccl"
-        )
-        if chosen_launcher.source == "measured":
-            problem.engine.check_runnable(problem.cluster)
-            chosen_launcher.check(problem.cluster)
+    settings = LaunchSettings(
+        calibration=cal,
+        slurm=_slurm_settings(problem.cluster, partition, account, qos, sbatch_options),
+        gpus=problem.cluster.backend == "nccl",
+        table=table,
+    )
+    chosen_launcher = get_launcher(launcher, settings)
+    problem = chosen_launcher.narrow(problem)
+    if chosen_launcher.source == "measured":
+        problem.engine.check_runnable(problem.cluster)
+        chosen_launcher.check(problem.cluster)
 
     ref = study_ref(study_name or default_study_name(problem), storage, results)
     study = open_study(ref, problem, make_sampler(sampler, seed))
@@ -668,14 +663,14 @@ def commbench(
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
     from autotune.commbench import parse_groups, parse_ops, parse_sizes, run_commbench
-    from autotune.launchers import get_launcher
+    from autotune.launchers import LaunchSettings, get_launcher
     from autotune.specs import load_cluster
 
     spec = load_cluster(cluster)
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
     shapes = tuple(parse_groups(groups, spec))
     slurm = _slurm_settings(spec, partition, account, qos, sbatch_options)
-    runner = get_launcher(launcher, slurm=slurm, gpus=spec.backend == "nccl")
+    runner = get_launcher(launcher, LaunchSettings(slurm=slurm, gpus=spec.backend == "nccl"))
     out = results / "commbench"
     report = run_commbench(spec, chosen_ops, chosen_sizes, out, shapes, sweep, runner)
     if as_json:

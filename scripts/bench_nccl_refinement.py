@@ -41,8 +41,7 @@ from autotune.estimate.predict import Estimate
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.problem import load_problem
-from autotune.space import TrainConfig, nccl_default
-from autotune.study.choices import config_key
+from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler

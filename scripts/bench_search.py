@@ -30,11 +30,11 @@ from pathlib import Path
 import optuna
 
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.launchers import LaunchSettings
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
-from autotune.launchers.replay import replay_world
+from autotune.launchers.replay import ReplayLauncher
 from autotune.problem import Problem, load_problem
-from autotune.space import TrainConfig
-from autotune.study.choices import config_key
+from autotune.space import TrainConfig, config_key
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
@@ -143,7 +143,8 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
 
 
 def replayed_world(engine: str, table: Path) -> World:
-    problem, launcher = replay_world(load_problem(engine, "tiny", "local:2"), table)
+    launcher = ReplayLauncher.build(LaunchSettings(table=table))
+    problem = launcher.narrow(load_problem(engine, "tiny", "local:2"))
     truth, wall = {}, {}
     for key, row in launcher.table.rows.items():
         ok = row["status"] == "ok"

@@ -51,3 +51,15 @@ def tiny_cluster_file(tmp_path: Path) -> Path:
         "intra_link: {bandwidth_gbps: 5, latency_us: 20}\n"
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """A running one-node SLURM (scripts/slurm.sh starts it, as root), or the test skips."""
+    if os.geteuid() != 0:
+        pytest.skip("starting SLURM here needs root (scripts/slurm.sh)")
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm.sh")], capture_output=True, text=True, timeout=600
+    )
+    if done.returncode != 0:
+        pytest.skip(f"SLURM could not start: {done.stderr.strip()[-500:]}")

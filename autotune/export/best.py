@@ -25,6 +25,7 @@ from autotune.engines.base import Engine
 from autotune.engines.user_job import export_argv
 from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
+from autotune.launchers import torchrun
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.step import CONFIG_ENV
@@ -174,6 +175,14 @@ def nccl_env_text(
     return "\n".join(lines) + "\n"
 
 
+RENDEZVOUS = torchrun.Rendezvous(
+    endpoint='"${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}"',
+    node_rank='"${NODE_RANK:?set NODE_RANK}"',
+)
+"""train.sh on one node of several: where they meet and which node this is, set by
+train.sbatch or by hand."""
+
+
 def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str) -> str:
     """A SLURM job for the best config: one task per node, each running train.sh with the
     rendezvous on the job's first node. Submit it from this folder: `sbatch train.sbatch`."""
@@ -203,7 +212,7 @@ def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: 
             "set -euo pipefail",
             'cd "${SLURM_SUBMIT_DIR:-.}"',
             'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-            'export RDZV_ENDPOINT="$head:$((20000 + SLURM_JOB_ID % 20000))"',
+            f'export RDZV_ENDPOINT="$head:{torchrun.RDZV_PORT}"',
             "exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
             "bash -c 'NODE_RANK=$SLURM_NODEID exec ./train.sh'",
             "",
@@ -231,15 +240,13 @@ def train_script(
         "megatron": "megatron_args.txt holds the same config as Megatron-LM pretrain_gpt.py "
         "flags, megatron_core.py as megatron-core config objects",
     }
-    rendezvous = (
-        "--standalone"
-        if cluster.nodes == 1
-        else '--node-rank "${NODE_RANK:?set NODE_RANK}" --rdzv-backend c10d '
-        '--rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}"'
-    )
-    torchrun = (
-        f'exec "${{TORCHRUN:-torchrun}}" --nnodes {cluster.nodes} '
-        f"--nproc-per-node {cluster.devices_per_node} {rendezvous} --max-restarts 0"
+    launcher = " ".join(
+        [
+            'exec "${TORCHRUN:-torchrun}"',
+            *torchrun.options(
+                cluster.nodes, cluster.devices_per_node, None if cluster.nodes == 1 else RENDEZVOUS
+            ),
+        ]
     )
     where = f"on {cluster.nodes} node(s) x {cluster.devices_per_node} device(s)"
     if spec.job is not None:
@@ -252,14 +259,14 @@ def train_script(
                 else []
             ),
             f"cd {shell.quote(spec.job.workdir)}",
-            f"{torchrun} {job_command(spec, job_config)}",
+            f"{launcher} {job_command(spec, job_config)}",
         ]
     else:
         what = (
             f"# Runs it with autotune's worker {where}. For your own training script: "
             f"{plug.get(engine.name, 'see best.yaml')}."
         )
-        launch = [f"{torchrun} -m {shell.quote(engine.worker_module)} {TRIAL_FILE}"]
+        launch = [f"{launcher} -m {shell.quote(engine.worker_module)} {TRIAL_FILE}"]
     return "\n".join(
         [
             "#!/usr/bin/env bash",
@@ -272,7 +279,7 @@ def train_script(
             "set -euo pipefail",
             'cd "$(dirname "$0")"',
             "set -a; source ./nccl.env; set +a",
-            shell.exports(engine.environment(cluster)),
+            *filter(None, [shell.exports(engine.environment(cluster))]),
             *launch,
             "",
         ]

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.space import TrainConfig, nccl_default
-from autotune.study.choices import config_key
+from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.confirm import standing
 from autotune.study.noise import noise
 

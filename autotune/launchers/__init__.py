@@ -1,5 +1,31 @@
-"""Launchers start a trial's processes, enforce its time limit and classify the outcome."""
+"""Launchers start a trial's processes, enforce its time limit and classify the outcome.
 
-from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, get_launcher
+A launcher is registered here, by its `name`; `autotune run --launcher NAME` and the
+contract tests (tests/unit/test_launcher_contract.py) find it in `LAUNCHERS`."""
 
-__all__ = ["LaunchOutcome", "LaunchRequest", "Launcher", "get_launcher"]
+from autotune.errors import InputError
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
+from autotune.launchers.local import LocalLauncher
+from autotune.launchers.replay import ReplayLauncher
+from autotune.launchers.simulate import SimulateLauncher
+from autotune.launchers.slurm import SlurmLauncher
+
+LAUNCHERS: dict[str, type[Launcher]] = {
+    c.name: c for c in (LocalLauncher, SlurmLauncher, SimulateLauncher, ReplayLauncher)
+}
+
+
+def get_launcher(name: str, settings: LaunchSettings | None = None) -> Launcher:
+    if name not in LAUNCHERS:
+        raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(LAUNCHERS)}")
+    return LAUNCHERS[name].build(settings or LaunchSettings())
+
+
+__all__ = [
+    "LAUNCHERS",
+    "LaunchOutcome",
+    "LaunchRequest",
+    "LaunchSettings",
+    "Launcher",
+    "get_launcher",
+]

@@ -6,14 +6,29 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from autotune.errors import InputError
 from autotune.launchers.early_stop import EarlyStop
-from autotune.specs.cluster import Cluster
+from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trialspec import RESULT_FILE, TRIAL_FILE, Outcome, read_json
 
+if TYPE_CHECKING:
+    from autotune.estimate.steptime import Calibration
+    from autotune.problem import Problem
+
 LOG_FILE = "log.txt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSettings:
+    """What launchers are built from, each taking the part it needs: the simulate launcher
+    its model's calibration, the slurm launcher where its jobs go and whether they take
+    GPUs, the replay launcher its recorded sweep."""
+
+    calibration: Calibration | None = None
+    slurm: SlurmSettings | None = None
+    gpus: bool = False
+    table: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +65,15 @@ class Launcher(ABC):
     source: ClassVar[str] = "measured"
     """How its results are labelled everywhere: measured, or simulated."""
 
+    @classmethod
+    def build(cls, settings: LaunchSettings) -> Launcher:
+        """This launcher for the run's settings (most need none of them)."""
+        return cls()
+
+    def narrow(self, problem: Problem) -> Problem:
+        """The problem restricted to what this launcher can run (a replay, its table's rows)."""
+        return problem
+
     @abstractmethod
     def command(self, request: LaunchRequest) -> list[str]:
         """The exact command that runs the trial, as a person would re-run it."""
@@ -61,31 +85,6 @@ class Launcher(ABC):
     @abstractmethod
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
-
-
-LAUNCHERS = ("local", "slurm", "simulate", "replay")
-
-
-def get_launcher(
-    name: str, calibration: Any = None, slurm: Any = None, gpus: bool = False
-) -> Launcher:
-    """A launcher by name; `calibration` tunes the simulate launcher's model, `slurm`
-    (SlurmSettings) and `gpus` say where and on what the slurm launcher's jobs run."""
-    if name == "local":
-        from autotune.launchers.local import LocalLauncher
-
-        return LocalLauncher()
-    if name == "slurm":
-        from autotune.launchers.slurm import SlurmLauncher
-
-        return SlurmLauncher(slurm, gpus=gpus)
-    if name == "simulate":
-        from autotune.launchers.simulate import SimulateLauncher
-
-        return SimulateLauncher(calibration)
-    if name == "replay":
-        raise InputError("--launcher replay needs --table FILE.csv (a recorded sweep)")
-    raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(LAUNCHERS)}")
 
 
 _ROOT_CAUSE_ORDER = {"oom": 0, "crash": 1, "comm_error": 2}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.early_stop import measured_step_times
 from autotune.lifetime import die_with_parent
@@ -24,25 +25,13 @@ POLL_S = 0.5
 """How often a running trial's time limit and streamed step times are checked."""
 
 
-def torchrun() -> str:
-    """The torchrun of the Python running autotune, so trials use the same environment."""
-    beside = Path(sys.executable).with_name("torchrun")
-    return str(beside) if beside.exists() else "torchrun"
-
-
 class LocalLauncher(Launcher):
     name = "local"
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [
-            torchrun(),
-            "--standalone",
-            "--nnodes",
-            str(request.nnodes),
-            "--nproc-per-node",
-            str(request.nprocs_per_node),
-            "--max-restarts",
-            "0",
+            torchrun.executable(),
+            *torchrun.options(request.nnodes, request.nprocs_per_node, rendezvous=None),
             "-m",
             request.worker_module,
             request.worker_file,

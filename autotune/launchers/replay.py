@@ -17,11 +17,10 @@ from typing import Any
 import pandas as pd
 
 from autotune.errors import InputError
-from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
 from autotune.problem import Problem
-from autotune.space import KNOBS, Rule, SearchSpace, TrainConfig
+from autotune.space import KNOBS, Rule, SearchSpace, TrainConfig, config_key
 from autotune.space.config import coerce_knob
-from autotune.study.choices import config_key
 from autotune.trialspec import OUTCOMES, RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
 
 
@@ -74,6 +73,19 @@ class ReplayLauncher(Launcher):
     def __init__(self, table: ReplayTable) -> None:
         self.table = table
 
+    @classmethod
+    def build(cls, settings: LaunchSettings) -> ReplayLauncher:
+        if settings.table is None:
+            raise InputError("--launcher replay needs --table FILE.csv (a recorded sweep)")
+        return cls(load_table(settings.table))
+
+    def narrow(self, problem: Problem) -> Problem:
+        """The problem restricted to the table's configs: the space is its rows."""
+        space = SearchSpace(
+            engine=problem.engine.name, values=self.table.values, source=self.table.source
+        )
+        return dataclasses.replace(problem, space=space, extra_rules=(self.table.rule(),))
+
     def command(self, request: LaunchRequest) -> list[str]:
         return ["echo", f"replayed from the recorded sweep {self.table.source}"]
 
@@ -112,13 +124,3 @@ class ReplayLauncher(Launcher):
         }
         write_atomically(request.folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
         return LaunchOutcome(kind="ok", error=None, wall_s=wall, result=result)
-
-
-def replay_world(problem: Problem, table_path: Path) -> tuple[Problem, ReplayLauncher]:
-    """The problem restricted to the table's configs, and the launcher that replays them."""
-    table = load_table(table_path)
-    space = SearchSpace(engine=problem.engine.name, values=table.values, source=str(table_path))
-    return (
-        dataclasses.replace(problem, space=space, extra_rules=(table.rule(),)),
-        ReplayLauncher(table),
-    )

@@ -11,7 +11,7 @@ import time
 
 from autotune.estimate.predict import estimate
 from autotune.estimate.steptime import Calibration
-from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
 from autotune.trialspec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
 
 
@@ -21,6 +21,10 @@ class SimulateLauncher(Launcher):
 
     def __init__(self, calibration: Calibration | None = None) -> None:
         self.calibration = calibration
+
+    @classmethod
+    def build(cls, settings: LaunchSettings) -> SimulateLauncher:
+        return cls(settings.calibration)
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [sys.executable, "-m", "autotune", "estimate", "--trial-file", TRIAL_FILE]

@@ -23,9 +23,16 @@ from pathlib import Path
 
 from autotune import shell
 from autotune.errors import InputError
-from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
+from autotune.launchers import torchrun
+from autotune.launchers.base import (
+    LOG_FILE,
+    Launcher,
+    LaunchOutcome,
+    LaunchRequest,
+    LaunchSettings,
+    classify,
+)
 from autotune.launchers.early_stop import measured_step_times
-from autotune.launchers.local import torchrun
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED, Outcome
 
@@ -38,6 +45,8 @@ ID_FILE = "slurm_id"
 HEARTBEAT_FILE = "tuner_heartbeat"
 """Touched by the tuner while it waits; a trial whose heartbeat goes stale cancels itself."""
 HEARTBEAT_STALE_S = 30
+RENDEZVOUS = torchrun.Rendezvous(endpoint='"$head:$port"', run_id='"$id"')
+"""On the trial's first node, under the trial's SLURM id (the step script's shell variables)."""
 POLL_S = 1.0
 GRACE_S = 90.0
 """Past the trial's limit, how long SLURM gets to end it (TIMEOUT) before autotune cancels."""
@@ -105,11 +114,15 @@ def step_script(request: LaunchRequest) -> str:
             'id="$SLURM_JOB_ID${SLURM_STEP_ID:+.$SLURM_STEP_ID}"',
             'nodes="${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"',
             'head=$(scontrol show hostnames "$nodes" | head -n 1)',
-            "port=$((20000 + (SLURM_JOB_ID * 7 + ${SLURM_STEP_ID:-0}) % 20000))",
-            f"{shell.quote(torchrun())} --nnodes {request.nnodes} "
-            f"--nproc-per-node {request.nprocs_per_node} --rdzv-backend c10d "
-            '--rdzv-endpoint "$head:$port" --rdzv-id "$id" --max-restarts 0 '
-            f"-m {shell.quote(request.worker_module)} {shell.quote(request.worker_file)} &",
+            f"port={torchrun.RDZV_PORT}",
+            " ".join(
+                [
+                    shell.quote(torchrun.executable()),
+                    *torchrun.options(request.nnodes, request.nprocs_per_node, RENDEZVOUS),
+                    f"-m {shell.quote(request.worker_module)}",
+                    f"{shell.quote(request.worker_file)} &",
+                ]
+            ),
             "pid=$!",
             'if [ "${SLURM_NODEID:-0}" = 0 ]; then',
             f'  echo "$id" > {ID_FILE}',
@@ -165,6 +178,10 @@ class SlurmLauncher(Launcher):
         submits = () if self.allocation else ("sbatch",)
         for command in (*submits, "srun", "sacct", "scancel", "squeue"):
             _require(command)
+
+    @classmethod
+    def build(cls, settings: LaunchSettings) -> SlurmLauncher:
+        return cls(settings.slurm, gpus=settings.gpus)
 
     def check(self, cluster: Cluster) -> None:
         """Refuse, before any trial, what SLURM would refuse or what cannot hold the layout."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -114,3 +115,8 @@ def parse_overrides(text: str) -> dict[str, Any]:
             raise InputError(f"--config: expected knob=value, got {item!r}")
         overrides[name.strip()] = coerce_knob(name.strip(), value, "--config")
     return overrides
+
+
+def config_key(config: TrainConfig) -> str:
+    """A config's identity in a study and in tables: its knobs as sorted JSON."""
+    return json.dumps(config.as_dict(), sort_keys=True)

@@ -59,9 +59,5 @@ class StudySpace:
             )
 
 
-def config_key(config: TrainConfig) -> str:
-    return json.dumps(config.as_dict(), sort_keys=True)
-
-
 def _order(value: Any) -> tuple[int, Any]:
     return (0, value) if isinstance(value, int | float) else (1, str(value))

@@ -24,8 +24,7 @@ from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
-from autotune.space import TrainConfig, nccl_default
-from autotune.study.choices import config_key
+from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.noise import NOISE_FLOOR
 
 PRIOR_SPREAD = 0.15

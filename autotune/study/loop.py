@@ -28,8 +28,8 @@ from autotune.launchers import Launcher
 from autotune.launchers.early_stop import EarlyStop
 from autotune.problem import Problem
 from autotune.report.dashboard import trial_note
-from autotune.space import TrainConfig, first_violation
-from autotune.study.choices import StudySpace, config_key
+from autotune.space import TrainConfig, config_key, first_violation
+from autotune.study.choices import StudySpace
 from autotune.study.confirm import LONGER, confirm
 from autotune.study.guided import GuidedSearch
 from autotune.study.samplers import ENQUEUEING

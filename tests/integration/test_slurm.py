@@ -29,17 +29,6 @@ STUDY = (
 )
 
 
-@pytest.fixture(scope="session")
-def slurm() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("starting SLURM here needs root (scripts/slurm.sh)")
-    done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm.sh")], capture_output=True, text=True, timeout=600
-    )
-    if done.returncode != 0:
-        pytest.skip(f"SLURM could not start: {done.stderr.strip()[-500:]}")
-
-
 def sacct_state(ident: str) -> str:
     done = subprocess.run(
         ["sacct", "-j", ident, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True

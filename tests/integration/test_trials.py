@@ -111,20 +111,17 @@ def test_model_states_fall_as_zero_stage_rises(tmp_path: Path, engine: str) -> N
     assert ratios == ([4.0, 3.5, 3.0, 2.0] if engine == "deepspeed" else [4.0, 3.0, 3.0, 2.0])
 
 
-def test_same_config_twice_within_15_percent(tmp_path: Path) -> None:
-    # 20 measured steps of ~0.1 s: with the default 8 short steps this shared machine's noise
-    # has reached ~20%. A neighbour's burst can still slow one whole trial of a pair, so a
-    # second pair is run before calling the measurement unrepeatable.
-    def gap(pair: str) -> float:
-        first, second = (
-            run_trial(tmp_path / f"{pair}{i}", "deepspeed", "zero=1,mbs=8", steps=20)["result"][
-                "step_time_s"
-            ]
-            for i in range(2)
-        )
-        return abs(first - second) / min(first, second)
-
-    assert gap("a") < 0.15 or gap("b") < 0.15
+def test_same_config_twice_agrees_within_its_own_noise(tmp_path: Path) -> None:
+    """The same config measured twice: the step times agree within 15%, or within three
+    times the spread the two trials report themselves when this shared machine is noisier
+    than that (20 measured steps of ~0.1 s)."""
+    first, second = (
+        run_trial(tmp_path / f"run{i}", "deepspeed", "zero=1,mbs=8", steps=20)["result"]
+        for i in range(2)
+    )
+    a, b = first["step_time_s"], second["step_time_s"]
+    spread = first["step_time_stdev_s"] / a + second["step_time_stdev_s"] / b
+    assert abs(a - b) / min(a, b) < max(0.15, 3 * spread), (a, b, spread)
 
 
 def test_launch_script_reruns_the_trial_by_hand(tmp_path: Path) -> None:

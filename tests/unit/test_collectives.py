@@ -67,7 +67,9 @@ def test_published_measurements_within_15_percent(m: Measured) -> None:
             m.busbw_gbps, rel=0.15
         )
     elif m.size_bytes < 64:
-        pytest.xfail("below NCCL's own model floor: 4 B on H20 measured 12.5 us, model 15 us")
+        # Below NCCL's own latency floor (4 B on H20: 12.5 us measured): the model's floor
+        # errs slow, by at most a quarter, never fast.
+        assert m.latency_us <= t * 1e6 <= 1.25 * m.latency_us
     else:
         assert t * 1e6 == pytest.approx(m.latency_us, rel=0.15)
 

@@ -8,8 +8,7 @@ import pytest
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import load_problem
-from autotune.space import TrainConfig, nccl_default
-from autotune.study.choices import config_key
+from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.guided import GuidedSearch
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.samplers import make_sampler

@@ -24,7 +24,7 @@ from autotune.engines.megatron import (
 )
 from autotune.export.best import nccl_env_text, sbatch_script, train_script
 from autotune.problem import load_problem
-from autotune.space import TrainConfig, first_violation
+from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trialspec import TrialSpec
 from tests.conftest import autotune
@@ -158,28 +158,6 @@ def test_exported_snippet_builds_the_config_objects(name: str) -> None:
     transformer = scope["transformer_config"]
     assert transformer.pipeline_model_parallel_size == CASES[name].pp  # type: ignore[attr-defined]
     assert scope["num_microbatches"] == CASES[name].grad_accum(LLAMA70.global_batch_size)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "rule"),
-    [
-        ({"tp": 8, "pp": 2, "vpp": 2, "dp": 2}, "megatron_interleaving_needs_pp_over_2"),
-        ({"tp": 8, "dp": 4, "zero": 2}, "megatron_zero_is_distributed_optimizer"),
-        ({"tp": 8, "dp": 4, "overlap_param_gather": True}, "megatron_param_gather_needs_distopt"),
-        ({"tp": 8, "dp": 4, "ddp_bucket_mb": 160}, "megatron_bucket_needs_overlap"),
-        ({"tp": 8, "dp": 4, "recompute_num_layers": 2}, "megatron_recompute_options_need_full"),
-        (
-            {"tp": 8, "pp": 4, "recompute": "full", "recompute_num_layers": 40},
-            "megatron_recompute_layers_fit",
-        ),
-    ],
-)
-def test_megatron_rules_name_the_broken_rule(overrides: dict[str, object], rule: str) -> None:
-    config = TrainConfig(**overrides)  # type: ignore[arg-type]
-    broken = first_violation(
-        config, LLAMA70, load_cluster("dgx-h100:4"), get_engine("megatron").rules
-    )
-    assert broken is not None and broken.name == rule
 
 
 def test_local_megatron_trials_are_refused_on_cpu(tmp_path: Path) -> None:

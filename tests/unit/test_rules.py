@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from autotune.engines import get_engine
+from autotune.engines import ENGINES, get_engine
 from autotune.space import GENERIC_RULES, TrainConfig, first_violation
 from autotune.specs import load_cluster, load_workload
 
@@ -12,6 +12,8 @@ TINY = load_workload("tiny")  # 4 layers, 4 heads, 2 KV groups, seq 64, global b
 LOCAL2 = load_cluster("local:2")
 LOCAL8 = load_cluster("local:8")
 H100 = load_cluster("dgx-h100:2")
+LLAMA70 = load_workload("llama3-70b")  # 80 layers, global batch 128
+H100x4 = load_cluster("dgx-h100:4")  # 32 GPUs
 
 # rule name -> (engine, workload, cluster, breaking config, passing config)
 CASES = {
@@ -163,13 +165,70 @@ CASES = {
         TrainConfig(dp=2, zero=3, ddp_bucket_mb=50),
         TrainConfig(dp=2, zero=0, ddp_bucket_mb=50),
     ),
+    "megatron_zero_is_distributed_optimizer": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, zero=2),
+        TrainConfig(tp=8, dp=4, zero=1),
+    ),
+    "megatron_interleaving_needs_pp_over_2": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, pp=2, vpp=2, dp=2),
+        TrainConfig(tp=8, pp=4, vpp=2, dp=1),
+    ),
+    "megatron_interleaving_microbatches": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, pp=4, vpp=2, dp=1, mbs=64),  # 2 micro-batches for 4 stages
+        TrainConfig(tp=8, pp=4, vpp=2, dp=1, mbs=32),
+    ),
+    "megatron_param_gather_needs_distopt": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, overlap_comm=True, overlap_param_gather=True),
+        TrainConfig(tp=8, dp=4, zero=1, overlap_comm=True, overlap_param_gather=True),
+    ),
+    "megatron_overlap_needs_dp": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, pp=4, dp=1, overlap_comm=True),
+        TrainConfig(tp=8, dp=4, overlap_comm=True),
+    ),
+    "megatron_bucket_needs_overlap": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, ddp_bucket_mb=160),
+        TrainConfig(tp=8, dp=4, overlap_comm=True, ddp_bucket_mb=160),
+    ),
+    "megatron_recompute_options_need_full": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, recompute_num_layers=2),
+        TrainConfig(tp=8, dp=4, recompute="full", recompute_num_layers=2),
+    ),
+    "megatron_recompute_layers_fit": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, pp=4, dp=1, recompute="full", recompute_num_layers=40),
+        TrainConfig(tp=8, pp=4, dp=1, recompute="full", recompute_num_layers=20),
+    ),
 }
 
 
 def all_rules() -> set[str]:
+    """Every rule of every registered engine: a new engine's rules need cases here."""
     names = {r.name for r in GENERIC_RULES}
-    for engine in ("deepspeed", "torch"):
-        names |= {r.name for r in get_engine(engine).engine_rules}
+    for engine in ENGINES.values():
+        names |= {r.name for r in engine.engine_rules}
     return names
 
 
@@ -187,6 +246,6 @@ def test_rule_rejects_breaking_config_and_passes_neighbour(name: str) -> None:
 
 
 def test_every_rule_has_a_one_line_reason() -> None:
-    for engine in ("deepspeed", "torch"):
-        for rule in get_engine(engine).rules:
+    for engine in ENGINES.values():
+        for rule in engine.rules:
             assert rule.reason and "\n" not in rule.reason

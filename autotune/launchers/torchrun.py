@@ -1,0 +1,42 @@
+"""The one torchrun command line: local trials, SLURM steps and the exported train.sh share it."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+RDZV_PORT = "$((20000 + (SLURM_JOB_ID * 7 + ${SLURM_STEP_ID:-0}) % 20000))"
+"""The c10d rendezvous port of a SLURM job step, as shell arithmetic: each step of one job
+(a trial inside the tuner's allocation) gets its own, and two jobs rarely share one."""
+
+
+def executable() -> str:
+    """The torchrun of the Python running autotune, so trials use the same environment."""
+    beside = Path(sys.executable).with_name("torchrun")
+    return str(beside) if beside.exists() else "torchrun"
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-node run meet. Values are shell words, written as given,
+    so `"$head:$port"` is expanded on the node that runs the line."""
+
+    endpoint: str
+    node_rank: str | None = None
+    run_id: str | None = None
+
+
+def options(nnodes: int, nprocs_per_node: int, rendezvous: Rendezvous | None) -> list[str]:
+    """torchrun's options for the layout; without a rendezvous, one standalone node. No
+    restarts: a failed trial is a verdict, not something to retry behind autotune's back."""
+    words = ["--nnodes", str(nnodes), "--nproc-per-node", str(nprocs_per_node)]
+    if rendezvous is None:
+        words.append("--standalone")
+    else:
+        if rendezvous.node_rank is not None:
+            words += ["--node-rank", rendezvous.node_rank]
+        words += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint]
+        if rendezvous.run_id is not None:
+            words += ["--rdzv-id", rendezvous.run_id]
+    return [*words, "--max-restarts", "0"]

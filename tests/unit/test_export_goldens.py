@@ -1,0 +1,61 @@
+"""Every file `autotune export` writes for the built-in engines, and the slurm launcher's step
+script, against golden files: a change to what production training runs shows up in review.
+AUTOTUNE_UPDATE_GOLDEN=1 rewrites them (then read the diff)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.engines import ENGINES, get_engine
+from autotune.export.best import nccl_env_text, sbatch_script, train_script
+from autotune.launchers import LaunchRequest, torchrun
+from autotune.launchers.slurm import step_script
+from autotune.space import TrainConfig
+from autotune.specs import load_cluster, load_workload
+from autotune.trialspec import TrialSpec, nccl_environment
+from tests.unit.test_megatron import best_trial, check_golden
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "exports"
+CONFIGS = {
+    "deepspeed": TrainConfig(
+        dp=16, zero=2, mbs=2, overlap_comm=True, reduce_bucket=200_000_000, nccl_algo="Ring"
+    ),
+    "torch": TrainConfig(tp=2, dp=8, zero=3, mbs=4, recompute="full", nccl_proto="Simple"),
+    "megatron": TrainConfig(tp=4, pp=2, dp=2, sp=True, zero=1, mbs=1, overlap_comm=True),
+}
+
+
+@pytest.mark.parametrize("engine_name", ENGINES)
+def test_every_export_matches_its_golden_file(engine_name: str, tmp_path: Path) -> None:
+    """Two nodes, so train.sh carries the rendezvous; a measured winner with an NCCL choice."""
+    engine = get_engine(engine_name)
+    spec = TrialSpec(
+        engine=engine_name,
+        workload=load_workload("llama3-8b"),
+        cluster=load_cluster("dgx-h100:2"),
+        config=CONFIGS[engine_name],
+    )
+    trial = best_trial(54321.0, "measured")
+    folder = GOLDEN / engine_name
+    files = engine.write_files(spec, tmp_path)
+    assert files, f"{engine_name} wrote no config file"
+    for path in files:
+        check_golden(path.name, path.read_text(), folder)
+    note = "NCCL_ALGO=Ring measured 4% faster than NCCL's own choice"
+    check_golden("nccl.env", nccl_env_text(nccl_environment(spec), spec, trial, note), folder)
+    check_golden("train.sh", train_script(engine, spec, trial, "golden", files[0].name), folder)
+    check_golden("train.sbatch", sbatch_script(spec, trial, "golden"), folder)
+
+
+def test_slurm_step_script_matches_its_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torchrun, "executable", lambda: "torchrun")  # not this machine's path
+    request = LaunchRequest(
+        folder=Path("/trials/7"),
+        worker_module="autotune.engines.torch_worker",
+        nprocs_per_node=8,
+        nnodes=2,
+        env={"OMP_NUM_THREADS": "1", "NCCL_ALGO": "Ring"},
+    )
+    check_golden("slurm_step.sh", step_script(request), GOLDEN)
