@@ -1,0 +1,55 @@
+"""The `autotune` group and its entry point: errors become one line, input errors exit 2."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import warnings
+from typing import Any
+
+import click
+
+from autotune.errors import AutotuneError, InputError
+
+
+def _quiet_optuna() -> None:
+    """autotune prints its own progress; Optuna's info log and its warnings about running
+    heartbeats outside Study.optimize (which ask-and-tell needs) are noise here."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="autotune")
+def cli() -> None:
+    """Find the fastest way to run a training job on a cluster."""
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM stops the tuner like Ctrl-C: the running trial is stopped and recorded."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main() -> None:
+    _interrupt_on_sigterm()
+    _quiet_optuna()
+    try:
+        cli.main(standalone_mode=False)
+    except AutotuneError as exc:  # input errors exit 2, what failed at run time 1
+        click.echo(f"autotune: error: {exc}", err=True)
+        sys.exit(2 if isinstance(exc, InputError) else 1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"autotune: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("autotune: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,128 @@
+"""Options the commands share, the console they print to, and option parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from autotune.errors import InputError
+from autotune.specs.cluster import Cluster, SlurmSettings
+
+# Tables stay readable when output goes to a file or pipe (80 columns otherwise).
+console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
+
+
+results_option = click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root: studies, trial folders, saved calibrations.",
+)
+
+
+def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--engine, --model, --cluster and --space, shared by every command that plans or runs."""
+    options = [
+        click.option(
+            "--engine",
+            default="deepspeed",
+            show_default=True,
+            help="Training engine: deepspeed, torch or megatron.",
+        ),
+        click.option(
+            "--model",
+            default="tiny",
+            show_default=True,
+            help="Workload preset (tiny, gpt-1.3b, llama3-8b, ...) or YAML file.",
+        ),
+        click.option(
+            "--cluster",
+            default="local",
+            show_default=True,
+            help="Cluster preset (local, local:N, dgx-h100:16, ...) or YAML file.",
+        ),
+        click.option("--space", default=None, help="Search-space file [default: the engine's]."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def slurm_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--partition, --account, --qos and --sbatch-option: where the slurm launcher's jobs go."""
+    options = [
+        click.option("--partition", default=None, help="slurm: partition of the jobs."),
+        click.option("--account", default=None, help="slurm: account charged for the jobs."),
+        click.option("--qos", default=None, help="slurm: quality of service of the jobs."),
+        click.option(
+            "--sbatch-option",
+            "sbatch_options",
+            multiple=True,
+            help="slurm: a further sbatch option for every job, e.g. --sbatch-option=--exclusive.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+storage_option = click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL [default: sqlite:///results/<study>/study.db].",
+)
+
+
+def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--study, --storage and --results for the commands that read a study."""
+    options = [
+        click.option("--study", "study_name", required=True, help="Study name."),
+        storage_option,
+        results_option,
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def slurm_settings(
+    cluster: Cluster,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    sbatch_options: tuple[str, ...],
+) -> SlurmSettings:
+    """The cluster file's `slurm:` section, overridden by the flags given."""
+    flags = {"partition": partition, "account": account, "qos": qos}
+    chosen: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    if sbatch_options:
+        chosen["extra_sbatch"] = cluster.slurm.extra_sbatch + tuple(sbatch_options)
+    return dataclasses.replace(cluster.slurm, **chosen)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | None, flag: str) -> float | None:
+    """`90`, `90s`, `30m`, `1h30m` -> seconds; must be positive."""
+    if text is None:
+        return None
+    cleaned = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    elif re.fullmatch(f"(?:{_DURATION.pattern})+", cleaned):
+        seconds = sum(float(n) * _SECONDS[u] for n, u in _DURATION.findall(cleaned))
+    else:
+        raise InputError(f"{flag}: expected a duration like 90s, 30m or 1h30m, not {text!r}")
+    if seconds <= 0:
+        raise InputError(f"{flag}: the duration must be positive, not {text!r}")
+    return seconds

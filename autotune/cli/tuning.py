@@ -1,0 +1,261 @@
+"""Commands of a study: tune it, list its trials, export its best config, report, watch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.cli import display
+from autotune.cli.app import cli
+from autotune.cli.options import (
+    console,
+    parse_duration,
+    problem_options,
+    results_option,
+    slurm_options,
+    slurm_settings,
+    storage_option,
+    study_options,
+)
+from autotune.problem import load_problem
+
+
+@cli.command()
+@problem_options
+@click.option(
+    "--launcher",
+    default="local",
+    show_default=True,
+    help="local (torchrun), slurm (sbatch jobs, or srun steps inside an allocation), "
+    "simulate (the model's predictions) or replay (a recorded sweep).",
+)
+@slurm_options
+@click.option(
+    "--table",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The recorded sweep (CSV) that --launcher replay replays.",
+)
+@click.option(
+    "--trials",
+    "n_trials",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Trials to run in the study, counting those of earlier runs.",
+)
+@click.option("--max-time", default=None, help="Start no trial after this long, e.g. 30m, 2h.")
+@click.option(
+    "--timeout-per-trial",
+    default="10m",
+    show_default=True,
+    help="Wall-clock limit of one trial, e.g. 300s, 10m.",
+)
+@click.option(
+    "--study", "study_name", default=None, help="Study name [default: <model>-<cluster>-<engine>]."
+)
+@storage_option
+@results_option
+@click.option(
+    "--sampler",
+    default="guided",
+    show_default=True,
+    help="guided (the model proposes), tpe, gp, random or grid.",
+)
+@click.option("--seed", default=None, type=int, help="Seed for reproducible proposals.")
+@click.option(
+    "--early-stop/--no-early-stop",
+    default=True,
+    show_default=True,
+    help="Stop trials clearly slower than the best so far (sign test on steps).",
+)
+@click.option(
+    "--confirm/--no-confirm",
+    default=True,
+    show_default=True,
+    help="Re-measure leaders within noise with longer trials before naming one.",
+)
+@click.option(
+    "--early-stop-margin",
+    default=0.10,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="How much slower than the best a trial must be, as a fraction.",
+)
+@click.option(
+    "--measured-steps",
+    default=None,
+    type=click.IntRange(min=2),
+    help="Measured steps per trial after warm-up [default: 8].",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(
+    engine: str,
+    model: str,
+    cluster: str,
+    space: str | None,
+    launcher: str,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    sbatch_options: tuple[str, ...],
+    table: Path | None,
+    n_trials: int,
+    max_time: str | None,
+    timeout_per_trial: str,
+    study_name: str | None,
+    storage: str | None,
+    results: Path,
+    sampler: str,
+    seed: int | None,
+    early_stop: bool,
+    early_stop_margin: float,
+    confirm: bool,
+    measured_steps: int | None,
+    command: tuple[str, ...],
+) -> None:
+    """Tune: search the space with real trials, then export the best config.
+
+    After `--`, your own training command: a DeepSpeed or Hugging Face script (`-- train.py
+    --deepspeed_config ds.json ...`), each trial with a ds_config made from yours; with
+    --engine megatron, a Megatron-LM script (`-- pretrain_gpt.py ...`), its parallel, batch,
+    recompute and overlap flags replaced; with --engine torch, torchtitan (`-- -m
+    torchtitan.train ...`, the model given by --model) or, with --space, any loop that
+    calls autotune.step.done().
+    """
+    from autotune.launchers import LaunchSettings
+    from autotune.study import Budget
+    from autotune.trialspec import StepPlan
+    from autotune.tune import TuneSettings, tune
+
+    problem = load_problem(engine, model, cluster, space, command)
+    per_trial_s = parse_duration(timeout_per_trial, "--timeout-per-trial")
+    assert per_trial_s is not None  # the option has a default
+    settings = TuneSettings(
+        budget=Budget(
+            trials=n_trials,
+            max_time_s=parse_duration(max_time, "--max-time"),
+            timeout_per_trial_s=per_trial_s,
+            early_stop_margin=early_stop_margin if early_stop else None,
+            confirm=confirm,
+        ),
+        launcher=launcher,
+        launch=LaunchSettings(
+            slurm=slurm_settings(problem.cluster, partition, account, qos, sbatch_options),
+            gpus=problem.cluster.backend == "nccl",
+            table=table,
+        ),
+        steps=StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps),
+        study_name=study_name,
+        storage=storage,
+        results=results,
+        sampler=sampler,
+        seed=seed,
+    )
+    tuned = tune(problem, settings, display.RichProgress(console), console.print)
+    if tuned.outcome.resumed_failed:
+        console.print(
+            f"resumed: trial(s) {tuned.outcome.resumed_failed} of a run that died are "
+            "recorded as failed (interrupted)"
+        )
+    console.print(f"stopped: {tuned.outcome.stop_reason}")
+    display.study_summary(console, tuned.study, tuned.ref, list(tuned.exported))
+    if tuned.report is not None:
+        console.print(f"report: {tuned.report}")
+    if problem.job is not None and not tuned.exported:
+        sys.exit(1)  # no config of the user's command could be measured: their job failed
+
+
+@cli.command(name="trials")
+@study_options
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+def trials_command(study_name: str, storage: str | None, results: Path, fmt: str) -> None:
+    """Every trial of a study, best first."""
+    from autotune.report import trial_table
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    study = load_existing_study(study_ref(study_name, storage, results))
+    frame = trial_table(study)
+    if fmt == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        click.echo(frame.to_json(orient="records", indent=2))
+    else:
+        display.trial_table(console, frame)
+
+
+@cli.command()
+@study_options
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder [default: results/<study>/best].",
+)
+@click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+def export(
+    study_name: str, storage: str | None, results: Path, out: Path | None, force: bool
+) -> None:
+    """Write the best config's launch files."""
+    from autotune.export import export_best
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    ref = study_ref(study_name, storage, results)
+    study = load_existing_study(ref)
+    for path in export_best(study, out or ref.folder / "best", force=force):
+        console.print(str(path))
+
+
+@cli.command()
+@study_options
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="HTML file [default: results/<study>/report.html].",
+)
+def report(study_name: str, storage: str | None, results: Path, out: Path | None) -> None:
+    """Write the study's self-contained HTML report."""
+    from autotune.report.html import write_report
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    ref = study_ref(study_name, storage, results)
+    console.print(str(write_report(load_existing_study(ref), out or ref.folder / "report.html")))
+
+
+@cli.command()
+@study_options
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--expose",
+    is_flag=True,
+    help="Allow a --host beyond loopback (optuna-dashboard has no authentication).",
+)
+def dashboard(
+    study_name: str, storage: str | None, results: Path, host: str, port: int, expose: bool
+) -> None:
+    """Serve optuna-dashboard on the study's storage until Ctrl-C."""
+    import optuna_dashboard
+
+    from autotune.report.dashboard import check_host
+    from autotune.study import load_existing_study
+    from autotune.study.storage import study_ref
+
+    check_host(host, expose)
+    ref = study_ref(study_name, storage, results)
+    study = load_existing_study(ref)
+    study_id = study._study_id
+    console.print(f"dashboard: http://{host}:{port}/dashboard/studies/{study_id}  (Ctrl-C stops)")
+    optuna_dashboard.run_server(study._storage, host=host, port=port)

@@ -1,0 +1,103 @@
+"""`autotune run` as a function that scripts and tests call: choose and check the launcher,
+open or resume the study, search, export the best config and write the report. The CLI
+only reads options into `TuneSettings` and prints what `tune` returns."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+
+from autotune.errors import InputError
+from autotune.estimate.saved import load_calibration
+from autotune.export import export_best
+from autotune.launchers import LaunchSettings, get_launcher
+from autotune.problem import Problem
+from autotune.report.table import best_trial
+from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
+from autotune.study.loop import Progress
+from autotune.study.samplers import make_sampler
+from autotune.study.storage import default_study_name, study_ref
+from autotune.trialspec import StepPlan
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneSettings:
+    budget: Budget
+    launcher: str = "local"
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+    """Where and how trials run; the calibration is read from `results` for the cluster."""
+    steps: StepPlan = field(default_factory=StepPlan)
+    study_name: str | None = None
+    """Default: <model>-<cluster>-<engine>."""
+    storage: str | None = None
+    """An Optuna storage URL; default: SQLite in the study's results folder."""
+    results: Path = Path("results")
+    sampler: str = "guided"
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What a tuning run leaves: the study, how the search ended, and the files written."""
+
+    study: optuna.Study
+    ref: StudyRef
+    outcome: StudyOutcome
+    exported: tuple[Path, ...]
+    """best/ files; none when no trial completed (any other export failure is raised)."""
+    report: Path | None
+
+
+def tune(
+    problem: Problem,
+    settings: TuneSettings,
+    progress: Progress,
+    say: Callable[[str], None] = lambda _line: None,
+) -> Tuned:
+    """Search `problem` with real (or simulated, or replayed) trials and export the winner."""
+    problem.enumerate().require_some()
+    if problem.job is not None and settings.launcher in ("replay", "simulate"):
+        raise InputError(
+            f"--launcher {settings.launcher} does not run anything: your own command needs "
+            "local or slurm"
+        )
+    calibration, _ = load_calibration(settings.results, problem.cluster)
+    launch = dataclasses.replace(settings.launch, calibration=calibration)
+    launcher = get_launcher(settings.launcher, launch)
+    problem = launcher.narrow(problem)
+    if launcher.source == "measured":
+        problem.engine.check_runnable(problem.cluster)
+        launcher.check(problem.cluster)
+    ref = study_ref(
+        settings.study_name or default_study_name(problem), settings.storage, settings.results
+    )
+    study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
+    say(
+        f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
+        f"{problem.workload.name} / {problem.cluster.name}"
+    )
+    outcome = run_study(
+        problem,
+        ref,
+        study,
+        launcher,
+        settings.budget,
+        settings.steps,
+        progress,
+        settings.seed,
+        calibration,
+        settings.sampler,
+    )
+    exported: list[Path] = []
+    if best_trial(study) is not None:
+        exported = export_best(study, ref.folder / "best", force=True)
+    report = None
+    if outcome.ran or outcome.confirmations:
+        from autotune.report.html import write_report
+
+        report = write_report(study, ref.folder / "report.html")
+    return Tuned(study=study, ref=ref, outcome=outcome, exported=tuple(exported), report=report)
