@@ -22,7 +22,7 @@ from autotune.space import (
 from autotune.space.enumerate import build_config
 from autotune.space.spacefile import default_space_path, load_space
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
-from autotune.trialspec import StepPlan, TrialSpec, UserJob
+from autotune.trial.spec import StepPlan, TrialSpec, UserJob
 
 
 @dataclass(frozen=True)

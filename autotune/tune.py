@@ -21,7 +21,7 @@ from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import default_study_name, study_ref
-from autotune.trialspec import StepPlan
+from autotune.trial.spec import StepPlan
 
 
 @dataclass(frozen=True, kw_only=True)

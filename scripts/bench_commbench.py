@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.commbench import OPS, parse_sizes, run_commbench
+from autotune.commbench.bench import OPS, parse_sizes, run_commbench
 from autotune.specs import load_cluster
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "bench" / "commbench_gloo.md"

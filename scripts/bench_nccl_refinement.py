@@ -46,7 +46,7 @@ from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trialspec import StepPlan
+from autotune.trial.spec import StepPlan
 
 PROBLEMS = [
     ("torch", "llama3-8b", "dgx-h100:4"),  # the leaders are compute-bound: NCCL cannot matter

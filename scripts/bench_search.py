@@ -38,7 +38,7 @@ from autotune.space import TrainConfig, config_key
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trialspec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec, write_atomically
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec, write_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 LOOP_STRATEGIES = ("guided", "tpe", "gp", "random", "grid")

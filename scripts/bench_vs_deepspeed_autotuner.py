@@ -29,8 +29,8 @@ import yaml
 from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
-from autotune.trial import run as run_trial
-from autotune.trialspec import StepPlan
+from autotune.trial.folder import run as run_trial
+from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "data" / "user_scripts" / "ds_train.py"

@@ -15,7 +15,7 @@ from autotune.cli.options import (
     slurm_options,
     slurm_settings,
 )
-from autotune.commbench import OPS as COLLECTIVES
+from autotune.commbench.bench import OPS as COLLECTIVES
 
 
 @cli.command()
@@ -67,7 +67,7 @@ def commbench(
 ) -> None:
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
-    from autotune.commbench import parse_groups, parse_ops, parse_sizes, run_commbench
+    from autotune.commbench.bench import parse_groups, parse_ops, parse_sizes, run_commbench
     from autotune.launchers import LaunchSettings, get_launcher
     from autotune.specs import load_cluster
 

@@ -11,13 +11,13 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from autotune.commbench import sweep_winners
+from autotune.commbench.bench import sweep_winners
 from autotune.estimate.fit_commbench import CommCalibrationReport
 from autotune.estimate.fit_study import CalibrationReport
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.space import Enumeration
-from autotune.trial import TrialRecord
+from autotune.trial.folder import TrialRecord
 
 
 def human_bytes(n: float | None) -> str:

@@ -84,9 +84,9 @@ def trial(
     as_json: bool,
 ) -> None:
     """Run one config for real and print what was measured."""
-    from autotune import trial as trials
     from autotune.launchers import get_launcher
-    from autotune.trialspec import StepPlan
+    from autotune.trial import folder as trials
+    from autotune.trial.spec import StepPlan
 
     problem = load_problem(engine, model, cluster, space)
     problem.engine.check_runnable(problem.cluster)

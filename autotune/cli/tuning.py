@@ -127,7 +127,7 @@ def run(
     """
     from autotune.launchers import LaunchSettings
     from autotune.study import Budget
-    from autotune.trialspec import StepPlan
+    from autotune.trial.spec import StepPlan
     from autotune.tune import TuneSettings, tune
 
     problem = load_problem(engine, model, cluster, space, command)

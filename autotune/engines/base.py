@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from autotune.space import GENERIC_RULES, Rule
 from autotune.specs import Cluster
-from autotune.trialspec import JobFramework, TrialSpec
+from autotune.trial.spec import JobFramework, TrialSpec
 
 NCCL_KNOBS = frozenset({"nccl_algo", "nccl_proto"})
 NCCL_MEANINGS = {

@@ -14,11 +14,11 @@ import torch
 from deepspeed.runtime.engine import DeepSpeedEngine
 from deepspeed.runtime.pipe.engine import PipelineEngine
 
-from autotune.engines import worker
+from autotune.engines import failures, worker
 from autotune.engines.deepspeed import DS_CONFIG_FILE
 from autotune.engines.deepspeed_worker import model_state
 from autotune.engines.job_hook import StepHook, run_job
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 
 
 def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
@@ -30,7 +30,7 @@ def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
     for knob, value in running.items():
         wanted = getattr(spec.config, knob)
         if value != wanted:
-            raise worker.ConfigIgnoredError(
+            raise failures.ConfigIgnoredError(
                 f"the script runs with {knob}={value} but the trial's DeepSpeed config sets "
                 f"{knob}={wanted}: it does not take its config from the file it was given"
             )

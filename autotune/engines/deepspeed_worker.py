@@ -16,7 +16,7 @@ from deepspeed.runtime.pipe.schedule import BackwardPass  # noqa: E402
 from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.deepspeed import DS_CONFIG_FILE  # noqa: E402
 from autotune.engines.model import Block, Decoder, Embedding, Head, lm_loss, synthetic_batch  # noqa: E402
-from autotune.trialspec import TrialSpec  # noqa: E402
+from autotune.trial.spec import TrialSpec  # noqa: E402
 
 
 class DeepSpeedSession:

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from autotune.engines import measure, worker
+from autotune.engines import failures, faults, measure, worker
 from autotune.engines.user_job import trial_argv
-from autotune.trialspec import METRICS_FILE, TrialSpec
+from autotune.trial.spec import METRICS_FILE, TrialSpec
 
 STARTUP_FAILURES = (SyntaxError, ImportError, FileNotFoundError, NameError)
 """Exceptions before the first step that say the script cannot run at all, whatever the
@@ -80,16 +80,16 @@ class StepHook:
 
     def _first_step(self, device: torch.device, check: Callable[[], None]) -> None:
         if not dist.is_initialized():
-            raise worker.ScriptError(
+            raise failures.ScriptError(
                 "the script took an optimizer step without torch.distributed: it must call "
                 "init_process_group (DeepSpeed and the Trainer do) before training"
             )
         check()
-        worker.check_nccl_environment(self.spec, self.rank)
+        failures.check_nccl_environment(self.spec, self.rank)
         self.clock["initialized"] = time.time()
         log = (self.folder / METRICS_FILE).open("a") if self.rank == 0 else None
         self.meter = measure.StepMeter(self.spec.steps, device, log)
-        worker.maybe_inject_fault(self.rank)
+        faults.maybe_inject_fault(self.rank)
 
     def _record(self, seconds: float, states: States) -> None:
         assert self.meter is not None
@@ -155,16 +155,16 @@ def run_for_trial(
             seen = steps()
             when = "before its first step" if seen == 0 else f"after {seen or 'some'} step(s)"
             exited = RuntimeError(f"the script exited with code {exc.code} {when}")
-            worker.write_error(folder, rank, exited, "script_error" if seen == 0 else "crash")
+            failures.write_error(folder, rank, exited, "script_error" if seen == 0 else "crash")
             raise
     except BaseException as exc:
         startup = steps() == 0 and isinstance(exc, STARTUP_FAILURES)
-        worker.write_error(folder, rank, exc, "script_error" if startup else None)
+        failures.write_error(folder, rank, exc, "script_error" if startup else None)
         raise
 
 
-def too_few_steps(steps: int, needed: int) -> worker.NoStepsError:
-    return worker.NoStepsError(
+def too_few_steps(steps: int, needed: int) -> failures.NoStepsError:
+    return failures.NoStepsError(
         f"the script ended after {steps} optimizer step(s); a trial needs at least "
         f"{needed} (more while step times settle): let it run longer"
     )
@@ -177,5 +177,5 @@ def run_job(hook: StepHook, config_file: Path | None) -> None:
     run_for_trial(trial_argv(spec, str(config_file or "")), spec, folder, rank, lambda: hook.steps)
     plan = spec.steps  # the first step starts the clock; the profiled one comes after
     ended = too_few_steps(hook.steps, plan.min_warmup + plan.measured_steps + 1 + plan.profile)
-    worker.write_error(folder, rank, ended)
+    failures.write_error(folder, rank, ended)
     raise ended

@@ -19,11 +19,11 @@ from typing import Any, TextIO
 
 import torch
 
-from autotune.engines import job_hook, worker
+from autotune.engines import failures, job_hook, worker
 from autotune.engines.logged import LoggedMemory, LoggedStep
 from autotune.engines.measure import Memory, StepMeter, trial_result
 from autotune.engines.user_job import LOGGING_FRAMEWORKS
-from autotune.trialspec import (
+from autotune.trial.spec import (
     METRICS_FILE,
     RESULT_FILE,
     TrialSpec,
@@ -112,8 +112,8 @@ class LoggedRun:
 def check_nccl_environment(spec: TrialSpec, folder: Path, rank: int) -> None:
     """This rank runs with the trial's NCCL settings (there is no process group yet to
     compare ranks: each checks its own)."""
-    if wrong := worker.nccl_mismatch(spec, worker.my_nccl_environment(), rank):
-        worker.write_error(folder, rank, wrong)
+    if wrong := failures.nccl_mismatch(spec, failures.my_nccl_environment(), rank):
+        failures.write_error(folder, rank, wrong)
         raise wrong
 
 
@@ -131,12 +131,12 @@ def main() -> None:
         ended = (
             job_hook.too_few_steps(run.steps, plan.min_warmup + plan.measured_steps)
             if run.steps
-            else worker.NoStepsError(
+            else failures.NoStepsError(
                 f"no {spec.job.framework} step line was read from rank {rank}'s output: the "
                 "command printed none in the format autotune reads (see README)"
             )
         )
-        worker.write_error(folder, rank, ended)
+        failures.write_error(folder, rank, ended)
         raise ended
     worker.exit_now()
 

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import torch
 import torch.distributed as dist
 
-from autotune.trialspec import StepPlan, TrialSpec
+from autotune.trial.spec import StepPlan, TrialSpec
 
 
 @dataclass

@@ -19,7 +19,7 @@ from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, Engine
 from autotune.errors import InputError
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 
 ARGS_FILE = "megatron_args.txt"
 SNIPPET_FILE = "megatron_core.py"

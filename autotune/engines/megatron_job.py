@@ -23,7 +23,7 @@ from autotune.engines.megatron import pretrain_gpt_flags
 from autotune.errors import InputError
 from autotune.specs import Workload
 from autotune.specs.workload import Precision
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 
 TUNED = {
     "--tensor-model-parallel-size": 1,

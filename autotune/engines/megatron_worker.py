@@ -41,7 +41,7 @@ from autotune.engines.megatron import (  # noqa: E402
 )
 from autotune.engines.model import synthetic_batch  # noqa: E402
 from autotune.space import TrainConfig  # noqa: E402
-from autotune.trialspec import TrialSpec  # noqa: E402
+from autotune.trial.spec import TrialSpec  # noqa: E402
 
 
 def resolve(kwargs: dict[str, Any]) -> dict[str, Any]:

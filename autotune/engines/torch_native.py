@@ -10,7 +10,7 @@ from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, 
 from autotune.engines.user_job import write_knobs_file
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 
 PARALLEL_FILE = "torch_parallel.yaml"
 

@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.model import Decoder, lm_loss, stage_layers, synthetic_batch  # noqa: E402
 from autotune.space import TrainConfig  # noqa: E402
-from autotune.trialspec import TrialSpec  # noqa: E402
+from autotune.trial.spec import TrialSpec  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -27,7 +27,7 @@ from autotune.engines.argv import flag_value, without_flags
 from autotune.engines.logged import ANSI_COLOUR, Logged, LoggedMemory, LoggedStep
 from autotune.errors import InputError
 from autotune.space import SearchSpace
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 
 MODULE = "torchtitan.train"
 KNOBS = frozenset({"tp", "zero", "mbs", "recompute", "nccl_algo", "nccl_proto"})

@@ -23,7 +23,7 @@ from autotune.engines.logged import Logged
 from autotune.errors import InputError
 from autotune.space import SearchSpace, TrainConfig
 from autotune.specs import Workload
-from autotune.trialspec import JobFramework, TrialSpec, UserJob
+from autotune.trial.spec import JobFramework, TrialSpec, UserJob
 
 CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
 """Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`

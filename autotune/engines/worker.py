@@ -24,6 +24,8 @@ from typing import Any, Protocol  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from autotune.engines.failures import check_nccl_environment, write_error  # noqa: E402
+from autotune.engines.faults import maybe_inject_fault  # noqa: E402
 from autotune.engines.measure import (  # noqa: E402
     StateTally,
     StepMeter,
@@ -32,15 +34,12 @@ from autotune.engines.measure import (  # noqa: E402
     summarize,
     sync,
 )
-from autotune.lifetime import die_with_parent  # noqa: E402
-from autotune.trialspec import (  # noqa: E402
-    FAULT_ENV,
+from autotune.trial.lifetime import die_with_parent  # noqa: E402
+from autotune.trial.spec import (  # noqa: E402
     LAUNCH_EPOCH_ENV,
     METRICS_FILE,
-    NCCL_TUNED,
     RESULT_FILE,
     TrialSpec,
-    nccl_environment,
     write_atomically,
 )
 
@@ -172,96 +171,3 @@ def _clear_stale_build_locks() -> None:
         with contextlib.suppress(OSError):
             if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S:
                 lock.unlink()
-
-
-def check_nccl_environment(spec: TrialSpec, rank: int) -> None:
-    """Every rank must run with the NCCL settings the trial chose: a variable set differently
-    on one node silently changes what is measured, or hangs the collective."""
-    if os.environ.get(FAULT_ENV) == "nccl_env" and rank == 1:
-        os.environ["NCCL_ALGO"] = "Tree"  # test hook: one rank with a setting of its own
-    everyone: list[dict[str, str | None]] = [{} for _ in range(dist.get_world_size())]
-    dist.all_gather_object(everyone, my_nccl_environment())
-    for other, env in enumerate(everyone):
-        if wrong := nccl_mismatch(spec, env, other):
-            raise wrong
-
-
-def my_nccl_environment() -> dict[str, str | None]:
-    return {name: os.environ.get(name) for name in NCCL_TUNED}
-
-
-def nccl_mismatch(
-    spec: TrialSpec, env: dict[str, str | None], rank: int
-) -> LaunchEnvironmentError | None:
-    """What is wrong with one rank's NCCL settings (`env`) for this trial, if anything."""
-    expected = nccl_environment(spec)
-    for name in NCCL_TUNED:
-        value = expected.get(name)
-        if env.get(name) != value:
-            return LaunchEnvironmentError(
-                f"{name} is {env.get(name) or 'unset'} on rank {rank} but the trial sets it "
-                f"{value or 'unset'}: every rank must run with the trial's NCCL settings"
-            )
-    return None
-
-
-def maybe_inject_fault(rank: int) -> None:
-    fault = os.environ.get(FAULT_ENV)
-    if rank != 0 or not fault:
-        return
-    if fault == "hang":
-        time.sleep(10**6)
-    if fault == "crash":
-        raise RuntimeError("injected crash (AUTOTUNE_INJECT_FAULT=crash)")
-    if fault == "oom":
-        raise torch.OutOfMemoryError("injected out of memory (AUTOTUNE_INJECT_FAULT=oom)")
-
-
-class LaunchEnvironmentError(RuntimeError):
-    """The ranks were started with an environment the trial did not ask for."""
-
-
-class ScriptError(RuntimeError):
-    """A user's script cannot run at all, whatever the config."""
-
-
-class NoStepsError(RuntimeError):
-    """A user's script ended before the trial's steps were measured."""
-
-
-class ConfigIgnoredError(RuntimeError):
-    """A user's script runs with settings other than the trial's: it does not read the config
-    file it was given, so no trial of it can measure a config."""
-
-
-def classify_exception(exc: BaseException) -> str:
-    """oom, launch_error, config_ignored, no_steps, script_error, comm_error or crash, from
-    the exception a rank died of."""
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return "oom"
-    if isinstance(exc, LaunchEnvironmentError):
-        return "launch_error"
-    if isinstance(exc, ConfigIgnoredError):
-        return "config_ignored"
-    if isinstance(exc, NoStepsError):
-        return "no_steps"
-    if isinstance(exc, ScriptError):
-        return "script_error"
-    text = str(exc)
-    if isinstance(exc, dist.DistError) or any(
-        marker in text
-        for marker in ("gloo", "NCCL", "Connection closed by peer", "Connection reset")
-    ):
-        return "comm_error"
-    return "crash"
-
-
-def write_error(folder: Path, rank: int, exc: BaseException, kind: str | None = None) -> None:
-    lines = str(exc).strip().splitlines()
-    record = {
-        "rank": rank,
-        "kind": kind or classify_exception(exc),
-        "time": time.time(),
-        "error": f"{type(exc).__name__}: {lines[0] if lines else ''}".strip(),
-    }
-    write_atomically(folder / f"error-rank{rank}.json", json.dumps(record) + "\n")

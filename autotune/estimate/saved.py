@@ -12,7 +12,7 @@ from autotune.errors import InputError
 from autotune.estimate.commfit import CollectiveFit, Regime
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.specs import Cluster
-from autotune.trialspec import write_atomically
+from autotune.trial.spec import write_atomically
 
 
 def calibration_path(results: Path, cluster: Cluster) -> Path:

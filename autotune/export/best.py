@@ -30,7 +30,7 @@ from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.step import CONFIG_ENV
 from autotune.study.storage import stored_job, stored_specs
-from autotune.trialspec import TRIAL_FILE, TrialSpec, nccl_environment
+from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
 COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")

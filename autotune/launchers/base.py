@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.launchers.early_stop import EarlyStop
 from autotune.specs.cluster import Cluster, SlurmSettings
-from autotune.trialspec import RESULT_FILE, TRIAL_FILE, Outcome, read_json
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, Outcome, read_json
 
 if TYPE_CHECKING:
     from autotune.estimate.steptime import Calibration

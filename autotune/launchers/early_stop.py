@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.trialspec import METRICS_FILE
+from autotune.trial.spec import METRICS_FILE
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import psutil
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.early_stop import measured_step_times
-from autotune.lifetime import die_with_parent
-from autotune.trialspec import LAUNCH_EPOCH_ENV, NCCL_TUNED
+from autotune.trial.lifetime import die_with_parent
+from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL when stopping a trial."""

@@ -21,7 +21,7 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, Laun
 from autotune.problem import Problem
 from autotune.space import KNOBS, Rule, SearchSpace, TrainConfig, config_key
 from autotune.space.config import coerce_knob
-from autotune.trialspec import OUTCOMES, RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
+from autotune.trial.spec import OUTCOMES, RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import time
 from autotune.estimate.predict import estimate
 from autotune.estimate.steptime import Calibration
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
-from autotune.trialspec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
 
 
 class SimulateLauncher(Launcher):

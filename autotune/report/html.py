@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from autotune.report.table import best_trial, trial_table
-from autotune.trialspec import write_atomically
+from autotune.trial.spec import write_atomically
 
 
 def write_report(study: optuna.Study, out: Path) -> Path:

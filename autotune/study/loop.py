@@ -20,7 +20,6 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune import trial as trials
 from autotune.errors import InputError
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.steptime import Calibration
@@ -40,7 +39,8 @@ from autotune.study.storage import (
     heartbeat,
     owner_tag,
 )
-from autotune.trialspec import StepPlan, TrialSpec
+from autotune.trial import folder as trials
+from autotune.trial.spec import StepPlan, TrialSpec
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""

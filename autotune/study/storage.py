@@ -22,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
-from autotune.trialspec import UserJob
+from autotune.trial.spec import UserJob
 
 CREATE_ATTEMPTS = 5
 HEARTBEAT_S = 10

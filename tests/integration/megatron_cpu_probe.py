@@ -23,7 +23,7 @@ from autotune.engines.megatron_worker import build_chunks, init_model_parallel
 from autotune.engines.model import synthetic_batch
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.commbench import OPS
+from autotune.commbench.bench import OPS
 from autotune.estimate.comm import Group, seconds
 from autotune.estimate.saved import load_calibration
 from autotune.specs import load_cluster

@@ -14,8 +14,8 @@ import pytest
 from autotune.launchers import LAUNCHERS, LaunchSettings, get_launcher
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
-from autotune.trial import LAUNCH_SCRIPT, prepare
-from autotune.trialspec import FAULT_ENV, RESULT_FILE, StepPlan
+from autotune.trial.folder import LAUNCH_SCRIPT, prepare
+from autotune.trial.spec import FAULT_ENV, RESULT_FILE, StepPlan
 
 pytestmark = pytest.mark.slow
 RUNS = TrainConfig(dp=1, zero=0, mbs=2)

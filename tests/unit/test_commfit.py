@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.commbench import nccl_variants, sweep_winners
+from autotune.commbench.bench import nccl_variants, sweep_winners
 from autotune.errors import InputError
 from autotune.estimate.comm import Group, seconds
 from autotune.estimate.commfit import (

@@ -11,10 +11,10 @@ import pytest
 from autotune.engines import ENGINES, get_engine
 from autotune.export.best import nccl_env_text, sbatch_script, train_script
 from autotune.launchers import LaunchRequest, torchrun
-from autotune.launchers.slurm import step_script
+from autotune.launchers.slurm_scripts import step_script
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.trialspec import TrialSpec, nccl_environment
+from autotune.trial.spec import TrialSpec, nccl_environment
 from tests.unit.test_megatron import best_trial, check_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "exports"

@@ -17,7 +17,7 @@ from autotune.export.best import nccl_env_text, sbatch_script, train_script
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.specs.cluster import SlurmSettings
-from autotune.trialspec import TrialSpec, nccl_environment
+from autotune.trial.spec import TrialSpec, nccl_environment
 
 
 def hostile(canary: Path) -> list[str]:

@@ -21,7 +21,7 @@ from autotune.engines.logged import LoggedMemory, LoggedStep
 from autotune.errors import InputError
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.trialspec import StepPlan, TrialSpec, UserJob
+from autotune.trial.spec import StepPlan, TrialSpec, UserJob
 from tests.unit.test_megatron import megatron_flags
 
 PRETRAIN = [

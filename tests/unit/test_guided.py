@@ -13,7 +13,7 @@ from autotune.study.guided import GuidedSearch
 from autotune.study.loop import Budget, memory_verdicts, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trialspec import StepPlan
+from autotune.trial.spec import StepPlan
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 CAL = DEFAULT_CALIBRATION["hopper"]

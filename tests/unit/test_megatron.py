@@ -26,7 +26,7 @@ from autotune.export.best import nccl_env_text, sbatch_script, train_script
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 from tests.conftest import autotune
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "megatron"

@@ -19,7 +19,7 @@ from autotune.export.best import job_command
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.trialspec import TrialSpec
+from autotune.trial.spec import TrialSpec
 from tests.conftest import autotune
 
 USER_CONFIG = {

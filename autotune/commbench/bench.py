@@ -1,6 +1,6 @@
 """`autotune commbench`: collective bandwidth on this cluster's backend, as nccl-tests
 reports it, beside a plain memory copy measured in the same run. On NCCL it also sweeps
-NCCL_ALGO x NCCL_PROTO for each collective. Launches autotune.commbench_worker with torchrun
+NCCL_ALGO x NCCL_PROTO for each collective. Launches autotune.commbench.worker with torchrun
 and writes the table as CSV and JSON."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def run_commbench(
     outcome = launcher.run(
         LaunchRequest(
             folder=folder,
-            worker_module="autotune.commbench_worker",
+            worker_module="autotune.commbench.worker",
             worker_file=PLAN_FILE,
             nprocs_per_node=cluster.devices_per_node,
             nnodes=cluster.nodes,

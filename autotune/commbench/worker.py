@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.estimate.collectives import bus_factor
-from autotune.trialspec import NCCL_TUNED
+from autotune.trial.spec import NCCL_TUNED
 
 TARGET_S = 0.25
 """Time spent timing one (op, size): more iterations for small messages, at least 3."""

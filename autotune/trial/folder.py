@@ -14,7 +14,7 @@ from autotune import shell
 from autotune.engines.base import Engine
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.early_stop import EarlyStop
-from autotune.trialspec import TRIAL_FILE, TrialSpec, nccl_environment, write_atomically
+from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment, write_atomically
 
 OUTCOME_FILE = "outcome.json"
 LAUNCH_SCRIPT = "launch.sh"
