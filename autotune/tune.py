@@ -11,14 +11,14 @@ from pathlib import Path
 
 import optuna
 
+from autotune.calibration.saved import load_calibration
 from autotune.errors import InputError
-from autotune.estimate.saved import load_calibration
 from autotune.export import export_best
 from autotune.launchers import LaunchSettings, get_launcher
 from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
-from autotune.study.loop import Progress
+from autotune.study.loop import Progress, SearchSettings
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import default_study_name, study_ref
 from autotune.trial.spec import StepPlan
@@ -82,15 +82,17 @@ def tune(
     )
     outcome = run_study(
         problem,
-        ref,
         study,
-        launcher,
-        settings.budget,
-        settings.steps,
-        progress,
-        settings.seed,
-        calibration,
-        settings.sampler,
+        ref=ref,
+        launcher=launcher,
+        progress=progress,
+        settings=SearchSettings(
+            budget=settings.budget,
+            steps=settings.steps,
+            strategy=settings.sampler,
+            seed=settings.seed,
+            calibration=calibration,
+        ),
     )
     exported: list[Path] = []
     if best_trial(study) is not None:

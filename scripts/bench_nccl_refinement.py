@@ -38,15 +38,15 @@ from bench_search import (
 )
 
 from autotune.estimate.predict import Estimate
+from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.loop import Budget, memory_verdicts, run_study
+from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trial.spec import StepPlan
 
 PROBLEMS = [
     ("torch", "llama3-8b", "dgx-h100:4"),  # the leaders are compute-bound: NCCL cannot matter
@@ -97,8 +97,11 @@ def run_guided(world: World, seed: int, budget: int) -> optuna.Study:
     with tempfile.TemporaryDirectory() as tmp:
         ref = StudyRef(name="bench", storage_url="memory", folder=Path(tmp))
         cal = DEFAULT_CALIBRATION[world.problem.cluster.device.generation]
-        run_study(world.problem, ref, study, world.launcher_factory(), Budget(trials=budget),
-                  StepPlan(), _Quiet(), seed, cal, "guided")  # fmt: skip
+        settings = SearchSettings(budget=Budget(trials=budget), seed=seed, calibration=cal)
+        run_study(
+            world.problem, study, ref=ref, launcher=world.launcher_factory(), progress=_Quiet(),
+            settings=settings,
+        )  # fmt: skip
     return study
 
 

@@ -14,9 +14,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.problem import load_problem
-from autotune.study.loop import memory_verdicts
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = [

@@ -29,16 +29,17 @@ from pathlib import Path
 
 import optuna
 
+from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.launchers import LaunchSettings
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.replay import ReplayLauncher
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.loop import Budget, memory_verdicts, run_study
+from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec, write_atomically
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 LOOP_STRATEGIES = ("guided", "tpe", "gp", "random", "grid")
@@ -164,16 +165,17 @@ def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
         # seeds them with the plan's best configs).
         run_study(
             world.problem,
-            ref,
             study,
-            world.launcher_factory(),
-            Budget(trials=budget),
-            StepPlan(),
-            _Quiet(),
-            seed,
-            cal,
-            strategy,
-            seed_from_plan=False,
+            ref=ref,
+            launcher=world.launcher_factory(),
+            progress=_Quiet(),
+            settings=SearchSettings(
+                budget=Budget(trials=budget),
+                seed=seed,
+                calibration=cal,
+                strategy=strategy,
+                seed_from_plan=False,
+            ),
         )
     ran = [
         t

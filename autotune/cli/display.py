@@ -11,12 +11,13 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
+from autotune.calibration.from_commbench import CommCalibrationReport
+from autotune.calibration.from_study import CalibrationReport
 from autotune.commbench.bench import sweep_winners
-from autotune.estimate.fit_commbench import CommCalibrationReport
-from autotune.estimate.fit_study import CalibrationReport
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.space import Enumeration
+from autotune.study.trial_attrs import CONFIRMS
 from autotune.trial.folder import TrialRecord
 
 
@@ -182,7 +183,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         spread = f" ± {stdev / best['step_time_s']:.1%}" if stdev else ""
         confirmed = (
             f", confirmed by a longer trial of trial {winner.user_attrs['confirms']}"
-            if "confirms" in winner.user_attrs
+            if CONFIRMS in winner.user_attrs
             else ""
         )
         console.print(
@@ -198,7 +199,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        if "confirms" in t.user_attrs:
+        if CONFIRMS in t.user_attrs:
             console.print(
                 f"[yellow]the longer re-measurement of trial {t.user_attrs['confirms']} "
                 f"failed[/] ({t.user_attrs.get('kind')}: {t.user_attrs.get('error')}): that "

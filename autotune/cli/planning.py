@@ -142,8 +142,8 @@ def estimate_command(
     as_json: bool,
 ) -> None:
     """Predict one config: memory and step-time breakdowns, tokens/s, MFU."""
+    from autotune.calibration.saved import load_calibration
     from autotune.estimate.predict import estimate
-    from autotune.estimate.saved import load_calibration
 
     if trial_file is not None:
         problem, config = problem_from_trial_file(trial_file)
@@ -173,8 +173,8 @@ def plan(
     as_json: bool,
 ) -> None:
     """Rank every valid config by predicted throughput."""
-    from autotune.estimate.saved import load_calibration
-    from autotune.study.loop import memory_verdicts
+    from autotune.calibration.saved import load_calibration
+    from autotune.estimate.ranking import memory_verdicts
 
     problem = load_problem(engine, model, cluster, space)
     found = problem.enumerate().require_some()
@@ -215,13 +215,13 @@ def calibrate(
     if (study_name is None) == (commbench_file is None):
         raise InputError("calibrate: give --study NAME or --commbench FILE (one of them)")
     if commbench_file is not None:
-        from autotune.estimate.fit_commbench import calibrate_commbench
+        from autotune.calibration.from_commbench import calibrate_commbench
 
         display.commbench_calibration(
             console, calibrate_commbench(commbench_file, cluster, results)
         )
         return
-    from autotune.estimate.fit_study import calibrate_study
+    from autotune.calibration.from_study import calibrate_study
     from autotune.study import load_existing_study
     from autotune.study.storage import study_ref
 

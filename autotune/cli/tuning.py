@@ -251,11 +251,12 @@ def dashboard(
 
     from autotune.report.dashboard import check_host
     from autotune.study import load_existing_study
+    from autotune.study.optuna_private import storage_of, study_id_of
     from autotune.study.storage import study_ref
 
     check_host(host, expose)
     ref = study_ref(study_name, storage, results)
     study = load_existing_study(ref)
-    study_id = study._study_id
+    study_id = study_id_of(study)
     console.print(f"dashboard: http://{host}:{port}/dashboard/studies/{study_id}  (Ctrl-C stops)")
-    optuna_dashboard.run_server(study._storage, host=host, port=port)
+    optuna_dashboard.run_server(storage_of(study), host=host, port=port)

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
+from autotune.engines.traits import EngineTraits
 from autotune.space import GENERIC_RULES, Rule
 from autotune.specs import Cluster
 from autotune.trial.spec import JobFramework, TrialSpec
@@ -37,6 +38,10 @@ class Engine(ABC):
     knobs: ClassVar[frozenset[str]]
     """Knobs this engine reads; a space file may vary only these."""
     engine_rules: ClassVar[tuple[Rule, ...]] = ()
+    traits: ClassVar[EngineTraits]
+    """What estimate/ and export/ read of this engine (engines/traits.py)."""
+    worker_module: ClassVar[str]
+    """The module torchrun starts on each rank of autotune's own trials of this engine."""
     knob_meanings: ClassVar[dict[str, str]] = {}
     """Each knob in this engine's own words and units (its config keys or flags): `zero=1`
     or a bucket size means different things to DeepSpeed, Megatron-LM and PyTorch."""
@@ -44,10 +49,6 @@ class Engine(ABC):
     @property
     def rules(self) -> tuple[Rule, ...]:
         return GENERIC_RULES + self.engine_rules
-
-    @property
-    def worker_module(self) -> str:
-        return f"autotune.engines.{self.name}_worker"
 
     def worker(self, spec: TrialSpec) -> str:
         """The module torchrun starts for this trial: the hook around the user's command,

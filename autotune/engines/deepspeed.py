@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
+from autotune.engines.traits import EngineTraits
 from autotune.engines.user_job import trial_ds_config
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
@@ -17,6 +18,16 @@ DS_CONFIG_FILE = "ds_config.json"
 
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
+    worker_module = "autotune.engines.deepspeed_worker"
+    traits = EngineTraits(
+        fp32_master="mixed_or_partitioned",
+        fp32_grad_partition=True,
+        zero_bucket_buffers=True,
+        bucket_unit="elements",
+        overlap="overlap_comm_from_zero1",
+        script_hint="pass ds_config.json to deepspeed.initialize(config=...) in your script "
+        "and launch it with the same torchrun line",
+    )
     knobs = (
         frozenset(
             {"pp", "zero", "mbs", "recompute", "reduce_bucket", "allgather_bucket", "overlap_comm"}

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import torch
 import torch.distributed as dist
 
+from autotune.specs.throughput import throughput
 from autotune.trial.spec import StepPlan, TrialSpec
 
 
@@ -145,8 +146,7 @@ def trial_result(
     """The result record of a measured trial, from its slowest-rank step times."""
     median = statistics.median(step_times)
     w, cluster = spec.workload, spec.cluster
-    flops = w.model_flops_per_step() / median / cluster.world_size
-    peak_flops = cluster.device.peak_flops.get(w.precision)
+    rate = throughput(w, cluster, median)
     clock["finished"] = time.time()
     marks = list(clock.items())
     states = memory.model_state_bytes_per_rank
@@ -158,9 +158,9 @@ def trial_result(
         "step_time_max_s": max(step_times),
         "step_time_stdev_s": statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
         "step_times_s": step_times,
-        "tokens_per_s": w.tokens_per_step / median,
-        "tflops_per_device": flops / 1e12,
-        "mfu": flops / peak_flops if peak_flops else None,
+        "tokens_per_s": rate.tokens_per_s,
+        "tflops_per_device": rate.tflops_per_device,
+        "mfu": rate.mfu,
         "flop_formula": "megatron-core num_floating_point_operations (model FLOPs, no recompute)",
         "peak_memory_bytes": memory.peak_bytes,
         "peak_memory_kind": memory.kind,

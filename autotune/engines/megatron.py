@@ -16,6 +16,7 @@ from typing import Any
 
 from autotune import shell
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, Engine
+from autotune.engines.traits import EngineTraits
 from autotune.errors import InputError
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
@@ -51,6 +52,17 @@ def _micro_batches(c: TrainConfig, w: Workload) -> int:
 
 class MegatronEngine(Engine):
     name = "megatron"
+    worker_module = "autotune.engines.megatron_worker"
+    traits = EngineTraits(
+        fp32_master="always",
+        fp32_main_grads=True,
+        reduces_bf16_grads_in_fp32=True,
+        bucket_unit="megabytes",
+        one_bucket_without_overlap=True,
+        overlap="per_flag",
+        script_hint="megatron_args.txt holds the same config as Megatron-LM pretrain_gpt.py "
+        "flags, megatron_core.py as megatron-core config objects",
+    )
     knobs = (
         frozenset(
             {

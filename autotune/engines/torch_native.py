@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
+from autotune.engines.traits import EngineTraits
 from autotune.engines.user_job import write_knobs_file
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
@@ -27,6 +28,15 @@ def _pipeline_fills(c: TrainConfig, w: Workload, _k: Cluster) -> bool:
 
 class TorchEngine(Engine):
     name = "torch"
+    worker_module = "autotune.engines.torch_worker"
+    traits = EngineTraits(
+        fp32_master="mixed",
+        zero2_keeps_full_params=True,
+        zero3_resident_layers=2,
+        bucket_unit="megabytes",
+        overlap="always",
+        script_hint="torch_parallel.yaml lists the mesh and wrappers to apply in your script",
+    )
     knobs = frozenset({"tp", "pp", "vpp", "zero", "mbs", "recompute", "sp", "ddp_bucket_mb"}) | (
         NCCL_KNOBS
     )

@@ -25,6 +25,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from autotune.engines import EngineTraits, traits_of
 from autotune.space import TrainConfig
 from autotune.specs import Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -67,25 +68,28 @@ def rank_parameters(w: Workload, tp: int, pp: int) -> int:
     return max(stages)
 
 
-def model_states(w: Workload, config: TrainConfig, engine: str) -> ModelStates:
+def model_states(w: Workload, config: TrainConfig, engine: str | EngineTraits) -> ModelStates:
     """Bytes of parameters, gradients and optimizer states on the most loaded rank."""
+    t = traits_of(engine)
     psi = rank_parameters(w, config.tp, config.pp)
     n = config.dp
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
-    master = FP32_MASTER_BYTES if mixed or (engine == "deepspeed" and config.zero in (1, 2)) else 0
-    k = ADAM_MOMENTS_BYTES + master
-    if engine == "megatron":
-        k = ADAM_MOMENTS_BYTES + FP32_MASTER_BYTES
-        # fp32 main_grad buffers, reduced in place; zero 1 is the distributed optimizer.
+    master = (
+        t.fp32_master == "always"
+        or mixed
+        or (t.fp32_master == "mixed_or_partitioned" and config.zero in (1, 2))
+    )
+    k = ADAM_MOMENTS_BYTES + (FP32_MASTER_BYTES if master else 0)
+    if t.fp32_main_grads:
         return ModelStates(psi * p, psi * 4, psi * k / (n if config.zero >= 1 else 1))
     if config.zero == 0:
         return ModelStates(psi * p, psi * g, psi * k)
-    fp32_grads = 4 if engine == "deepspeed" and mixed else 0
+    fp32_grads = 4 if t.fp32_grad_partition and mixed else 0
     if config.zero == 1:
         return ModelStates(psi * p, psi * g + psi * fp32_grads / n, psi * k / n)
     if config.zero == 2:
-        params = psi * p + (psi * p / n if engine == "torch" else 0)
+        params = psi * p + (psi * p / n if t.zero2_keeps_full_params else 0)
         return ModelStates(params, psi * (g + fp32_grads) / n, psi * k / n)
     grads = fp32_grads if fp32_grads else g
     return ModelStates(psi * p / n, psi * grads / n, psi * k / n)
@@ -191,7 +195,8 @@ def activation_bytes(w: Workload, config: TrainConfig) -> float:
 def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
     """Bucket buffers the engine allocates beside the gradients."""
     width = BYTES_PER_ELEMENT[w.precision]
-    if engine == "deepspeed" and config.dp > 1:
+    t = traits_of(engine)
+    if t.zero_bucket_buffers and config.dp > 1:
         if config.zero in (1, 2):
             buckets = 2 if config.overlap_comm else 1
             psi = rank_parameters(w, config.tp, config.pp)
@@ -203,9 +208,8 @@ def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
                 min(config.reduce_bucket, rank_parameters(w, config.tp, config.pp))
                 + ZERO3_PREFETCH_ELEMENTS
             ) * width
-    if engine == "torch" and config.zero == 3:
-        # FSDP2 all-gathers one layer ahead: two unsharded layers at a time.
-        return 2 * layer_parameters(w, config.tp) * width
+    if t.zero3_resident_layers and config.zero == 3:
+        return t.zero3_resident_layers * layer_parameters(w, config.tp) * width
     return 0.0
 
 

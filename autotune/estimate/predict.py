@@ -9,6 +9,7 @@ from autotune.estimate.memory import MemoryBreakdown, memory_breakdown
 from autotune.estimate.steptime import Calibration, StepTime, step_time
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
+from autotune.specs.throughput import throughput
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,13 @@ def estimate(
 ) -> Estimate:
     step = step_time(w, config, cluster, engine, cal)
     memory = memory_breakdown(w, config, engine, cluster.device.generation)
-    flops = w.model_flops_per_step() / step.total_s / cluster.world_size
-    peak = cluster.device.peak_flops.get(w.precision)
+    rate = throughput(w, cluster, step.total_s)
     return Estimate(
         config=config,
         step=step,
         memory=memory,
-        tokens_per_s=w.tokens_per_step / step.total_s,
-        tflops_per_device=flops / 1e12,
-        mfu=flops / peak if peak else None,
+        tokens_per_s=rate.tokens_per_s,
+        tflops_per_device=rate.tflops_per_device,
+        mfu=rate.mfu,
         fits=memory.total <= cluster.device.memory_bytes,
     )

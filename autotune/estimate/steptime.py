@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from autotune.engines import traits_of
 from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
@@ -213,14 +214,15 @@ def _data_parallel(
     if c.dp == 1:
         return 0.0, 0.0
     group = comm.place(c.dp, c.tp, cluster.devices_per_node)
+    t = traits_of(engine)
     width = BYTES_PER_ELEMENT[w.precision]
-    if engine == "megatron" and w.precision == "bf16":
-        width = 4  # Megatron-LM reduces bf16 models' gradients in fp32
+    if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":
+        width = 4
     grad_bytes = rank_parameters(w, c.tp, c.pp) * width
-    bucket = _bucket_bytes(c, engine, width)
+    bucket = c.reduce_bucket * width if t.bucket_unit == "elements" else c.ddp_bucket_mb * 2**20
     n_buckets = max(1, math.ceil(grad_bytes / bucket))
-    if engine == "megatron" and not c.overlap_comm:
-        n_buckets = 1  # Megatron-LM drops the bucket size without --overlap-grad-reduce
+    if t.one_bucket_without_overlap and not c.overlap_comm:
+        n_buckets = 1
 
     def bucketed(op: Op, total: float) -> float:
         return n_buckets * comm.seconds(
@@ -244,13 +246,11 @@ def _data_parallel(
         grads *= micro  # ZeRO-2/3 and FSDP reduce every micro-batch
     if c.zero == 3:
         gathers = gathers * 2 * micro  # parameters gathered for forward and backward
-    if engine == "megatron":
+    if t.overlap == "per_flag":
         work = cal.overlap * micro * per_micro_compute
-        return grads + gathers, _megatron_exposed(c, work, grads, gathers, n_buckets)
+        return grads + gathers, _exposed_per_flag(c, work, grads, gathers, n_buckets)
     total = grads + gathers
-    overlaps = engine == "torch" or c.overlap_comm
-    if c.zero == 0 and engine == "deepspeed":
-        overlaps = False  # DeepSpeed's stage 0 all-reduces after the backward pass
+    overlaps = t.overlap == "always" or (c.overlap_comm and c.zero >= 1)
     if not overlaps:
         return total, total
     # Gradient reductions hide behind the backward passes; ZeRO-3 / FSDP prefetching hides
@@ -261,18 +261,12 @@ def _data_parallel(
     return total, max(last, total - hideable)
 
 
-def _megatron_exposed(
+def _exposed_per_flag(
     c: TrainConfig, work: float, grads: float, gathers: float, n_buckets: int
 ) -> float:
-    """Megatron hides gradient reduction behind the backward passes only with
-    --overlap-grad-reduce (its last bucket stays exposed), and the distributed optimizer's
-    parameter all-gather behind the next forward passes only with --overlap-param-gather."""
+    """Gradient reduction hidden behind the backward passes only with `overlap_comm` (its
+    last bucket stays exposed), and the distributed optimizer's parameter all-gather behind
+    the next forward passes only with `overlap_param_gather` (Megatron-LM's two flags)."""
     exposed_grads = max(grads / n_buckets, grads - work * 2 / 3) if c.overlap_comm else grads
     exposed_gathers = max(0.0, gathers - work / 3) if c.overlap_param_gather else gathers
     return exposed_grads + exposed_gathers
-
-
-def _bucket_bytes(c: TrainConfig, engine: str, width: int) -> float:
-    if engine == "deepspeed":
-        return c.reduce_bucket * width
-    return c.ddp_bucket_mb * 2**20

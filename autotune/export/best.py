@@ -30,6 +30,7 @@ from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.step import CONFIG_ENV
 from autotune.study.storage import stored_job, stored_specs
+from autotune.study.trial_attrs import CONFIG, SOURCE
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
@@ -52,7 +53,7 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
         raise InputError(f"output folder {out} exists and is not empty (use --force)")
     engine_name, workload, cluster = stored_specs(study)
     engine = get_engine(engine_name)
-    config = TrainConfig(**trial.user_attrs["config"])
+    config = TrainConfig(**trial.user_attrs[CONFIG])
     spec = TrialSpec(
         engine=engine_name,
         workload=workload,
@@ -81,7 +82,7 @@ def _write_all(
     spec: TrialSpec,
     nccl_note: str | None = None,
 ) -> None:
-    source = trial.user_attrs.get("source", "measured")
+    source = trial.user_attrs.get(SOURCE, "measured")
     files = engine.write_files(spec, folder)
     for path in files:
         if path.suffix in COMMENTED_SUFFIXES and simulated_banner(trial):
@@ -142,7 +143,7 @@ def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str,
 
 def simulated_banner(trial: optuna.trial.FrozenTrial) -> list[str]:
     """The first comment lines of an export whose figures were predicted, not measured."""
-    if trial.user_attrs.get("source") != "simulated":
+    if trial.user_attrs.get(SOURCE) != "simulated":
         return []
     return [
         "# SIMULATED: this config and its figures come from autotune's model, not from a "
@@ -233,13 +234,6 @@ def train_script(
     cluster = spec.cluster
     tps = trial.user_attrs.get("tokens_per_s")
     measured = f"{tps:,.0f} tokens/s" if tps else "?"
-    plug = {
-        "deepspeed": "pass ds_config.json to deepspeed.initialize(config=...) in your "
-        "script and launch it with the same torchrun line",
-        "torch": "torch_parallel.yaml lists the mesh and wrappers to apply in your script",
-        "megatron": "megatron_args.txt holds the same config as Megatron-LM pretrain_gpt.py "
-        "flags, megatron_core.py as megatron-core config objects",
-    }
     launcher = " ".join(
         [
             'exec "${TORCHRUN:-torchrun}"',
@@ -264,7 +258,7 @@ def train_script(
     else:
         what = (
             f"# Runs it with autotune's worker {where}. For your own training script: "
-            f"{plug.get(engine.name, 'see best.yaml')}."
+            f"{engine.traits.script_hint}."
         )
         launch = [f"{launcher} -m {shell.quote(engine.worker_module)} {TRIAL_FILE}"]
     return "\n".join(

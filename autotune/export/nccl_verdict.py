@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.confirm import standing
 from autotune.study.noise import noise
+from autotune.study.trial_attrs import CONFIG
 
 
 @dataclass(frozen=True)
@@ -22,14 +23,14 @@ class NcclVerdict:
 
 
 def _config(trial: FrozenTrial) -> TrainConfig:
-    return TrainConfig(**trial.user_attrs["config"])
+    return TrainConfig(**trial.user_attrs[CONFIG])
 
 
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     config = _config(best)
     if config == nccl_default(config):
         return NcclVerdict(best, None)
-    done = [t for t in standing(study) if "config" in t.user_attrs]
+    done = [t for t in standing(study) if CONFIG in t.user_attrs]
     layout = config_key(nccl_default(config))
     baselines = [t for t in done if config_key(_config(t)) == layout]
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"

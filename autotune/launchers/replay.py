@@ -21,6 +21,7 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, Laun
 from autotune.problem import Problem
 from autotune.space import KNOBS, Rule, SearchSpace, TrainConfig, config_key
 from autotune.space.config import coerce_knob
+from autotune.specs.throughput import throughput
 from autotune.trial.spec import OUTCOMES, RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
 
 
@@ -105,16 +106,15 @@ class ReplayLauncher(Launcher):
             )
         step = float(row["step_time_s"])
         w, cluster = spec.workload, spec.cluster
-        flops = w.model_flops_per_step() / step / cluster.world_size
-        peak = cluster.device.peak_flops.get(w.precision)
+        rate = throughput(w, cluster, step)
         result = {
             "status": "ok",
             "source": "replayed",
             "step_time_s": step,
             "step_time_stdev_s": float(row.get("step_time_stdev_s", 0.0) or 0.0),
-            "tokens_per_s": w.tokens_per_step / step,
-            "tflops_per_device": flops / 1e12,
-            "mfu": flops / peak if peak else None,
+            "tokens_per_s": rate.tokens_per_s,
+            "tflops_per_device": rate.tflops_per_device,
+            "mfu": rate.mfu,
             "peak_memory_bytes": row.get("peak_memory_bytes"),
             "model_state_bytes": row.get("model_state_bytes"),
             "profile": None,

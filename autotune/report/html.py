@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from autotune.report.table import best_trial, trial_table
+from autotune.study.trial_attrs import PREDICTED
 from autotune.trial.spec import write_atomically
 
 
@@ -210,7 +211,7 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
 
 def _predicted(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.Figure | None:
     rows = [
-        (n, trials[n].user_attrs["predicted"]["step_time_s"], measured)
+        (n, trials[n].user_attrs[PREDICTED]["step_time_s"], measured)
         for n, measured in zip(frame["number"], frame["step_time_s"], strict=True)
         if measured and "predicted" in trials[n].user_attrs
     ]

@@ -7,6 +7,16 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from autotune.study.confirm import standing
+from autotune.study.trial_attrs import (
+    CONFIG,
+    ERROR,
+    KIND,
+    LABEL,
+    PRUNED_REASON,
+    SOURCE,
+    Pruned,
+    pruned_as,
+)
 
 COLUMNS = (
     "number",
@@ -28,26 +38,26 @@ def trial_table(study: optuna.Study) -> pd.DataFrame:
     knobs = list(study.user_attrs.get("choices", {}))
     rows = []
     for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.PRUNED and "config_key" not in t.user_attrs:
-            continue  # rejected by a rule or the memory check before anything ran
-        if t.state == TrialState.RUNNING and "config" not in t.user_attrs:
+        if pruned_as(t) in (Pruned.REJECTED, Pruned.CLAIMED):
+            continue  # not run: rejected before running, or another worker's config
+        if t.state == TrialState.RUNNING and CONFIG not in t.user_attrs:
             continue
         attrs = t.user_attrs
-        config = attrs.get("config", t.params)
+        config = attrs.get(CONFIG, t.params)
         row = {k: config.get(k) for k in knobs}
         row.update(
             {
                 "number": t.number,
                 "status": t.state.name.lower(),
-                "kind": attrs.get("kind", "pruned" if t.state == TrialState.PRUNED else None),
+                "kind": attrs.get(KIND, "pruned" if t.state == TrialState.PRUNED else None),
                 "tokens_per_s": t.value if t.state == TrialState.COMPLETE else None,
                 "mfu": attrs.get("mfu"),
                 "step_time_s": attrs.get("step_time_s"),
                 "peak_memory_bytes": attrs.get("peak_memory_bytes"),
                 "model_state_bytes": attrs.get("model_state_bytes"),
-                "source": attrs.get("source"),
-                "error": attrs.get("error") or attrs.get("pruned_reason"),
-                "label": attrs.get("label"),
+                "source": attrs.get(SOURCE),
+                "error": attrs.get(ERROR) or attrs.get(PRUNED_REASON),
+                "label": attrs.get(LABEL),
             }
         )
         rows.append(row)

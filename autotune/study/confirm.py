@@ -10,6 +10,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig
 from autotune.study.noise import noise
+from autotune.study.trial_attrs import (
+    CONFIG,
+    CONFIRMS,
+    PRUNED_AS,
+    PRUNED_REASON,
+    SOURCE,
+    Pruned,
+)
 
 CONTENDERS = 3
 """The best trial and up to this many minus one runners-up."""
@@ -18,9 +26,7 @@ LONGER = 3
 
 
 def _confirmations(study: optuna.Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
-    return [
-        t for t in study.get_trials(deepcopy=False, states=states) if "confirms" in t.user_attrs
-    ]
+    return [t for t in study.get_trials(deepcopy=False, states=states) if CONFIRMS in t.user_attrs]
 
 
 def standing(study: optuna.Study) -> list[FrozenTrial]:
@@ -34,10 +40,10 @@ def standing(study: optuna.Study) -> list[FrozenTrial]:
         if t.value is not None
     ]
     latest = {
-        t.user_attrs["confirms"]: t
+        t.user_attrs[CONFIRMS]: t
         for t in _confirmations(study, (TrialState.COMPLETE, TrialState.FAIL))
     }
-    standing = [latest.get(t.number, t) for t in done if "confirms" not in t.user_attrs]
+    standing = [latest.get(t.number, t) for t in done if CONFIRMS not in t.user_attrs]
     return [t for t in standing if t.state == TrialState.COMPLETE]
 
 
@@ -45,7 +51,7 @@ def _being_confirmed(study: optuna.Study) -> set[int]:
     """Trials with a longer re-measurement running or done (a queued one another worker's
     loop took and skipped does not count)."""
     states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.FAIL)
-    return {t.user_attrs["confirms"] for t in _confirmations(study, states)}
+    return {t.user_attrs[CONFIRMS] for t in _confirmations(study, states)}
 
 
 def contenders(study: optuna.Study) -> list[FrozenTrial]:
@@ -53,7 +59,7 @@ def contenders(study: optuna.Study) -> list[FrozenTrial]:
     noise of it, those not measured longer yet (nor being so by another worker); [] when the
     leader stands alone."""
     ranked = sorted(
-        (t for t in standing(study) if t.user_attrs.get("source") == "measured"),
+        (t for t in standing(study) if t.user_attrs.get(SOURCE) == "measured"),
         key=lambda t: -t.value,  # type: ignore[operator]
     )
     if len(ranked) < 2:
@@ -62,7 +68,7 @@ def contenders(study: optuna.Study) -> list[FrozenTrial]:
     close = [t for t in ranked[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
     confirming = _being_confirmed(study)
     unconfirmed = [
-        t for t in [best, *close] if "confirms" not in t.user_attrs and t.number not in confirming
+        t for t in [best, *close] if CONFIRMS not in t.user_attrs and t.number not in confirming
     ]
     return unconfirmed if close else []
 
@@ -81,11 +87,12 @@ def confirm(
     for original in contenders(study):
         if not time_left() or original.number in _being_confirmed(study):
             continue
-        config = TrainConfig(**original.user_attrs["config"])
-        study.enqueue_trial(params_of(config), user_attrs={"confirms": original.number})
+        config = TrainConfig(**original.user_attrs[CONFIG])
+        study.enqueue_trial(params_of(config), user_attrs={CONFIRMS: original.number})
         trial = study.ask(distributions)
-        if trial.user_attrs.get("confirms") != original.number:
-            trial.set_user_attr("pruned_reason", "took another worker's queued trial")
+        if trial.user_attrs.get(CONFIRMS) != original.number:
+            trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED)
+            trial.set_user_attr(PRUNED_REASON, "took another worker's queued trial")
             study.tell(trial, state=TrialState.PRUNED)
             continue
         run(trial, config)

@@ -26,6 +26,7 @@ from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.noise import NOISE_FLOOR
+from autotune.study.trial_attrs import CONFIG, KIND
 
 PRIOR_SPREAD = 0.15
 """The model's relative error before measurements say otherwise (its held-out error on
@@ -101,7 +102,7 @@ class GuidedSearch:
             Observation(
                 w,
                 cluster,
-                TrainConfig(**t.user_attrs["config"]),
+                TrainConfig(**t.user_attrs[CONFIG]),
                 engine.name,
                 t.user_attrs["step_time_s"],
             )
@@ -116,8 +117,8 @@ class GuidedSearch:
             default=None,
         )
         self.leader_measured = (
-            (TrainConfig(**fastest.user_attrs["config"]), fastest.value or 0.0)
-            if fastest is not None and "config" in fastest.user_attrs
+            (TrainConfig(**fastest.user_attrs[CONFIG]), fastest.value or 0.0)
+            if fastest is not None and CONFIG in fastest.user_attrs
             else None
         )
         free = FREE_PARAMETERS if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
@@ -132,8 +133,8 @@ class GuidedSearch:
             math.sqrt((PRIOR_WEIGHT * PRIOR_SPREAD**2 + squares) / (PRIOR_WEIGHT + dof)),
         )
         for t in trials:
-            if t.user_attrs.get("kind") == "oom" and "config" in t.user_attrs:
-                e = self._estimate(TrainConfig(**t.user_attrs["config"]))
+            if t.user_attrs.get(KIND) == "oom" and CONFIG in t.user_attrs:
+                e = self._estimate(TrainConfig(**t.user_attrs[CONFIG]))
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
 
     # --- proposing ----------------------------------------------------------------------

@@ -9,57 +9,44 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import optuna
-from optuna.storages._heartbeat import BaseHeartbeat
-from optuna.trial import FrozenTrial, TrialState
-from optuna_dashboard import save_note
+from optuna.trial import TrialState
 
 from autotune.errors import InputError
-from autotune.estimate.predict import Estimate, estimate
+from autotune.estimate.predict import estimate
+from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import Calibration
 from autotune.launchers import Launcher
 from autotune.launchers.early_stop import EarlyStop
 from autotune.problem import Problem
-from autotune.report.dashboard import trial_note
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import LONGER, confirm
 from autotune.study.guided import GuidedSearch
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.storage import (
-    INTERRUPTED,
     StudyRef,
     fail_abandoned_trials,
-    heartbeat,
-    owner_tag,
 )
+from autotune.study.trial_attrs import (
+    CONFIRMS,
+    PRUNED_AS,
+    PRUNED_REASON,
+    SEEDED_BY,
+    Pruned,
+)
+from autotune.study.trial_run import Progress, run_one, script_fault
+from autotune.study.verdicts import best_value, claim, running_keys, verdicts
 from autotune.trial import folder as trials
-from autotune.trial.spec import StepPlan, TrialSpec
+from autotune.trial.spec import StepPlan
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
-
-METRIC_KEYS = (
-    "step_time_s",
-    "step_time_stdev_s",
-    "tokens_per_s",
-    "tflops_per_device",
-    "mfu",
-    "peak_memory_bytes",
-    "model_state_bytes",
-    "profile",
-    "warmup_steps",
-    "measured_steps",
-    "nccl_version",
-)
 
 
 @dataclass(frozen=True)
@@ -87,24 +74,6 @@ class StudyOutcome:
     """Trials that re-measured the leaders (see study.confirm)."""
 
 
-class Progress(Protocol):
-    def started(self, number: int, label: str) -> None: ...
-    def finished(
-        self, number: int, label: str, record: trials.TrialRecord, best: float | None
-    ) -> None: ...
-
-
-def verdicts(study: optuna.Study) -> dict[str, int]:
-    """Config key -> trial number, for configs that completed, failed or were stopped early
-    (not those interrupted, which may run again)."""
-    found: dict[str, int] = {}
-    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-    for t in study.get_trials(deepcopy=False, states=states):
-        if "config_key" in t.user_attrs and t.user_attrs.get("kind") != INTERRUPTED:
-            found.setdefault(t.user_attrs["config_key"], t.number)
-    return found
-
-
 def early_stop_bar(study: optuna.Study, budget: Budget) -> EarlyStop | None:
     """The bar a running trial must not clearly exceed: the best step time so far plus the
     margin; None before any trial completed or when early stopping is off."""
@@ -118,181 +87,150 @@ def early_stop_bar(study: optuna.Study, budget: Budget) -> EarlyStop | None:
     return EarlyStop(bar_s=min(times) * (1 + budget.early_stop_margin)) if times else None
 
 
-def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
-    """Mark the config as this trial's; the number of an earlier trial that holds it (running
-    or with a verdict) when two workers took it at once, else None."""
-    trial.set_user_attr("claim", key)
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """How one run of the loop searches: its budget, trial length and proposer."""
 
-    def holds(t: FrozenTrial) -> bool:
-        if t.number >= trial.number or t.user_attrs.get("kind") == INTERRUPTED:
-            return False
-        if t.state == TrialState.RUNNING:
-            return t.user_attrs.get("claim") == key
-        return t.user_attrs.get("config_key") == key and t.state in (
-            TrialState.COMPLETE,
-            TrialState.FAIL,
-            TrialState.PRUNED,
-        )
-
-    holders = [t.number for t in study.get_trials(deepcopy=False) if holds(t)]
-    return min(holders) if holders else None
-
-
-def best_value(study: optuna.Study) -> float | None:
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return max((t.value for t in done if t.value is not None), default=None)
-
-
-def memory_verdicts(
-    problem: Problem, valid: tuple[TrainConfig, ...], cal: Calibration
-) -> tuple[list[Estimate], dict[str, str]]:
-    """Predictions of the configs that fit, best first; and why each other one cannot fit."""
-    fitting, too_big = [], {}
-    for config in valid:
-        e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
-        if e.fits:
-            fitting.append(e)
-        else:
-            too_big[config_key(config)] = memory_reason(e, problem.cluster.device.memory_bytes)
-    fitting.sort(key=lambda e: -e.tokens_per_s)
-    return fitting, too_big
-
-
-def memory_reason(e: Estimate, device_bytes: float) -> str:
-    parts = ", ".join(
-        f"{k} {v / 2**30:.1f}" for k, v in e.memory.as_dict().items() if k != "total" and v
-    )
-    return (
-        f"predicted not to fit: {e.memory.total / 2**30:.1f} GiB per rank > "
-        f"{device_bytes / 2**30:.1f} GiB ({parts} GiB)"
-    )
-
-
-def running_keys(study: optuna.Study) -> set[str]:
-    """Configs other workers are measuring right now."""
-    return {
-        t.user_attrs["claim"]
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if "claim" in t.user_attrs
-    }
+    budget: Budget = field(default_factory=Budget)
+    steps: StepPlan = field(default_factory=StepPlan)
+    strategy: str = "guided"
+    """"guided" (the model proposes), "grid" (enumeration order) or an Optuna sampler's name
+    (the study's sampler proposes)."""
+    seed: int | None = None
+    calibration: Calibration | None = None
+    seed_from_plan: bool = True
+    """With an Optuna sampler, run the plan's best configs first in a new study."""
 
 
 def run_study(
     problem: Problem,
-    ref: StudyRef,
     study: optuna.Study,
+    *,
+    ref: StudyRef,
     launcher: Launcher,
-    budget: Budget,
-    steps: StepPlan,
     progress: Progress,
-    seed: int | None = None,
-    calibration: Calibration | None = None,
-    strategy: str = "guided",
-    seed_from_plan: bool = True,
+    settings: SearchSettings,
 ) -> StudyOutcome:
-    """Search until the budget, the space or (guided) the stop rule says so.
-
-    `strategy` is "guided" (the model proposes), "grid" (enumeration order) or an Optuna
-    sampler's name (the study's sampler proposes; unless `seed_from_plan` is off, the plan's
-    best configs run first).
-    """
-    valid = problem.enumerate().require_some().valid
-    space = StudySpace.from_valid(valid)
-    space.bind(study)
-    cal = calibration or Calibration()
-    ranked, too_big = memory_verdicts(problem, valid, cal)
-    if not ranked:
-        raise InputError(
-            f"none of the {len(valid)} valid configs is predicted to fit in "
-            f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
-        )
-    guide = (
-        GuidedSearch(problem, [e.config for e in ranked], cal, seed)
-        if strategy == "guided"
-        else None
+    """Search until the budget, the space or (guided) the stop rule says so; then, if asked,
+    re-measure the leaders that are within noise of each other."""
+    search = _Search(problem, study, ref, launcher, progress, settings)
+    reason = search.run()
+    confirmations = search.confirm_leaders()
+    return StudyOutcome(
+        ran=search.ran,
+        finished_total=len(search.seen),
+        stop_reason=reason,
+        resumed_failed=search.resumed_failed,
+        confirmations=confirmations,
     )
-    in_order = [c for c in valid if config_key(c) not in too_big]
-    if strategy not in ENQUEUEING and seed_from_plan and not study.get_trials(deepcopy=False):
-        for e in ranked[:SEEDS]:  # a new study starts where the model expects the best
-            study.enqueue_trial(space.params(e.config), user_attrs={"seeded_by": "plan"})
-    resumed_failed = fail_abandoned_trials(study)
-    seen = verdicts(study)
-    rng = random.Random(seed)
-    misses, ran, start = 0, 0, time.monotonic()
 
-    def budget_reason() -> str | None:
-        if budget.trials is not None and len(seen) >= budget.trials:
-            return f"trial budget reached ({len(seen)} trials)"
-        if budget.max_time_s is not None and time.monotonic() - start >= budget.max_time_s:
-            return f"time budget reached ({budget.max_time_s:.0f} s)"
-        if len(seen) >= len(ranked):
-            return (
-                f"search space exhausted: all {len(ranked)} valid configs that fit were measured"
+
+class _Search:
+    """One run of the loop: the plan, what the study has seen, and the steps of a pass."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        study: optuna.Study,
+        ref: StudyRef,
+        launcher: Launcher,
+        progress: Progress,
+        settings: SearchSettings,
+    ) -> None:
+        self.problem, self.study, self.ref = problem, study, ref
+        self.launcher, self.progress, self.settings = launcher, progress, settings
+        self.budget = settings.budget
+        valid = problem.enumerate().require_some().valid
+        self.space = StudySpace.from_valid(valid)
+        self.space.bind(study)
+        self.cal = settings.calibration or Calibration()
+        self.ranked, self.too_big = memory_verdicts(problem, valid, self.cal)
+        if not self.ranked:
+            raise InputError(
+                f"none of the {len(valid)} valid configs is predicted to fit in "
+                f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
             )
+        self.guide = (
+            GuidedSearch(problem, [e.config for e in self.ranked], self.cal, settings.seed)
+            if settings.strategy == "guided"
+            else None
+        )
+        self.in_order = [c for c in valid if config_key(c) not in self.too_big]
+        self._seed_from_plan()
+        self.resumed_failed = fail_abandoned_trials(study)
+        self.seen = verdicts(study)
+        self.rng = random.Random(settings.seed)
+        self.misses, self.ran, self.start = 0, 0, time.monotonic()
+
+    def _seed_from_plan(self) -> None:
+        """A new study under an Optuna sampler starts where the model expects the best."""
+        s = self.settings
+        if s.strategy in ENQUEUEING or not s.seed_from_plan:
+            return
+        if not self.study.get_trials(deepcopy=False):
+            for e in self.ranked[:SEEDS]:
+                self.study.enqueue_trial(
+                    self.space.params(e.config), user_attrs={SEEDED_BY: "plan"}
+                )
+
+    def run(self) -> str:
+        """Passes until a budget, the space or the stop rule ends the search; why it ended."""
+        reason = self.budget_reason()
+        while reason is None:
+            if self.settings.strategy in ENQUEUEING:
+                proposal, reason = self.next_config()
+                if proposal is None:
+                    break
+                self.study.enqueue_trial(self.space.params(proposal))
+            elif self.misses >= MAX_MISSES:  # the sampler keeps proposing what cannot run
+                untried = [e.config for e in self.ranked if config_key(e.config) not in self.seen]
+                self.study.enqueue_trial(self.space.params(self.rng.choice(untried)))
+                self.misses = 0
+            reason = self.one_pass()
+        return reason or ""
+
+    def one_pass(self) -> str | None:
+        """Ask one config; skip it with its reason or run it. Every pass ends by re-reading
+        every worker's verdicts, so a config another worker has just measured is known
+        instead of proposed, refused as claimed, and proposed again."""
+        trial = self.study.ask(self.space.distributions)
+        config = self.space.config(trial.params, self.problem.cluster.world_size)
+        key = config_key(config)
+        why = self.rejection(config, key)
+        if why is not None:
+            self.misses += 1
+            self._skip(trial, Pruned.REJECTED, why)
+            return self.refreshed()
+        self.misses = 0
+        owner = claim(self.study, trial, key)
+        if owner is not None:  # another worker took the same config a moment earlier
+            self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
+            return self.refreshed()
+        record = self.measure(trial, config, key)
+        return script_fault(self.problem, record, best_value(self.study)) or self.refreshed()
+
+    def rejection(self, config: TrainConfig, key: str) -> str | None:
+        """Why a proposal is not run: a broken rule, predicted not to fit, or measured."""
+        p = self.problem
+        broken = first_violation(config, p.workload, p.cluster, p.rules)
+        if broken is not None:
+            return f"rule {broken.name}: {broken.reason}"
+        if key in self.too_big:
+            return self.too_big[key]
+        if key in self.seen:
+            return f"config already measured in trial {self.seen[key]}"
         return None
 
-    def next_config() -> tuple[TrainConfig | None, str | None]:
-        """The guided or grid proposal (None, why) when there is none."""
-        claimed = set(seen) | running_keys(study)
-        if guide is not None:
-            guide.learn(study.get_trials(deepcopy=False))
-            why = guide.converged(claimed, best_value(study))
-            if why:
-                return None, why
-            config = guide.propose(claimed)
-        else:
-            config = next((c for c in in_order if config_key(c) not in claimed), None)
-        return config, None if config else "search space exhausted: every config is claimed"
+    def _skip(self, trial: optuna.Trial, as_: Pruned, why: str) -> None:
+        trial.set_user_attr(PRUNED_AS, as_)
+        trial.set_user_attr(PRUNED_REASON, why)
+        self.study.tell(trial, state=TrialState.PRUNED)
 
-    def refreshed() -> str | None:
-        """Every worker's verdicts read again, and whether the budget is spent. Each pass of
-        the loop ends here, skipped or run: a proposal another worker has just measured is
-        then known, instead of being proposed, refused as claimed, and proposed again."""
-        nonlocal seen
-        seen = verdicts(study)
-        return budget_reason()
-
-    reason = budget_reason()
-    while reason is None:
-        if strategy in ENQUEUEING:
-            proposal, reason = next_config()
-            if proposal is None:
-                break
-            study.enqueue_trial(space.params(proposal))
-        elif misses >= MAX_MISSES:
-            untried = [e.config for e in ranked if config_key(e.config) not in seen]
-            study.enqueue_trial(space.params(rng.choice(untried)))
-            misses = 0
-        trial = study.ask(space.distributions)
-        config = space.config(trial.params, problem.cluster.world_size)
-        key = config_key(config)
-        broken = first_violation(config, problem.workload, problem.cluster, problem.rules)
-        if broken is not None or key in seen or key in too_big:
-            if broken is not None:
-                why = f"rule {broken.name}: {broken.reason}"
-            elif key in too_big:
-                why = too_big[key]
-            else:
-                why = f"config already measured in trial {seen[key]}"
-            trial.set_user_attr("pruned_reason", why)
-            study.tell(trial, state=TrialState.PRUNED)
-            misses += 1
-            reason = refreshed()
-            continue
-        misses = 0
-        owner = claim(study, trial, key)
-        if owner is not None:  # another worker took the same config a moment earlier
-            trial.set_user_attr("pruned_reason", f"config claimed by trial {owner}")
-            study.tell(trial, state=TrialState.PRUNED)
-            reason = refreshed()
-            continue
-        predicted = estimate(
-            problem.workload,
-            config,
-            problem.cluster,
-            problem.engine.name,
-            guide.calibration if guide is not None else cal,
-        )
+    def measure(self, trial: optuna.Trial, config: TrainConfig, key: str) -> trials.TrialRecord:
+        """Run the config as this trial, with the model's prediction beside it."""
+        p = self.problem
+        cal = self.guide.calibration if self.guide is not None else self.cal
+        predicted = estimate(p.workload, config, p.cluster, p.engine.name, cal)
         trial.set_user_attr(
             "predicted",
             {
@@ -301,165 +239,65 @@ def run_study(
                 "step": predicted.step.as_dict(),
             },
         )
-        record = _run_one(
-            problem, ref, study, trial, config, key, launcher, budget, steps, progress
-        )
-        ran += 1
-        progress.finished(trial.number, config.label(), record, best_value(study))
-        fail_abandoned_trials(study)  # other workers that died meanwhile
-        reason = script_fault(problem, record, best_value(study)) or refreshed()
-    confirmations: list[int] = []
-    if budget.confirm and launcher.source == "measured":
-        patient = dataclasses.replace(budget, early_stop_margin=None)
+        bar = early_stop_bar(self.study, self.budget)
+        record = run_one(
+            p, self.ref, self.study, trial, config, key, self.launcher, self.settings.steps,
+            self.progress, self.budget.timeout_per_trial_s, bar,
+        )  # fmt: skip
+        self.ran += 1
+        self.progress.finished(trial.number, config.label(), record, best_value(self.study))
+        fail_abandoned_trials(self.study)  # other workers that died meanwhile
+        return record
+
+    def next_config(self) -> tuple[TrainConfig | None, str | None]:
+        """The guided or grid proposal; (None, why) when there is none."""
+        claimed = set(self.seen) | running_keys(self.study)
+        if self.guide is not None:
+            self.guide.learn(self.study.get_trials(deepcopy=False))
+            why = self.guide.converged(claimed, best_value(self.study))
+            if why:
+                return None, why
+            config = self.guide.propose(claimed)
+        else:
+            config = next((c for c in self.in_order if config_key(c) not in claimed), None)
+        return config, None if config else "search space exhausted: every config is claimed"
+
+    def refreshed(self) -> str | None:
+        """Every worker's verdicts read again, and whether the budget is spent."""
+        self.seen = verdicts(self.study)
+        return self.budget_reason()
+
+    def budget_reason(self) -> str | None:
+        b, done = self.budget, len(self.seen)
+        if b.trials is not None and done >= b.trials:
+            return f"trial budget reached ({done} trials)"
+        if b.max_time_s is not None and time.monotonic() - self.start >= b.max_time_s:
+            return f"time budget reached ({b.max_time_s:.0f} s)"
+        if done >= len(self.ranked):
+            n = len(self.ranked)
+            return f"search space exhausted: all {n} valid configs that fit were measured"
+        return None
+
+    def confirm_leaders(self) -> list[int]:
+        """Longer trials of the leaders within noise of each other (measured runs only),
+        without early stopping (None below), while the time budget lasts."""
+        if not self.budget.confirm or self.launcher.source != "measured":
+            return []
+        steps = self.settings.steps
         longer = dataclasses.replace(steps, measured_steps=steps.measured_steps * LONGER)
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
-            record = _run_one(
-                problem,
-                ref,
-                study,
-                trial,
-                config,
-                config_key(config),
-                launcher,
-                patient,
-                longer,
-                progress,
-            )
-            label = f"{config.label()} (confirming trial {trial.user_attrs['confirms']})"
-            progress.finished(trial.number, label, record, best_value(study))
+            record = run_one(
+                self.problem, self.ref, self.study, trial, config, config_key(config),
+                self.launcher, longer, self.progress, self.budget.timeout_per_trial_s, None,
+            )  # fmt: skip
+            label = f"{config.label()} (confirming trial {trial.user_attrs[CONFIRMS]})"
+            self.progress.finished(trial.number, label, record, best_value(self.study))
 
         def time_left() -> bool:
-            limit = budget.max_time_s
-            return limit is None or time.monotonic() - start < limit
+            limit = self.budget.max_time_s
+            return limit is None or time.monotonic() - self.start < limit
 
-        confirmations = confirm(
-            study, space.params, space.distributions, run_confirmation, time_left
+        return confirm(
+            self.study, self.space.params, self.space.distributions, run_confirmation, time_left
         )
-    return StudyOutcome(
-        ran=ran,
-        finished_total=len(seen),
-        stop_reason=reason or "",
-        resumed_failed=resumed_failed,
-        confirmations=confirmations,
-    )
-
-
-SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")
-"""Failures of a user's script that no other config would fix."""
-
-
-def script_fault(problem: Problem, record: trials.TrialRecord, best: float | None) -> str | None:
-    """Why to stop a study of the user's command before any config was measured: its script
-    cannot run, ends too early or ignores its config, and every trial would fail the same."""
-    if problem.job is None or best is not None or record.kind not in SCRIPT_FAULTS:
-        return None
-    return f"the script failed before any config was measured ({record.kind}): {record.error}"
-
-
-def _run_one(
-    problem: Problem,
-    ref: StudyRef,
-    study: optuna.Study,
-    trial: optuna.Trial,
-    config: Any,
-    key: str,
-    launcher: Launcher,
-    budget: Budget,
-    steps: StepPlan,
-    progress: Progress,
-) -> trials.TrialRecord:
-    label = config.label()
-    for name, value in {
-        "config": config.as_dict(),
-        "config_key": key,
-        "label": label,
-        "owner": owner_tag(),
-        "source": launcher.source,
-    }.items():
-        trial.set_user_attr(name, value)
-    folder = ref.folder / "trials" / str(trial.number)
-    trial.set_user_attr("folder", str(folder))
-    spec = problem.trial_spec(config, steps)
-    progress.started(trial.number, label)
-    record = _with_heartbeat(
-        study,
-        trial._trial_id,
-        lambda: _run_or_interrupt(study, trial, spec, problem, launcher, folder, budget),
-    )
-    for name, value in _attrs(record).items():
-        trial.set_user_attr(name, value)
-    save_note(
-        trial,
-        trial_note(
-            config,
-            record.kind,
-            launcher.source,
-            record.error,
-            record.result,
-            trial.user_attrs.get("predicted"),
-        ),
-    )
-    if record.kind == "ok" and record.result is not None:
-        study.tell(trial, record.result["tokens_per_s"])
-    elif record.kind == "pruned":
-        study.tell(trial, state=TrialState.PRUNED)
-    else:
-        study.tell(trial, state=TrialState.FAIL)
-    return record
-
-
-def _run_or_interrupt(
-    study: optuna.Study,
-    trial: optuna.Trial,
-    spec: TrialSpec,
-    problem: Problem,
-    launcher: Launcher,
-    folder: Any,
-    budget: Budget,
-) -> trials.TrialRecord:
-    try:
-        return trials.run(
-            spec,
-            problem.engine,
-            launcher,
-            folder,
-            budget.timeout_per_trial_s,
-            early_stop_bar(study, budget),
-        )
-    except BaseException:
-        # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
-        # as interrupted so the study stays consistent and a resume may run the config again.
-        trial.set_user_attr("kind", INTERRUPTED)
-        trial.set_user_attr("error", "interrupted by the user")
-        study.tell(trial, state=TrialState.FAIL)
-        raise
-
-
-def _with_heartbeat(
-    study: optuna.Study, trial_id: int, work: Callable[[], trials.TrialRecord]
-) -> trials.TrialRecord:
-    if not isinstance(study._storage, BaseHeartbeat):  # in-memory studies (benchmarks)
-        return work()
-    study._storage.record_heartbeat(trial_id)
-    stop = threading.Event()
-    beat = threading.Thread(target=heartbeat, args=(study, trial_id, stop), daemon=True)
-    beat.start()
-    try:
-        return work()
-    finally:
-        stop.set()
-        beat.join()
-
-
-def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        "kind": record.kind,
-        "error": record.error,
-        "command": record.command,
-        "wall_s": record.wall_s,
-        "queue_s": record.queue_s,
-    }
-    if record.result:
-        attrs.update({k: record.result.get(k) for k in METRIC_KEYS})
-    return attrs

@@ -22,10 +22,11 @@ from pydantic import TypeAdapter, ValidationError
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
+from autotune.study.optuna_private import HEARTBEAT_S, fail_trial
+from autotune.study.trial_attrs import ERROR, KIND, OWNER
 from autotune.trial.spec import UserJob
 
 CREATE_ATTEMPTS = 5
-HEARTBEAT_S = 10
 GRACE_S = 60
 INTERRUPTED = "interrupted"
 """Outcome kind of a trial stopped by the user or by the tuner's death: not a verdict."""
@@ -201,23 +202,14 @@ def fail_abandoned_trials(study: optuna.Study) -> list[int]:
     this host, else by Optuna's heartbeat once the grace period has passed."""
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        owner = trial.user_attrs.get("owner", "")
+        owner = trial.user_attrs.get(OWNER, "")
         if owner and owner_is_dead(owner):
-            study._storage.set_trial_user_attr(trial._trial_id, "kind", INTERRUPTED)
-            study._storage.set_trial_user_attr(
-                trial._trial_id, "error", "the tuner running this trial died"
+            fail_trial(
+                study, trial, {KIND: INTERRUPTED, ERROR: "the tuner running this trial died"}
             )
-            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
             failed.append(trial.number)
     before = {t.number for t in study.get_trials(states=(optuna.trial.TrialState.FAIL,))}
     optuna.storages.fail_stale_trials(study)
     after = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
     failed += [t.number for t in after if t.number not in before and t.number not in failed]
     return failed
-
-
-def heartbeat(study: optuna.Study, trial_id: int, stop: Any) -> None:
-    """Record the trial's heartbeat until `stop` (a threading.Event) is set."""
-    storage = study._storage
-    while not stop.wait(HEARTBEAT_S):
-        storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]

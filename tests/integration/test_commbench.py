@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.calibration.saved import load_calibration
 from autotune.commbench.bench import OPS
 from autotune.estimate.comm import Group, seconds
-from autotune.estimate.saved import load_calibration
 from autotune.specs import load_cluster
 from tests.conftest import autotune
 

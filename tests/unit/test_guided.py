@@ -5,15 +5,15 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.guided import GuidedSearch
-from autotune.study.loop import Budget, memory_verdicts, run_study
+from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trial.spec import StepPlan
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 CAL = DEFAULT_CALIBRATION["hopper"]
@@ -39,15 +39,13 @@ def search(  # type: ignore[no-untyped-def]
     study = optuna.create_study(direction="maximize", sampler=make_sampler(strategy, seed))
     outcome = run_study(
         problem,
-        StudyRef("t", "memory", tmp_path),
         study,
-        SimulateLauncher(CAL),
-        Budget(trials=trials),
-        StepPlan(),
-        Quiet(),
-        seed,
-        CAL,
-        strategy,
+        ref=StudyRef("t", "memory", tmp_path),
+        launcher=SimulateLauncher(CAL),
+        progress=Quiet(),
+        settings=SearchSettings(
+            budget=Budget(trials=trials), seed=seed, calibration=CAL, strategy=strategy
+        ),
     )
     ran = [t for t in study.get_trials() if t.state != optuna.trial.TrialState.WAITING]
     return problem, outcome, sorted(ran, key=lambda t: t.number)

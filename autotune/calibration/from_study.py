@@ -9,9 +9,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
 from autotune.errors import InputError
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
-from autotune.estimate.saved import calibration_path, load_calibration, save_calibration
 from autotune.estimate.steptime import Calibration
 from autotune.space import TrainConfig
 from autotune.study.storage import stored_specs

@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
 from autotune.errors import InputError
 from autotune.estimate.commfit import CollectiveFit, fit_commbench, require_fits
-from autotune.estimate.saved import calibration_path, load_calibration, save_calibration
 from autotune.specs import load_cluster
 
 

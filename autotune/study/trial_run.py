@@ -1,0 +1,160 @@
+"""One config run as a study trial: its attributes set, the trial launched with a heartbeat,
+its outcome told to Optuna (complete with tokens/s, failed with its kind, or stopped early),
+and a note for the dashboard."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import TrialState
+from optuna_dashboard import save_note
+
+from autotune.launchers import Launcher
+from autotune.launchers.early_stop import EarlyStop
+from autotune.problem import Problem
+from autotune.report.dashboard import trial_note
+from autotune.study.optuna_private import with_heartbeat
+from autotune.study.storage import (
+    INTERRUPTED,
+    StudyRef,
+    owner_tag,
+)
+from autotune.study.trial_attrs import (
+    CONFIG,
+    CONFIG_KEY,
+    ERROR,
+    FOLDER,
+    KIND,
+    LABEL,
+    OWNER,
+    PREDICTED,
+    PRUNED_AS,
+    SOURCE,
+    Pruned,
+)
+from autotune.trial import folder as trials
+from autotune.trial.spec import StepPlan, TrialSpec
+
+METRIC_KEYS = (
+    "step_time_s",
+    "step_time_stdev_s",
+    "tokens_per_s",
+    "tflops_per_device",
+    "mfu",
+    "peak_memory_bytes",
+    "model_state_bytes",
+    "profile",
+    "warmup_steps",
+    "measured_steps",
+    "nccl_version",
+)
+
+
+class Progress(Protocol):
+    def started(self, number: int, label: str) -> None: ...
+    def finished(
+        self, number: int, label: str, record: trials.TrialRecord, best: float | None
+    ) -> None: ...
+
+
+SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")
+"""Failures of a user's script that no other config would fix."""
+
+
+def script_fault(problem: Problem, record: trials.TrialRecord, best: float | None) -> str | None:
+    """Why to stop a study of the user's command before any config was measured: its script
+    cannot run, ends too early or ignores its config, and every trial would fail the same."""
+    if problem.job is None or best is not None or record.kind not in SCRIPT_FAULTS:
+        return None
+    return f"the script failed before any config was measured ({record.kind}): {record.error}"
+
+
+def run_one(
+    problem: Problem,
+    ref: StudyRef,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    config: Any,
+    key: str,
+    launcher: Launcher,
+    steps: StepPlan,
+    progress: Progress,
+    timeout_s: float,
+    early_stop: EarlyStop | None,
+) -> trials.TrialRecord:
+    label = config.label()
+    for name, value in {
+        CONFIG: config.as_dict(),
+        CONFIG_KEY: key,
+        LABEL: label,
+        OWNER: owner_tag(),
+        SOURCE: launcher.source,
+    }.items():
+        trial.set_user_attr(name, value)
+    folder = ref.folder / "trials" / str(trial.number)
+    trial.set_user_attr(FOLDER, str(folder))
+    spec = problem.trial_spec(config, steps)
+    progress.started(trial.number, label)
+    record = with_heartbeat(
+        study,
+        trial,
+        lambda: _run_or_interrupt(
+            study, trial, spec, problem, launcher, folder, timeout_s, early_stop
+        ),
+    )
+    for name, value in _attrs(record).items():
+        trial.set_user_attr(name, value)
+    save_note(
+        trial,
+        trial_note(
+            config,
+            record.kind,
+            launcher.source,
+            record.error,
+            record.result,
+            trial.user_attrs.get(PREDICTED),
+        ),
+    )
+    if record.kind == "ok" and record.result is not None:
+        study.tell(trial, record.result["tokens_per_s"])
+    elif record.kind == "pruned":
+        trial.set_user_attr(PRUNED_AS, Pruned.STOPPED_EARLY)
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+    return record
+
+
+def _run_or_interrupt(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    spec: TrialSpec,
+    problem: Problem,
+    launcher: Launcher,
+    folder: Any,
+    timeout_s: float,
+    early_stop: EarlyStop | None,
+) -> trials.TrialRecord:
+    try:
+        return trials.run(spec, problem.engine, launcher, folder, timeout_s, early_stop)
+    except BaseException:
+        # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
+        # as interrupted so the study stays consistent and a resume may run the config again.
+        trial.set_user_attr(KIND, INTERRUPTED)
+        trial.set_user_attr(ERROR, "interrupted by the user")
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+
+
+def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        KIND: record.kind,
+        ERROR: record.error,
+        "command": record.command,
+        "wall_s": record.wall_s,
+        "queue_s": record.queue_s,
+    }
+    if record.result:
+        attrs.update({k: record.result.get(k) for k in METRIC_KEYS})
+    return attrs

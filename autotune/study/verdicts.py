@@ -1,0 +1,61 @@
+"""What the study knows, read from every worker's trials: which configs have a verdict,
+which are claimed or running, and the best value so far."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study.storage import (
+    INTERRUPTED,
+)
+from autotune.study.trial_attrs import (
+    CLAIM,
+    CONFIG_KEY,
+    KIND,
+)
+
+
+def verdicts(study: optuna.Study) -> dict[str, int]:
+    """Config key -> trial number, for configs that completed, failed or were stopped early
+    (not those interrupted, which may run again)."""
+    found: dict[str, int] = {}
+    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    for t in study.get_trials(deepcopy=False, states=states):
+        if CONFIG_KEY in t.user_attrs and t.user_attrs.get(KIND) != INTERRUPTED:
+            found.setdefault(t.user_attrs[CONFIG_KEY], t.number)
+    return found
+
+
+def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
+    """Mark the config as this trial's; the number of an earlier trial that holds it (running
+    or with a verdict) when two workers took it at once, else None."""
+    trial.set_user_attr(CLAIM, key)
+
+    def holds(t: FrozenTrial) -> bool:
+        if t.number >= trial.number or t.user_attrs.get(KIND) == INTERRUPTED:
+            return False
+        if t.state == TrialState.RUNNING:
+            return t.user_attrs.get(CLAIM) == key
+        return t.user_attrs.get(CONFIG_KEY) == key and t.state in (
+            TrialState.COMPLETE,
+            TrialState.FAIL,
+            TrialState.PRUNED,
+        )
+
+    holders = [t.number for t in study.get_trials(deepcopy=False) if holds(t)]
+    return min(holders) if holders else None
+
+
+def best_value(study: optuna.Study) -> float | None:
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return max((t.value for t in done if t.value is not None), default=None)
+
+
+def running_keys(study: optuna.Study) -> set[str]:
+    """Configs other workers are measuring right now."""
+    return {
+        t.user_attrs[CLAIM]
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if CLAIM in t.user_attrs
+    }
