@@ -39,7 +39,8 @@ from autotune.space import TrainConfig, config_key
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 REPO = Path(__file__).resolve().parents[1]
 LOOP_STRATEGIES = ("guided", "tpe", "gp", "random", "grid")
@@ -91,15 +92,10 @@ class PerturbedLauncher(Launcher):
                 kind="oom", error="simulated out of memory", wall_s=self.world.wall[key]
             )
         step = spec.workload.tokens_per_step / tps
-        result = {
-            "status": "ok",
-            "source": "simulated",
-            "step_time_s": step,
-            "tokens_per_s": tps,
-            "tflops_per_device": 0.0,
-            "mfu": None,
-        }
-        write_atomically(request.folder / RESULT_FILE, json.dumps(result))
+        result = TrialResult(
+            source="simulated", step_time_s=step, tokens_per_s=tps, tflops_per_device=0.0, mfu=None
+        )
+        result.write(request.folder)
         return LaunchOutcome(kind="ok", error=None, wall_s=self.world.wall[key], result=result)
 
 

@@ -128,7 +128,7 @@ def remeasure(work: Path, picks: dict[str, dict[str, object]], repeats: int) -> 
             )
             if record.kind != "ok" or record.result is None:
                 raise SystemExit(f"re-measuring {name}: {record.kind}: {record.error}")
-            times[name].append(record.result["step_time_s"])
+            times[name].append(record.result.step_time_s)
     return times
 
 

@@ -58,23 +58,23 @@ def trial_record(console: Console, record: TrialRecord) -> None:
         console.print(f"[red]{record.kind}[/]: {record.error}")
         console.print(f"files: {record.folder}")
         return
-    r: dict[str, Any] = record.result
+    r = record.result
+    low, high = r.step_time_min_s or r.step_time_s, r.step_time_max_s or r.step_time_s
     table = Table("metric", "value", title="measured")
     rows = [
         (
             "step time (median)",
-            f"{r['step_time_s'] * 1e3:.1f} ms "
-            f"(min {r['step_time_min_s'] * 1e3:.1f}, max {r['step_time_max_s'] * 1e3:.1f})",
+            f"{r.step_time_s * 1e3:.1f} ms (min {low * 1e3:.1f}, max {high * 1e3:.1f})",
         ),
-        ("tokens/s", f"{r['tokens_per_s']:,.0f}"),
-        ("TFLOP/s per device", f"{r['tflops_per_device']:.3f}"),
-        ("MFU", f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"),
-        ("peak memory", f"{human_bytes(r['peak_memory_bytes'])} ({r['peak_memory_kind']})"),
-        ("model states (max rank)", human_bytes(r["model_state_bytes"])),
-        ("warm-up / measured steps", f"{r['warmup_steps']} / {r['measured_steps']}"),
+        ("tokens/s", f"{r.tokens_per_s:,.0f}"),
+        ("TFLOP/s per device", f"{r.tflops_per_device:.3f}"),
+        ("MFU", f"{r.mfu:.1%}" if r.mfu is not None else "-"),
+        ("peak memory", f"{human_bytes(r.peak_memory_bytes)} ({r.peak_memory_kind})"),
+        ("model states (max rank)", human_bytes(r.model_state_bytes)),
+        ("warm-up / measured steps", f"{r.warmup_steps} / {r.measured_steps}"),
     ]
-    if r.get("profile"):
-        p = r["profile"]
+    if r.profile:
+        p = r.profile
         rows.append(
             (
                 "profiled step: comm / rest",
@@ -98,8 +98,8 @@ class RichProgress:
 
     def finished(self, number: int, label: str, record: TrialRecord, best: float | None) -> None:
         best_text = f"best {best:,.0f} tok/s" if best else "no success yet"
-        if record.kind == "ok" and record.result:
-            tps = record.result["tokens_per_s"]
+        if record.kind == "ok" and record.result is not None:
+            tps = record.result.tokens_per_s
             mark = " [green]★[/]" if best is not None and tps >= best else ""
             self.console.print(
                 f"trial {number:>3} [green]ok[/]       {label}  "

@@ -109,7 +109,7 @@ def trial(
                     "error": record.error,
                     "folder": str(record.folder),
                     "command": record.command,
-                    "result": record.result,
+                    "result": record.result.as_dict() if record.result else None,
                 },
                 indent=2,
             )

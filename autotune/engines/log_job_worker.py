@@ -23,9 +23,9 @@ from autotune.engines import failures, job_hook, worker
 from autotune.engines.logged import LoggedMemory, LoggedStep
 from autotune.engines.measure import Memory, StepMeter, trial_result
 from autotune.engines.user_job import LOGGING_FRAMEWORKS
+from autotune.trial.result import TrialResult
 from autotune.trial.spec import (
     METRICS_FILE,
-    RESULT_FILE,
     TrialSpec,
     read_json,
     write_atomically,
@@ -85,12 +85,12 @@ class LoggedRun:
             self.clock["warmed_up"] = time.time()
         if self.meter.done:  # written now: a failure in the framework's teardown loses nothing
             self.clock["measured"] = time.time()
-            write_atomically(self.folder / RESULT_FILE, json.dumps(self.result(), indent=2) + "\n")
+            self.result().write(self.folder)
 
     def _memory_file(self, rank: int) -> Path:
         return self.folder / f"memory-rank{rank}.json"
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> TrialResult:
         """The trial's result, from this rank's steps and every rank's logged peak."""
         if self.meter.log is not None:
             self.meter.log.close()

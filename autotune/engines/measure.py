@@ -9,12 +9,13 @@ import resource
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 import torch
 import torch.distributed as dist
 
 from autotune.specs.throughput import throughput
+from autotune.trial.result import TrialResult
 from autotune.trial.spec import StepPlan, TrialSpec
 
 
@@ -106,7 +107,7 @@ def summarize(
     tally: StateTally,
     profile: dict[str, float] | None,
     clock: dict[str, float],
-) -> dict[str, Any]:
+) -> TrialResult:
     """The trial's result from every rank's measurements (a collective: all ranks call it)."""
     states = _gather_ints(tally.total, meter.device)
     slowest = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
@@ -142,43 +143,40 @@ def trial_result(
     memory: Memory,
     profile: dict[str, float] | None,
     clock: dict[str, float],
-) -> dict[str, Any]:
-    """The result record of a measured trial, from its slowest-rank step times."""
+) -> TrialResult:
+    """The result of a measured trial, from its slowest-rank step times."""
     median = statistics.median(step_times)
     w, cluster = spec.workload, spec.cluster
     rate = throughput(w, cluster, median)
     clock["finished"] = time.time()
     marks = list(clock.items())
     states = memory.model_state_bytes_per_rank
-    return {
-        "status": "ok",
-        "source": "measured",
-        "step_time_s": median,
-        "step_time_min_s": min(step_times),
-        "step_time_max_s": max(step_times),
-        "step_time_stdev_s": statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
-        "step_times_s": step_times,
-        "tokens_per_s": rate.tokens_per_s,
-        "tflops_per_device": rate.tflops_per_device,
-        "mfu": rate.mfu,
-        "flop_formula": "megatron-core num_floating_point_operations (model FLOPs, no recompute)",
-        "peak_memory_bytes": memory.peak_bytes,
-        "peak_memory_kind": memory.kind,
-        "model_state_bytes": max(states) if states else None,
-        "model_state_bytes_per_rank": states,
-        "model_state_breakdown_rank0": dict(memory.breakdown_rank0),
-        "profile": profile,
-        "warmup_steps": warmup_steps,
-        "measured_steps": len(step_times),
-        "world_size": cluster.world_size,
-        "phases_s": {
-            later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)
-        },
-        "versions": {"torch": torch.__version__},
-        "nccl_version": (
+    return TrialResult(
+        source="measured",
+        step_time_s=median,
+        step_time_min_s=min(step_times),
+        step_time_max_s=max(step_times),
+        step_time_stdev_s=statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
+        step_times_s=tuple(step_times),
+        tokens_per_s=rate.tokens_per_s,
+        tflops_per_device=rate.tflops_per_device,
+        mfu=rate.mfu,
+        flop_formula="megatron-core num_floating_point_operations (model FLOPs, no recompute)",
+        peak_memory_bytes=memory.peak_bytes,
+        peak_memory_kind=memory.kind,
+        model_state_bytes=max(states) if states else None,
+        model_state_bytes_per_rank=tuple(states),
+        model_state_breakdown_rank0=dict(memory.breakdown_rank0),
+        profile=profile,
+        warmup_steps=warmup_steps,
+        measured_steps=len(step_times),
+        world_size=cluster.world_size,
+        phases_s={later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)},
+        versions={"torch": torch.__version__},
+        nccl_version=(
             ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
         ),
-    }
+    )
 
 
 def _settled(times: list[float], min_n: int, max_n: int, window: int, tolerance: float) -> bool:

@@ -13,13 +13,12 @@ import time
 STARTED = time.time()  # before the heavy imports, so import time is measured
 
 import contextlib  # noqa: E402
-import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Protocol  # noqa: E402
+from typing import Protocol  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -35,12 +34,11 @@ from autotune.engines.measure import (  # noqa: E402
     sync,
 )
 from autotune.trial.lifetime import die_with_parent  # noqa: E402
+from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import (  # noqa: E402
     LAUNCH_EPOCH_ENV,
     METRICS_FILE,
-    RESULT_FILE,
     TrialSpec,
-    write_atomically,
 )
 
 
@@ -108,7 +106,7 @@ def exit_now() -> None:
 
 def _run(
     spec: TrialSpec, session: Session, folder: Path, rank: int, clock: dict[str, float]
-) -> dict[str, Any]:
+) -> TrialResult:
     log = (folder / METRICS_FILE).open("a") if rank == 0 else None
     meter = StepMeter(spec.steps, session.device, log)
     maybe_inject_fault(rank)
@@ -137,10 +135,10 @@ def _run(
     return summarize(spec, meter, max(tally, key=lambda t: t.total), profile, clock)
 
 
-def finish(folder: Path, rank: int, result: dict[str, Any]) -> None:
+def finish(folder: Path, rank: int, result: TrialResult) -> None:
     """Rank 0 writes the result; every rank leaves the process groups and exits."""
     if rank == 0:
-        write_atomically(folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        result.write(folder)
     dist.barrier()
     dist.destroy_process_group()
     exit_now()

@@ -6,11 +6,12 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from autotune.launchers.early_stop import EarlyStop
 from autotune.specs.cluster import Cluster, SlurmSettings
-from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, Outcome, read_json
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TRIAL_FILE, Outcome, read_json
 
 if TYPE_CHECKING:
     from autotune.estimate.steptime import Calibration
@@ -52,7 +53,7 @@ class LaunchOutcome:
     kind: Outcome
     error: str | None
     wall_s: float
-    result: dict[str, Any] | None = field(default=None, hash=False)
+    result: TrialResult | None = None
     returncode: int | None = None
     queue_s: float = 0.0
     """Waiting for resources (a scheduler's queue), apart from `wall_s`."""
@@ -102,8 +103,8 @@ def classify(
     When one rank fails the others usually see a communication error, so the root cause is
     the out-of-memory or crash of some rank, before any communication error.
     """
-    result = read_json(folder / RESULT_FILE)
-    if result and result.get("status") == "ok":
+    result = TrialResult.read(folder)
+    if result is not None:
         return LaunchOutcome(
             kind="ok", error=None, wall_s=wall_s, result=result, returncode=returncode
         )

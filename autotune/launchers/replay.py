@@ -8,7 +8,6 @@ are its rows. Results are labelled `replayed`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,8 @@ from autotune.problem import Problem
 from autotune.space import KNOBS, Rule, SearchSpace, TrainConfig, config_key
 from autotune.space.config import coerce_knob
 from autotune.specs.throughput import throughput
-from autotune.trial.spec import OUTCOMES, RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import OUTCOMES, TRIAL_FILE, TrialSpec
 
 
 @dataclass(frozen=True)
@@ -107,20 +107,16 @@ class ReplayLauncher(Launcher):
         step = float(row["step_time_s"])
         w, cluster = spec.workload, spec.cluster
         rate = throughput(w, cluster, step)
-        result = {
-            "status": "ok",
-            "source": "replayed",
-            "step_time_s": step,
-            "step_time_stdev_s": float(row.get("step_time_stdev_s", 0.0) or 0.0),
-            "tokens_per_s": rate.tokens_per_s,
-            "tflops_per_device": rate.tflops_per_device,
-            "mfu": rate.mfu,
-            "peak_memory_bytes": row.get("peak_memory_bytes"),
-            "model_state_bytes": row.get("model_state_bytes"),
-            "profile": None,
-            "warmup_steps": 0,
-            "measured_steps": 0,
-            "replayed_at": time.time(),
-        }
-        write_atomically(request.folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        result = TrialResult(
+            source="replayed",
+            step_time_s=step,
+            step_time_stdev_s=float(row.get("step_time_stdev_s", 0.0) or 0.0),
+            tokens_per_s=rate.tokens_per_s,
+            tflops_per_device=rate.tflops_per_device,
+            mfu=rate.mfu,
+            peak_memory_bytes=row.get("peak_memory_bytes"),
+            model_state_bytes=row.get("model_state_bytes"),
+            replayed_at=time.time(),
+        )
+        result.write(request.folder)
         return LaunchOutcome(kind="ok", error=None, wall_s=wall, result=result)

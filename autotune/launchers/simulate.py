@@ -5,14 +5,14 @@ For planning a cluster one does not have. Everything it produces says `simulated
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from autotune.estimate.predict import estimate
 from autotune.estimate.steptime import Calibration
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
-from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, TrialSpec, write_atomically
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 
 class SimulateLauncher(Launcher):
@@ -40,20 +40,15 @@ class SimulateLauncher(Launcher):
                 error=f"simulated: predicted {e.memory.total / 2**30:.1f} GiB per rank > "
                 f"{spec.cluster.device.memory_bytes / 2**30:.1f} GiB",
             )
-        result = {
-            "status": "ok",
-            "source": "simulated",
-            "step_time_s": e.step.total_s,
-            "step_time_stdev_s": 0.0,
-            "tokens_per_s": e.tokens_per_s,
-            "tflops_per_device": e.tflops_per_device,
-            "mfu": e.mfu,
-            "peak_memory_bytes": e.memory.total,
-            "model_state_bytes": e.memory.weights + e.memory.gradients + e.memory.optimizer,
-            "profile": None,
-            "warmup_steps": 0,
-            "measured_steps": 0,
-            "predicted": e.as_dict(),
-        }
-        write_atomically(request.folder / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        result = TrialResult(
+            source="simulated",
+            step_time_s=e.step.total_s,
+            tokens_per_s=e.tokens_per_s,
+            tflops_per_device=e.tflops_per_device,
+            mfu=e.mfu,
+            peak_memory_bytes=e.memory.total,
+            model_state_bytes=e.memory.weights + e.memory.gradients + e.memory.optimizer,
+            predicted=e.as_dict(),
+        )
+        result.write(request.folder)
         return LaunchOutcome(kind="ok", error=None, wall_s=time.monotonic() - start, result=result)

@@ -9,6 +9,7 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.space import TrainConfig
+from autotune.trial.result import TrialResult
 
 GIB = 2**30
 
@@ -46,19 +47,23 @@ def trial_note(
     kind: str,
     source: str,
     error: str | None,
-    result: dict[str, Any] | None,
+    result: TrialResult | None,
     predicted: dict[str, Any] | None,
 ) -> str:
     """Markdown for optuna-dashboard's trial note."""
-    result, predicted = result or {}, predicted or {}
-    profile = result.get("profile") or {}
+    predicted = predicted or {}
+    profile = (result.profile if result else None) or {}
     step = predicted.get("step") or {}
     lines = [
         f"**{kind}** ({source}) `{config.label()}`",
         "",
         "| | measured | predicted |",
         "|---|---|---|",
-        _row("step time", _seconds(result.get("step_time_s")), _seconds(step.get("total_s"))),
+        _row(
+            "step time",
+            _seconds(result.step_time_s if result else None),
+            _seconds(step.get("total_s")),
+        ),
         _row("compute", _seconds(profile.get("compute_s")), _seconds(step.get("compute_s"))),
         _row(
             "communication",
@@ -72,10 +77,10 @@ def trial_note(
         _row("pipeline bubble", "-", _seconds(step.get("pp_bubble_s"))),
         _row(
             "peak memory",
-            _gib(result.get("peak_memory_bytes")),
+            _gib(result.peak_memory_bytes if result else None),
             _gib(predicted.get("memory_bytes")),
         ),
-        _row("model states", _gib(result.get("model_state_bytes")), "-"),
+        _row("model states", _gib(result.model_state_bytes if result else None), "-"),
     ]
     if error:
         lines += ["", "```", error, "```"]

@@ -36,20 +36,6 @@ from autotune.study.trial_attrs import (
 from autotune.trial import folder as trials
 from autotune.trial.spec import StepPlan, TrialSpec
 
-METRIC_KEYS = (
-    "step_time_s",
-    "step_time_stdev_s",
-    "tokens_per_s",
-    "tflops_per_device",
-    "mfu",
-    "peak_memory_bytes",
-    "model_state_bytes",
-    "profile",
-    "warmup_steps",
-    "measured_steps",
-    "nccl_version",
-)
-
 
 class Progress(Protocol):
     def started(self, number: int, label: str) -> None: ...
@@ -117,7 +103,7 @@ def run_one(
         ),
     )
     if record.kind == "ok" and record.result is not None:
-        study.tell(trial, record.result["tokens_per_s"])
+        study.tell(trial, record.result.tokens_per_s)
     elif record.kind == "pruned":
         trial.set_user_attr(PRUNED_AS, Pruned.STOPPED_EARLY)
         study.tell(trial, state=TrialState.PRUNED)
@@ -155,6 +141,6 @@ def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
         "wall_s": record.wall_s,
         "queue_s": record.queue_s,
     }
-    if record.result:
-        attrs.update({k: record.result.get(k) for k in METRIC_KEYS})
+    if record.result is not None:
+        attrs.update(record.result.figures())
     return attrs

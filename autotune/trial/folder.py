@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -14,6 +13,7 @@ from autotune import shell
 from autotune.engines.base import Engine
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.early_stop import EarlyStop
+from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment, write_atomically
 
 OUTCOME_FILE = "outcome.json"
@@ -29,7 +29,7 @@ class TrialRecord:
     folder: Path
     command: str
     wall_s: float
-    result: dict[str, Any] | None = field(default=None, hash=False)
+    result: TrialResult | None = None
     queue_s: float = 0.0
 
 

@@ -58,10 +58,10 @@ def test_every_launcher_has_a_way_to_fail_in_this_suite() -> None:
 def test_a_trial_that_runs_is_ok_and_labelled(tmp_path: Path, launcher_name: str) -> None:
     launcher, folder, outcome = launch(tmp_path, launcher_name, RUNS, "tiny", {})
     assert outcome.kind == "ok" and outcome.error is None
-    assert outcome.result is not None and outcome.result["step_time_s"] > 0
-    assert outcome.result.get("source", "measured") == launcher.source
+    assert outcome.result is not None and outcome.result.step_time_s > 0
+    assert outcome.result.source == launcher.source
     written = json.loads((folder / RESULT_FILE).read_text())
-    assert written["step_time_s"] == outcome.result["step_time_s"]
+    assert written["step_time_s"] == outcome.result.step_time_s
     assert (folder / LAUNCH_SCRIPT).read_text().strip().splitlines()[-1]
 
 

@@ -222,8 +222,8 @@ def test_a_megatron_lm_command_is_measured_from_its_own_log_lines(tmp_path: Path
         if "elapsed time per iteration (ms)" in line
     ]
     assert len(printed) == 7  # every line passed through to the trial's log
-    measured = [round(s * 1000, 1) for s in result["step_times_s"]]
-    warmup = result["warmup_steps"]
+    measured = [round(s * 1000, 1) for s in result.step_times_s]
+    warmup = result.warmup_steps
     assert measured == printed[warmup : warmup + 3]
-    assert result["peak_memory_kind"] == "megatron_max_allocated"
-    assert result["peak_memory_bytes"] > 10 * 2**20  # a Python process with torch
+    assert result.peak_memory_kind == "megatron_max_allocated"
+    assert result.peak_memory_bytes > 10 * 2**20  # a Python process with torch

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from autotune.launchers.base import LOG_FILE, classify, first_error_line
+from autotune.trial.result import TrialResult
 
 
 def write(folder: Path, name: str, data: dict) -> None:
@@ -11,9 +12,21 @@ def write(folder: Path, name: str, data: dict) -> None:
 
 
 def test_result_file_decides_success_not_the_log(tmp_path: Path) -> None:
-    write(tmp_path, "result.json", {"status": "ok", "tokens_per_s": 1.0})
+    TrialResult(
+        source="measured", step_time_s=2.0, tokens_per_s=1.0, tflops_per_device=0.1, mfu=None
+    ).write(tmp_path)
     (tmp_path / LOG_FILE).write_text("RuntimeError: error error error\n")
-    assert classify(tmp_path, 0, False, 1.0).kind == "ok"
+    outcome = classify(tmp_path, 0, False, 1.0)
+    assert outcome.kind == "ok" and outcome.result is not None
+    assert outcome.result.step_time_s == 2.0
+
+
+def test_a_result_file_without_its_figures_is_no_result(tmp_path: Path) -> None:
+    write(tmp_path, "result.json", {"status": "ok", "tokens_per_s": 1.0})
+    (tmp_path / LOG_FILE).write_text("RuntimeError: the worker died writing its result\n")
+    outcome = classify(tmp_path, 1, False, 1.0)
+    assert outcome.kind == "launch_error" and outcome.result is None
+    assert outcome.error == "RuntimeError: the worker died writing its result"
 
 
 def test_root_cause_beats_the_communication_errors_it_caused(tmp_path: Path) -> None:
