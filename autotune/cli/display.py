@@ -166,6 +166,7 @@ def _cell(key: str, value: Any) -> str:
 
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
     """Best config and its figures, speed-up over the median and worst, failures by kind."""
+    from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import best_trial
     from autotune.report.table import trial_table as table_of
 
@@ -205,6 +206,9 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
                 f"failed[/] ({t.user_attrs.get('kind')}: {t.user_attrs.get('error')}): that "
                 "trial stands on its own shorter measurement"
             )
+    cost = study_cost(study)
+    if cost is not None:
+        console.print(cost_line(cost))
     stopped = frame[frame["status"] == "pruned"]
     if not stopped.empty:
         console.print(f"stopped early (clearly slower than the best): {len(stopped)}")

@@ -19,6 +19,7 @@ import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
+from autotune.report.cost import cost_line, study_cost
 from autotune.report.table import best_trial, trial_table
 from autotune.study.trial_attrs import PREDICTED
 from autotune.trial.spec import write_atomically
@@ -49,6 +50,9 @@ def write_report(study: optuna.Study, out: Path) -> Path:
         parts.append(
             fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
         )
+    cost = study_cost(study)
+    if cost is not None:
+        parts.append(f"<h2>Where the time went</h2><p>{html.escape(cost_line(cost))}</p>")
     parts.append(_table(frame))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, _PAGE.format(title=html.escape(study.study_name), body="\n".join(parts)))

@@ -30,6 +30,10 @@ SEEDED_BY = "seeded_by"
 PRUNED_AS = "pruned_as"
 """Why a trial is PRUNED, as a `Pruned` value; `PRUNED_REASON` says it in words."""
 PRUNED_REASON = "pruned_reason"
+WALL = "wall_s"
+"""The trial's wall time as its launcher saw it, from launch to the processes' end."""
+PHASES = "phases_s"
+"""The worker's clock: seconds per phase of a measured trial (`TrialResult.phases_s`)."""
 
 
 class Pruned(StrEnum):

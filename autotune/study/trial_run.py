@@ -31,6 +31,7 @@ from autotune.study.trial_attrs import (
     PREDICTED,
     PRUNED_AS,
     SOURCE,
+    WALL,
     Pruned,
 )
 from autotune.trial import folder as trials
@@ -138,7 +139,7 @@ def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
         KIND: record.kind,
         ERROR: record.error,
         "command": record.command,
-        "wall_s": record.wall_s,
+        WALL: record.wall_s,
         "queue_s": record.queue_s,
     }
     if record.result is not None:

@@ -25,6 +25,7 @@ STUDY_FIGURES = (
     "warmup_steps",
     "measured_steps",
     "nccl_version",
+    "phases_s",
 )
 """The figures the study keeps on each trial (user attributes), for the table and report."""
 
