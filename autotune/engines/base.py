@@ -32,7 +32,11 @@ Megatron-LM's and torchtitan's own log lines."""
 
 
 class Engine(ABC):
-    """A training engine: its rules, its own config files, and the worker torchrun starts."""
+    """A training engine. A new one declares, in its own module under engines/: `name`,
+    `knobs`, `engine_rules`, `traits` (what estimate/ and export/ read), `worker_module` (its
+    worker, run on every rank) and `knob_meanings`; implements `write_files`; is added to
+    `ENGINES` in engines/__init__.py; and has a search space in search_spaces/<name>.yaml.
+    tests/unit/test_engine_contract.py then runs it."""
 
     name: ClassVar[str]
     knobs: ClassVar[frozenset[str]]
