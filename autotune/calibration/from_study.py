@@ -15,6 +15,7 @@ from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.steptime import Calibration
 from autotune.space import TrainConfig
 from autotune.study.storage import stored_specs
+from autotune.study.trial_attrs import CONFIG, SOURCE
 
 MIN_TRIALS = 3
 
@@ -38,12 +39,12 @@ def observations(study: optuna.Study) -> list[Observation]:
         Observation(
             workload,
             cluster,
-            TrainConfig(**t.user_attrs["config"]),
+            TrainConfig(**t.user_attrs[CONFIG]),
             engine,
             t.user_attrs["step_time_s"],
         )
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get("source") == "measured" and t.user_attrs.get("step_time_s")
+        if t.user_attrs.get(SOURCE) == "measured" and t.user_attrs.get("step_time_s")
     ]
 
 

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from autotune.report.cost import cost_line, study_cost
 from autotune.report.table import best_trial, trial_table
+from autotune.study.choices import CHOICES_ATTR
 from autotune.study.trial_attrs import PREDICTED
 from autotune.trial.spec import write_atomically
 
@@ -144,13 +145,13 @@ def _all_trials(frame: pd.DataFrame, source: str) -> go.Figure:
 
 
 def _knobs(frame: pd.DataFrame, study: optuna.Study, source: str) -> go.Figure | None:
-    knobs = list(study.user_attrs.get("choices", {}))
+    knobs = list(study.user_attrs.get(CHOICES_ATTR, {}))
     ok = frame[frame["status"] == "complete"]
     if not knobs or ok.empty:
         return None
     dims = []
     for knob in knobs:
-        values = [str(v) for v in study.user_attrs["choices"][knob]]
+        values = [str(v) for v in study.user_attrs[CHOICES_ATTR][knob]]
         codes = [values.index(str(v)) if str(v) in values else 0 for v in ok[knob]]
         dims.append(
             {

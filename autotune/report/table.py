@@ -6,6 +6,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
+from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import standing
 from autotune.study.trial_attrs import (
     CONFIG,
@@ -35,7 +36,7 @@ COLUMNS = (
 def trial_table(study: optuna.Study) -> pd.DataFrame:
     """One row per trial that ran (rejected proposals are left out): knobs that vary in the
     study, status and outcome kind, measured metrics; sorted by tokens/s, failures last."""
-    knobs = list(study.user_attrs.get("choices", {}))
+    knobs = list(study.user_attrs.get(CHOICES_ATTR, {}))
     rows = []
     for t in study.get_trials(deepcopy=False):
         if pruned_as(t) in (Pruned.REJECTED, Pruned.CLAIMED):
