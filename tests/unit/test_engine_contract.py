@@ -15,9 +15,9 @@ from autotune.engines import ENGINES, Engine
 from autotune.estimate.predict import estimate
 from autotune.problem import load_problem
 from autotune.trial.spec import StepPlan
-from tests.unit.test_toy_engine import ToyEngine
+from tests.unit.test_toy_engine import TOY_SPACE, ToyEngine
 
-CASES = {**{name: None for name in ENGINES}, "toy": "engine: toy\nknobs:\n  zero: [0, 1, 2]\n"}
+CASES = {**{name: None for name in ENGINES}, "toy": TOY_SPACE}
 """Engine -> its search-space file's text (None: the engine's own file in search_spaces/)."""
 CLUSTER = {"megatron": "dgx-h100:2"}  # Megatron plans for GPUs; the others run here too
 

@@ -19,6 +19,8 @@ from autotune.trial.spec import TrialSpec
 from autotune.tune import TuneSettings, tune
 from tests.unit.test_guided import Quiet
 
+TOY_SPACE = "engine: toy\nknobs:\n  zero: [0, 1, 2, 3]\n  mbs: [1, 2, 4]\n"
+
 
 class ToyEngine(Engine):
     name = "toy"
@@ -42,7 +44,7 @@ class ToyEngine(Engine):
 def toy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setitem(ENGINES, "toy", ToyEngine())
     space = tmp_path / "toy.yaml"
-    space.write_text("engine: toy\nknobs:\n  zero: [0, 1, 2, 3]\n  mbs: [1, 2, 4]\n")
+    space.write_text(TOY_SPACE)
     return space
 
 
