@@ -19,6 +19,7 @@ from autotune.problem import Problem
 from autotune.space import Enumeration
 from autotune.study.trial_attrs import CONFIRMS
 from autotune.trial.folder import TrialRecord
+from autotune.trial.result import TrialResult
 
 
 def human_bytes(n: float | None) -> str:
@@ -53,6 +54,14 @@ def space_summary(console: Console, problem: Problem, found: Enumeration, sample
         console.print(f"  {config.label()}")
 
 
+def measured_how(r: TrialResult) -> str:
+    """How precisely, and why no longer: " ±1.2% (4 steps, precise)"; empty when simulated."""
+    if r.stopped_for is None:
+        return ""
+    interval = f" ±{r.interval:.1%}" if r.interval is not None else ""
+    return f"{interval} ({r.measured_steps} steps, {r.stopped_for})"
+
+
 def trial_record(console: Console, record: TrialRecord) -> None:
     if record.kind != "ok" or record.result is None:
         console.print(f"[red]{record.kind}[/]: {record.error}")
@@ -71,7 +80,7 @@ def trial_record(console: Console, record: TrialRecord) -> None:
         ("MFU", f"{r.mfu:.1%}" if r.mfu is not None else "-"),
         ("peak memory", f"{human_bytes(r.peak_memory_bytes)} ({r.peak_memory_kind})"),
         ("model states (max rank)", human_bytes(r.model_state_bytes)),
-        ("warm-up / measured steps", f"{r.warmup_steps} / {r.measured_steps}"),
+        ("warm-up / measured steps", f"{r.warmup_steps} / {r.measured_steps}{measured_how(r)}"),
     ]
     if r.profile:
         p = r.profile
@@ -99,15 +108,12 @@ class RichProgress:
     def finished(self, number: int, label: str, record: TrialRecord, best: float | None) -> None:
         best_text = f"best {best:,.0f} tok/s" if best else "no success yet"
         if record.kind == "ok" and record.result is not None:
-            tps = record.result.tokens_per_s
-            mark = " [green]★[/]" if best is not None and tps >= best else ""
+            r = record.result
+            mark = " [green]★[/]" if best is not None and r.tokens_per_s >= best else ""
             self.console.print(
                 f"trial {number:>3} [green]ok[/]       {label}  "
-                f"{tps:,.0f} tok/s{mark}  ({best_text}, {record.wall_s:.0f} s)"
-            )
-        elif record.kind == "pruned":
-            self.console.print(
-                f"trial {number:>3} [yellow]pruned[/]   {label}  {record.error}  ({best_text})"
+                f"{r.tokens_per_s:,.0f} tok/s{mark}{measured_how(r)}  "
+                f"({best_text}, {record.wall_s:.0f} s)"
             )
         else:
             self.console.print(
@@ -121,6 +127,9 @@ HEADERS = {
     "tokens_per_s": "tokens/s",
     "mfu": "MFU",
     "step_time_s": "step",
+    "interval": "±",
+    "measured_steps": "steps",
+    "stopped_for": "stopped",
     "peak_memory_bytes": "peak mem",
 }
 TABLE_COLUMNS = (
@@ -130,6 +139,9 @@ TABLE_COLUMNS = (
     "tokens_per_s",
     "mfu",
     "step_time_s",
+    "interval",
+    "measured_steps",
+    "stopped_for",
     "peak_memory_bytes",
     "source",
     "error",
@@ -159,6 +171,10 @@ def _cell(key: str, value: Any) -> str:
         return f"{value:.1%}"
     if key == "step_time_s":
         return f"{value * 1e3:.1f} ms"
+    if key == "interval":
+        return f"{value:.1%}"
+    if key == "measured_steps":
+        return str(int(value))
     if key.endswith("_bytes"):
         return human_bytes(value)
     return str(value)
@@ -209,9 +225,9 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     cost = study_cost(study)
     if cost is not None:
         console.print(cost_line(cost))
-    stopped = frame[frame["status"] == "pruned"]
+    stopped = frame[(frame["status"] == "pruned") | (frame["stopped_for"] == "slower")]
     if not stopped.empty:
-        console.print(f"stopped early (clearly slower than the best): {len(stopped)}")
+        console.print(f"stopped early (surely slower than the best): {len(stopped)}")
     console.print(f"files: {ref.folder} (trials/, best/), storage {ref.storage_url}")
     if exported:
         console.print("exported: " + ", ".join(p.name for p in exported))

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from autotune.errors import InputError
 from autotune.specs.cluster import Cluster, SlurmSettings
+from autotune.trial.spec import StepPlan
 
 # Tables stay readable when output goes to a file or pipe (80 columns otherwise).
 console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
@@ -54,6 +55,36 @@ def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def length_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--measured-steps and --precision: how long a trial measures (`trial.length`)."""
+    options = [
+        click.option(
+            "--measured-steps",
+            default=None,
+            type=click.IntRange(min=2),
+            help="At most this many measured steps per trial after warm-up; fewer once "
+            "--precision is reached or the trial is surely slower than the best [default: 8].",
+        ),
+        click.option(
+            "--precision",
+            default=StepPlan.precision,
+            show_default=True,
+            type=click.FloatRange(0),
+            help="Stop measuring once the 95% interval of the step time is within this "
+            "share of it; 0 measures every one of --measured-steps.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def step_plan(measured_steps: int | None, precision: float) -> StepPlan:
+    if measured_steps is None:
+        return StepPlan(precision=precision)
+    return StepPlan(measured_steps=measured_steps, precision=precision)
 
 
 def slurm_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,8 +13,10 @@ from autotune.cli import display
 from autotune.cli.app import cli
 from autotune.cli.options import (
     console,
+    length_options,
     problem_options,
     results_option,
+    step_plan,
     storage_option,
 )
 from autotune.errors import InputError
@@ -65,12 +67,7 @@ def space(
     help="Trial folder [default: results/trials/<engine>-<time>].",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="Wall-clock limit in seconds.")
-@click.option(
-    "--measured-steps",
-    default=None,
-    type=click.IntRange(min=2),
-    help="Measured steps after warm-up [default: 8].",
-)
+@length_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable output.")
 def trial(
     engine: str,
@@ -81,18 +78,17 @@ def trial(
     out: Path | None,
     timeout: float,
     measured_steps: int | None,
+    precision: float,
     as_json: bool,
 ) -> None:
     """Run one config for real and print what was measured."""
     from autotune.launchers import get_launcher
     from autotune.trial import folder as trials
-    from autotune.trial.spec import StepPlan
 
     problem = load_problem(engine, model, cluster, space)
     problem.engine.check_runnable(problem.cluster)
     config = problem.config(parse_overrides(config_text))
-    steps = StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps)
-    spec = problem.trial_spec(config, steps)
+    spec = problem.trial_spec(config, step_plan(measured_steps, precision))
     folder = out or Path(
         "results", "trials", f"{engine}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     )

@@ -11,11 +11,13 @@ from autotune.cli import display
 from autotune.cli.app import cli
 from autotune.cli.options import (
     console,
+    length_options,
     parse_duration,
     problem_options,
     results_option,
     slurm_options,
     slurm_settings,
+    step_plan,
     storage_option,
     study_options,
 )
@@ -84,12 +86,7 @@ from autotune.problem import load_problem
     type=click.FloatRange(0),
     help="How much slower than the best a trial must be, as a fraction.",
 )
-@click.option(
-    "--measured-steps",
-    default=None,
-    type=click.IntRange(min=2),
-    help="Measured steps per trial after warm-up [default: 8].",
-)
+@length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     engine: str,
@@ -114,6 +111,7 @@ def run(
     early_stop_margin: float,
     confirm: bool,
     measured_steps: int | None,
+    precision: float,
     command: tuple[str, ...],
 ) -> None:
     """Tune: search the space with real trials, then export the best config.
@@ -127,7 +125,6 @@ def run(
     """
     from autotune.launchers import LaunchSettings
     from autotune.study import Budget
-    from autotune.trial.spec import StepPlan
     from autotune.tune import TuneSettings, tune
 
     problem = load_problem(engine, model, cluster, space, command)
@@ -147,7 +144,7 @@ def run(
             gpus=problem.cluster.backend == "nccl",
             table=table,
         ),
-        steps=StepPlan() if measured_steps is None else StepPlan(measured_steps=measured_steps),
+        steps=step_plan(measured_steps, precision),
         study_name=study_name,
         storage=storage,
         results=results,

@@ -53,8 +53,8 @@ class StepHook:
 
     def before_step(self, states: States) -> None:
         """Where the framework lets the hook in before its optimizer step (gradients are
-        still held): model states are tallied there on the last measured step."""
-        if self.meter is not None and self.meter.next_is_last:
+        still held): model states are tallied there on the first measured step."""
+        if self.meter is not None and self.meter.tally_next:
             self.tally = states()
 
     def after_step(self, device: torch.device, check: Callable[[], None], states: States) -> None:
@@ -176,6 +176,6 @@ def run_job(hook: StepHook, config_file: Path | None) -> None:
     spec, folder, rank = hook.spec, hook.folder, hook.rank
     run_for_trial(trial_argv(spec, str(config_file or "")), spec, folder, rank, lambda: hook.steps)
     plan = spec.steps  # the first step starts the clock; the profiled one comes after
-    ended = too_few_steps(hook.steps, plan.min_warmup + plan.measured_steps + 1 + plan.profile)
+    ended = too_few_steps(hook.steps, plan.min_warmup + plan.min_measured + 1 + plan.profile)
     failures.write_error(folder, rank, ended)
     raise ended

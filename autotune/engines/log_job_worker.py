@@ -104,9 +104,11 @@ class LoggedRun:
             peak_bytes=top["peak_bytes"] if top else None,
             kind=top["kind"] if top else "not_logged",
         )
+        meter = self.meter
         return trial_result(
-            self.spec, self.meter.measured, len(self.meter.warmup), memory, None, self.clock
-        )
+            self.spec, meter.measured, len(meter.warmup), meter.stopped_for, memory, None,
+            self.clock,
+        )  # fmt: skip
 
 
 def check_nccl_environment(spec: TrialSpec, folder: Path, rank: int) -> None:
@@ -129,7 +131,7 @@ def main() -> None:
     if run.reports and not run.meter.done:
         plan = spec.steps
         ended = (
-            job_hook.too_few_steps(run.steps, plan.min_warmup + plan.measured_steps)
+            job_hook.too_few_steps(run.steps, plan.min_warmup + plan.min_measured)
             if run.steps
             else failures.NoStepsError(
                 f"no {spec.job.framework} step line was read from rank {rank}'s output: the "

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.specs.throughput import throughput
+from autotune.trial import length
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import StepPlan, TrialSpec
 
@@ -62,8 +63,9 @@ class StateTally:
 
 class StepMeter:
     """Warm-up until step time settles (every rank follows rank 0's decision), then measured
-    steps: the one set of statistics for autotune's own loop, for the hook in a user's, and
-    for the step times a framework logs (there one rank decides alone: `collective=False`)."""
+    steps until `trial.length` says the step time is known well enough: the one set of
+    statistics for autotune's own loop, for the hook in a user's, and for the step times a
+    framework logs (there one rank decides alone: `collective=False`)."""
 
     def __init__(
         self, plan: StepPlan, device: torch.device, log: TextIO | None, collective: bool = True
@@ -72,15 +74,14 @@ class StepMeter:
         self.warmup: list[float] = []
         self.measured: list[float] = []
         self.warmed_up = False
+        self.done = False
+        self.stopped_for: length.StoppedFor | None = None
 
     @property
-    def done(self) -> bool:
-        return len(self.measured) >= self.plan.measured_steps
-
-    @property
-    def next_is_last(self) -> bool:
-        """The next step recorded is the last measured one (model states are tallied there)."""
-        return self.warmed_up and len(self.measured) == self.plan.measured_steps - 1
+    def tally_next(self) -> bool:
+        """The next step recorded is the first measured one: model states are tallied there
+        (they stay the same size from then on)."""
+        return self.warmed_up and not self.measured
 
     def record(self, seconds: float) -> None:
         phase, steps = ("measured", self.measured) if self.warmed_up else ("warmup", self.warmup)
@@ -90,15 +91,13 @@ class StepMeter:
             self.log.flush()
         steps.append(seconds)
         if not self.warmed_up:
-            plan = self.plan
-            settled = _settled(
-                self.warmup,
-                plan.min_warmup,
-                plan.max_warmup,
-                plan.settle_window,
-                plan.settle_tolerance,
-            )
-            self.warmed_up = _agree(settled, self.device) if self.collective else settled
+            self.warmed_up = self._decided(_settled(self.warmup, self.plan))
+        else:
+            self.stopped_for = length.stopped_for(self.measured, self.plan)
+            self.done = self._decided(self.stopped_for is not None)
+
+    def _decided(self, decision: bool) -> bool:
+        return _agree(decision, self.device) if self.collective else decision
 
 
 def summarize(
@@ -115,6 +114,7 @@ def summarize(
         spec,
         step_times=slowest,
         warmup_steps=len(meter.warmup),
+        stopped_for=meter.stopped_for,
         memory=Memory(
             peak_bytes=max(_gather_ints(_peak_memory_bytes(meter.device), meter.device)),
             kind="cuda_max_allocated" if torch.cuda.is_available() else "max_rss",
@@ -140,6 +140,7 @@ def trial_result(
     spec: TrialSpec,
     step_times: list[float],
     warmup_steps: int,
+    stopped_for: str | None,
     memory: Memory,
     profile: dict[str, float] | None,
     clock: dict[str, float],
@@ -170,6 +171,8 @@ def trial_result(
         profile=profile,
         warmup_steps=warmup_steps,
         measured_steps=len(step_times),
+        stopped_for=stopped_for,
+        interval=length.relative_halfwidth(step_times) if len(step_times) > 1 else None,
         world_size=cluster.world_size,
         phases_s={later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)},
         versions={"torch": torch.__version__},
@@ -179,13 +182,17 @@ def trial_result(
     )
 
 
-def _settled(times: list[float], min_n: int, max_n: int, window: int, tolerance: float) -> bool:
-    if len(times) >= max_n:
+def _settled(times: list[float], plan: StepPlan) -> bool:
+    if len(times) >= plan.max_warmup:
         return True
-    if len(times) < max(min_n, window):
+    if len(times) < plan.min_warmup:
         return False
-    last = times[-window:]
-    return (max(last) - min(last)) <= tolerance * statistics.median(last)
+    if sum(times) >= plan.max_warmup_s:
+        return True
+    if len(times) < plan.settle_window:
+        return False
+    last = times[-plan.settle_window :]
+    return (max(last) - min(last)) <= plan.settle_tolerance * statistics.median(last)
 
 
 def _agree(decision: bool, device: torch.device) -> bool:

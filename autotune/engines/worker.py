@@ -125,7 +125,7 @@ def _run(
     # during accumulation, ZeRO-2 only partitions): tally at each observed point, keep the largest.
     tally: list[StateTally] = []
     while not meter.done:
-        observe = (lambda: tally.append(session.model_state())) if meter.next_is_last else None
+        observe = (lambda: tally.append(session.model_state())) if meter.tally_next else None
         meter.record(timed_step(observe))
     clock["measured"] = time.time()
     profile = _profiled_step(session) if spec.steps.profile else None

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from autotune.launchers.early_stop import EarlyStop
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, Outcome, read_json
@@ -41,9 +40,6 @@ class LaunchRequest:
     nnodes: int = 1
     env: dict[str, str] = field(default_factory=dict, hash=False)
     time_limit_s: float = 600.0
-    early_stop: EarlyStop | None = None
-    """Stop the trial once its steps are clearly slower than this bar (launchers that run
-    processes; others ignore it)."""
     worker_file: str = TRIAL_FILE
     """What the worker module reads, in `folder` (commbench's plan for its worker)."""
 
@@ -96,7 +92,6 @@ def classify(
     returncode: int | None,
     timed_out: bool,
     wall_s: float,
-    stopped_early: str | None = None,
 ) -> LaunchOutcome:
     """The outcome from the worker's files first, the launcher's knowledge second.
 
@@ -107,10 +102,6 @@ def classify(
     if result is not None:
         return LaunchOutcome(
             kind="ok", error=None, wall_s=wall_s, result=result, returncode=returncode
-        )
-    if stopped_early:
-        return LaunchOutcome(
-            kind="pruned", error=stopped_early, wall_s=wall_s, returncode=returncode
         )
     if timed_out:
         return LaunchOutcome(

@@ -15,7 +15,6 @@ import psutil
 
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
-from autotune.launchers.early_stop import measured_step_times
 from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
@@ -57,26 +56,19 @@ class LocalLauncher(Launcher):
                 start_new_session=True,
                 preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
-        timed_out, stopped_early = False, None
+        timed_out = False
         try:
             while proc.poll() is None:
                 if time.monotonic() - start > request.time_limit_s:
                     timed_out = True
                     break
-                if request.early_stop is not None:
-                    times = measured_step_times(request.folder)
-                    stopped_early = request.early_stop.evidence(times)
-                    if stopped_early:
-                        break
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=POLL_S)
         except BaseException:
             stop_tree(proc)
             raise
-        stop_tree(proc)  # on timeout or early stop; else stragglers in their own sessions
-        return classify(
-            request.folder, proc.returncode, timed_out, time.monotonic() - start, stopped_early
-        )
+        stop_tree(proc)  # on timeout; else stragglers in their own sessions
+        return classify(request.folder, proc.returncode, timed_out, time.monotonic() - start)
 
 
 def python_bin_first(path: str) -> str:

@@ -27,7 +27,6 @@ from autotune.launchers.base import (
     LaunchRequest,
     LaunchSettings,
 )
-from autotune.launchers.early_stop import measured_step_times
 from autotune.launchers.slurm_accounting import (
     GRACE_S,
     final_accounting,
@@ -168,7 +167,7 @@ class SlurmLauncher(Launcher):
                     returncode=done.returncode,
                 )
             job = done.stdout.strip().split(";")[0]
-        timed_out, stopped_early = False, None
+        timed_out = False
         try:
             while True:
                 heartbeat.touch()
@@ -177,21 +176,16 @@ class SlurmLauncher(Launcher):
                     started = time.monotonic()
                 if finished(proc, state):
                     break
-                if started is not None:
-                    if time.monotonic() - started > request.time_limit_s + GRACE_S:
-                        timed_out = True
-                        break
-                    if request.early_stop is not None:
-                        stopped_early = request.early_stop.evidence(
-                            measured_step_times(request.folder)
-                        )
-                        if stopped_early:
-                            break
+                if started is not None and time.monotonic() - started > (
+                    request.time_limit_s + GRACE_S
+                ):
+                    timed_out = True
+                    break
                 time.sleep(POLL_S)
         except BaseException:
             self._cancel(job or read_id(request.folder), proc)
             raise
-        if timed_out or stopped_early:
+        if timed_out:
             self._cancel(job or read_id(request.folder), proc)
         ident = job or read_id(request.folder)
         end = time.monotonic()
@@ -200,9 +194,7 @@ class SlurmLauncher(Launcher):
         queue_s = (started or end) - submitted
         if accounting is not None and job is not None:
             queue_s = accounting.queue_s
-        return slurm_outcome(
-            request.folder, accounting, timed_out, run_s, queue_s, stopped_early, proc
-        )
+        return slurm_outcome(request.folder, accounting, timed_out, run_s, queue_s, proc)
 
     def _cancel(self, ident: str | None, proc: subprocess.Popen[bytes] | None) -> None:
         if ident:

@@ -121,14 +121,13 @@ def slurm_outcome(
     timed_out: bool,
     run_s: float,
     queue_s: float,
-    stopped_early: str | None,
     proc: subprocess.Popen[bytes] | None = None,
 ) -> LaunchOutcome:
     """The worker's files first (a result is a result), then what SLURM says ended the job."""
     state = accounting.state if accounting else None
     exit_code = accounting.exit_code if accounting else (proc.returncode if proc else None)
-    base = classify(folder, exit_code, False, run_s, stopped_early)
-    if base.kind in ("ok", "pruned"):
+    base = classify(folder, exit_code, False, run_s)
+    if base.kind == "ok":
         return replace(base, queue_s=queue_s)
     kind: Outcome
     by_state: dict[str, tuple[Outcome, str]] = {

@@ -1,5 +1,7 @@
 """Before naming the winner: re-measure the leaders with longer trials when their difference
-is within measurement noise, and let those longer measurements decide."""
+is within measurement noise and a trial's own measurement is not precise (a trial measured
+to its precision target stands: a second launch of it would sample the noise between launches,
+not shrink it), and let those longer measurements decide."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from autotune.study.trial_attrs import (
     PRUNED_AS,
     PRUNED_REASON,
     SOURCE,
+    STOPPED_FOR,
     Pruned,
 )
 
@@ -56,8 +59,8 @@ def _being_confirmed(study: optuna.Study) -> set[int]:
 
 def contenders(study: optuna.Study) -> list[FrozenTrial]:
     """The trials to re-measure with longer trials: of the leader and the runners-up within
-    noise of it, those not measured longer yet (nor being so by another worker); [] when the
-    leader stands alone."""
+    noise of it, those measured short of their precision target and not measured longer yet
+    (nor being so by another worker); [] when the leader stands alone."""
     ranked = sorted(
         (t for t in standing(study) if t.user_attrs.get(SOURCE) == "measured"),
         key=lambda t: -t.value,  # type: ignore[operator]
@@ -68,7 +71,11 @@ def contenders(study: optuna.Study) -> list[FrozenTrial]:
     close = [t for t in ranked[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
     confirming = _being_confirmed(study)
     unconfirmed = [
-        t for t in [best, *close] if CONFIRMS not in t.user_attrs and t.number not in confirming
+        t
+        for t in [best, *close]
+        if CONFIRMS not in t.user_attrs
+        and t.number not in confirming
+        and t.user_attrs.get(STOPPED_FOR) != "precise"
     ]
     return unconfirmed if close else []
 

@@ -20,7 +20,6 @@ from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import Calibration
 from autotune.launchers import Launcher
-from autotune.launchers.early_stop import EarlyStop
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
@@ -57,8 +56,8 @@ class Budget:
     """No new trial starts once this run has lasted this long."""
     timeout_per_trial_s: float = 600.0
     early_stop_margin: float | None = 0.10
-    """Stop a trial whose steps are clearly slower than the best so far by this fraction;
-    None turns early stopping off."""
+    """Stop measuring a trial once its step time is surely slower than the best so far by
+    this fraction (`trial.length`); None turns early stopping off."""
     confirm: bool = True
     """Re-measure leaders within noise of each other with longer trials before naming one."""
 
@@ -74,9 +73,9 @@ class StudyOutcome:
     """Trials that re-measured the leaders (see study.confirm)."""
 
 
-def early_stop_bar(study: optuna.Study, budget: Budget) -> EarlyStop | None:
-    """The bar a running trial must not clearly exceed: the best step time so far plus the
-    margin; None before any trial completed or when early stopping is off."""
+def early_stop_bar(study: optuna.Study, budget: Budget) -> float | None:
+    """The step time a trial must beat to matter: the best so far plus the margin; None
+    before any trial completed or when early stopping is off."""
     if budget.early_stop_margin is None:
         return None
     times = [
@@ -84,7 +83,7 @@ def early_stop_bar(study: optuna.Study, budget: Budget) -> EarlyStop | None:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("step_time_s")
     ]
-    return EarlyStop(bar_s=min(times) * (1 + budget.early_stop_margin)) if times else None
+    return min(times) * (1 + budget.early_stop_margin) if times else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,10 +238,12 @@ class _Search:
                 "step": predicted.step.as_dict(),
             },
         )
-        bar = early_stop_bar(self.study, self.budget)
+        steps = dataclasses.replace(
+            self.settings.steps, beat_s=early_stop_bar(self.study, self.budget)
+        )
         record = run_one(
-            p, self.ref, self.study, trial, config, key, self.launcher, self.settings.steps,
-            self.progress, self.budget.timeout_per_trial_s, bar,
+            p, self.ref, self.study, trial, config, key, self.launcher, steps,
+            self.progress, self.budget.timeout_per_trial_s,
         )  # fmt: skip
         self.ran += 1
         self.progress.finished(trial.number, config.label(), record, best_value(self.study))
@@ -279,17 +280,23 @@ class _Search:
         return None
 
     def confirm_leaders(self) -> list[int]:
-        """Longer trials of the leaders within noise of each other (measured runs only),
-        without early stopping (None below), while the time budget lasts."""
+        """Longer trials of the leaders within noise of each other whose own measurement
+        did not reach the precision asked (measured runs only), without a step time to beat,
+        while the time budget lasts."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
         steps = self.settings.steps
-        longer = dataclasses.replace(steps, measured_steps=steps.measured_steps * LONGER)
+        longer = dataclasses.replace(
+            steps,
+            measured_steps=steps.measured_steps * LONGER,
+            precision=steps.precision / LONGER,
+            beat_s=None,
+        )
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
             record = run_one(
                 self.problem, self.ref, self.study, trial, config, config_key(config),
-                self.launcher, longer, self.progress, self.budget.timeout_per_trial_s, None,
+                self.launcher, longer, self.progress, self.budget.timeout_per_trial_s,
             )  # fmt: skip
             label = f"{config.label()} (confirming trial {trial.user_attrs[CONFIRMS]})"
             self.progress.finished(trial.number, label, record, best_value(self.study))

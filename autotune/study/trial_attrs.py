@@ -34,6 +34,8 @@ WALL = "wall_s"
 """The trial's wall time as its launcher saw it, from launch to the processes' end."""
 PHASES = "phases_s"
 """The worker's clock: seconds per phase of a measured trial (`TrialResult.phases_s`)."""
+STOPPED_FOR = "stopped_for"
+"""Why a measured trial stopped measuring (`trial.length`): precise, slower or cap."""
 
 
 class Pruned(StrEnum):
@@ -44,7 +46,8 @@ class Pruned(StrEnum):
     CLAIMED = "claimed"
     """Not run: another worker holds the config (or took the queued trial)."""
     STOPPED_EARLY = "stopped_early"
-    """Ran, and was stopped once clearly slower than the best."""
+    """Ran, and was stopped once clearly slower than the best: studies from before trials
+    measured their own length (now such a trial completes with `STOPPED_FOR` slower)."""
 
 
 def pruned_as(trial: FrozenTrial) -> Pruned | None:

@@ -11,7 +11,6 @@ from optuna.trial import TrialState
 from optuna_dashboard import save_note
 
 from autotune.launchers import Launcher
-from autotune.launchers.early_stop import EarlyStop
 from autotune.problem import Problem
 from autotune.report.dashboard import trial_note
 from autotune.study.optuna_private import with_heartbeat
@@ -29,10 +28,8 @@ from autotune.study.trial_attrs import (
     LABEL,
     OWNER,
     PREDICTED,
-    PRUNED_AS,
     SOURCE,
     WALL,
-    Pruned,
 )
 from autotune.trial import folder as trials
 from autotune.trial.spec import StepPlan, TrialSpec
@@ -68,7 +65,6 @@ def run_one(
     steps: StepPlan,
     progress: Progress,
     timeout_s: float,
-    early_stop: EarlyStop | None,
 ) -> trials.TrialRecord:
     label = config.label()
     for name, value in {
@@ -86,9 +82,7 @@ def run_one(
     record = with_heartbeat(
         study,
         trial,
-        lambda: _run_or_interrupt(
-            study, trial, spec, problem, launcher, folder, timeout_s, early_stop
-        ),
+        lambda: _run_or_interrupt(study, trial, spec, problem, launcher, folder, timeout_s),
     )
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)
@@ -105,9 +99,6 @@ def run_one(
     )
     if record.kind == "ok" and record.result is not None:
         study.tell(trial, record.result.tokens_per_s)
-    elif record.kind == "pruned":
-        trial.set_user_attr(PRUNED_AS, Pruned.STOPPED_EARLY)
-        study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, state=TrialState.FAIL)
     return record
@@ -121,10 +112,9 @@ def _run_or_interrupt(
     launcher: Launcher,
     folder: Any,
     timeout_s: float,
-    early_stop: EarlyStop | None,
 ) -> trials.TrialRecord:
     try:
-        return trials.run(spec, problem.engine, launcher, folder, timeout_s, early_stop)
+        return trials.run(spec, problem.engine, launcher, folder, timeout_s)
     except BaseException:
         # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
         # as interrupted so the study stays consistent and a resume may run the config again.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,7 +11,6 @@ import yaml
 from autotune import shell
 from autotune.engines.base import Engine
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
-from autotune.launchers.early_stop import EarlyStop
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment, write_atomically
 
@@ -86,11 +84,8 @@ def run(
     launcher: Launcher,
     folder: Path,
     time_limit_s: float,
-    early_stop: EarlyStop | None = None,
 ) -> TrialRecord:
-    request = dataclasses.replace(
-        prepare(spec, engine, launcher, folder, time_limit_s), early_stop=early_stop
-    )
+    request = prepare(spec, engine, launcher, folder, time_limit_s)
     outcome: LaunchOutcome = launcher.run(request)
     record = TrialRecord(
         kind=outcome.kind,

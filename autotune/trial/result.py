@@ -24,6 +24,8 @@ STUDY_FIGURES = (
     "profile",
     "warmup_steps",
     "measured_steps",
+    "stopped_for",
+    "interval",
     "nccl_version",
     "phases_s",
 )
@@ -53,6 +55,11 @@ class TrialResult:
     """The profiled step split into time in collectives and the rest."""
     warmup_steps: int = 0
     measured_steps: int = 0
+    stopped_for: str | None = None
+    """Why measuring stopped (`trial.length`): precise, slower (than the step time to beat)
+    or cap; None on a simulated or replayed result, or a fixed-length one."""
+    interval: float | None = None
+    """Half the 95% interval of the mean step time, as a share of the median."""
     world_size: int | None = None
     phases_s: dict[str, float] = field(default_factory=dict, hash=False)
     """Wall time of the trial's phases: launch, imports, initialisation, warm-up, ..."""

@@ -23,7 +23,6 @@ Outcome = Literal[
     "comm_error",
     "launch_error",
     "crash",
-    "pruned",
     "cancelled",
     "node_fail",
     "preempted",
@@ -32,12 +31,11 @@ Outcome = Literal[
     "config_ignored",
 ]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-"""`pruned`: stopped early because it was clearly slower than the best so far. `cancelled`,
-`node_fail` and `preempted` come from a scheduler: cancelled outside autotune, a node failed,
-preempted (each retried once where that can help). The last three are a user's script's: it
-could not start whatever the config (a syntax error, a missing module or file, an argument it
-refuses), it ended before the trial's steps were measured, or it ran with settings other than
-the config file it was given."""
+"""`cancelled`, `node_fail` and `preempted` come from a scheduler: cancelled outside
+autotune, a node failed, preempted (each retried once where that can help). The last three
+are a user's script's: it could not start whatever the config (a syntax error, a missing
+module or file, an argument it refuses), it ended before the trial's steps were measured, or
+it ran with settings other than the config file it was given."""
 
 NCCL_TUNED = ("NCCL_ALGO", "NCCL_PROTO")
 """NCCL variables a trial sets from its config, and no one else: launchers drop inherited ones."""
@@ -54,17 +52,30 @@ METRICS_FILE = "metrics.jsonl"
 
 @dataclass(frozen=True, kw_only=True)
 class StepPlan:
-    """How long a trial runs: warm-up until step time settles (capped), then measured steps.
+    """How long a trial runs: warm-up until step time settles (capped in steps and in
+    seconds), then measured steps until the step time is known well enough for the decision
+    the trial feeds (see `trial.length`), at most `measured_steps`.
 
     Longer trials cost time but shrink the spread; see README, "Trial length and noise".
     """
 
-    min_warmup: int = 3
+    min_warmup: int = 2
     max_warmup: int = 12
-    settle_window: int = 3
+    max_warmup_s: float = 15.0
+    """Warm-up also ends, settled or not, once it has lasted this long: a few steps when
+    steps are long, up to `max_warmup` when they are short."""
+    settle_window: int = 2
     settle_tolerance: float = 0.10
     """Warm-up ends when the last `settle_window` steps lie within this fraction of the median."""
+    min_measured: int = 3
     measured_steps: int = 8
+    """The most measured steps; fewer once `precision` is reached or the trial cannot win."""
+    precision: float = 0.02
+    """Stop measuring once the 95% interval of the step time is within this share of it;
+    0 measures every one of `measured_steps`."""
+    beat_s: float | None = None
+    """The step time this trial must beat to matter (the best so far plus a margin): it stops
+    once its interval lies wholly above it. None: no such bar."""
     profile: bool = True
     """Profile one extra step with torch.profiler to split communication from computation."""
 

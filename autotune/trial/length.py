@@ -1,0 +1,56 @@
+"""How long a trial measures: until its step time is known well enough for the decision it
+feeds, no longer.
+
+After each measured step (at least `min_measured`) the 95% interval of the mean step time
+decides: a trial whose median, and the whole of a strict one-sided interval, lie above the
+step time it must beat cannot win and stops (`slower`); a trial whose interval is within `precision` of its median
+is ranked well enough (`precise`); otherwise it goes on, up to `measured_steps` (`cap`). One
+slow step widens the interval instead of deciding anything: it never stops a trial as slower,
+and it keeps a trial measuring.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Literal
+
+from scipy.special import stdtrit
+
+from autotune.trial.spec import StepPlan
+
+StoppedFor = Literal["precise", "slower", "cap"]
+
+SURELY = 0.9975
+"""One-sided confidence for calling a trial slower: 99.75% at each look, since the rule looks
+after every step (a Bonferroni bound over the few looks a trial gets)."""
+
+
+def _t(degrees: int, level: float) -> float:
+    return float(stdtrit(degrees, level))
+
+
+def relative_halfwidth(times: list[float] | tuple[float, ...], level: float = 0.975) -> float:
+    """Half the two-sided 95% interval of the mean step time (or the one-sided bound at
+    `level`), as a share of the median; inf with fewer than two steps."""
+    if len(times) < 2:
+        return math.inf
+    half = _t(len(times) - 1, level) * statistics.stdev(times) / math.sqrt(len(times))
+    return half / statistics.median(times)
+
+
+def stopped_for(times: list[float], plan: StepPlan) -> StoppedFor | None:
+    """Why measuring can stop after these measured steps, or None to go on."""
+    n = len(times)
+    if n >= plan.measured_steps:
+        return "cap"
+    if n < plan.min_measured:
+        return None
+    median = statistics.median(times)
+    if plan.beat_s is not None and median > plan.beat_s:
+        lower = statistics.fmean(times) - relative_halfwidth(times, SURELY) * median
+        if lower > plan.beat_s:
+            return "slower"
+    if plan.precision > 0 and relative_halfwidth(times) <= plan.precision:
+        return "precise"
+    return None

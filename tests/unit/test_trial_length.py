@@ -1,0 +1,84 @@
+"""How long a trial measures (autotune.trial.length, used by every worker's StepMeter): it
+stops once its step time is precise or it surely cannot win, and never stops as slower a
+trial that could still beat the best, on noisy replays of step times."""
+
+import random
+
+import torch
+
+from autotune.engines.measure import StepMeter
+from autotune.trial.length import relative_halfwidth, stopped_for
+from autotune.trial.spec import StepPlan
+
+PLAN = StepPlan()  # at least 3 measured steps, at most 8, 2% precision
+BEST_S = 1.0
+BAR = StepPlan(beat_s=BEST_S * 1.10)  # the study's bar: the best so far plus its 10% margin
+
+
+def noisy_steps(rng: random.Random, true_s: float, n: int, spread: float = 0.05) -> list[float]:
+    """Step times as this shared machine gives them: a few percent of jitter and now and
+    then (one step in twenty) a step slowed by half by another process."""
+    steps = []
+    for _ in range(n):
+        t = true_s * rng.lognormvariate(0.0, spread)
+        steps.append(t * 1.5 if rng.random() < 0.05 else t)
+    return steps
+
+
+def measure(steps: list[float], plan: StepPlan) -> tuple[str | None, int]:
+    """Replay steps one by one as the meter sees them: why and after how many it stops."""
+    for n in range(1, len(steps) + 1):
+        reason = stopped_for(steps[:n], plan)
+        if reason is not None:
+            return reason, n
+    return None, len(steps)
+
+
+def test_steady_steps_stop_as_soon_as_the_interval_is_tight() -> None:
+    assert stopped_for([1.0, 1.0], PLAN) is None  # fewer than min_measured
+    reason, n = measure([1.0, 1.01, 0.99, 1.0, 1.005, 1.0, 1.0, 1.0], PLAN)
+    assert (reason, n) == ("precise", 4)
+
+
+def test_noisy_steps_measure_up_to_the_cap() -> None:
+    steps = [1.0, 1.3, 0.8, 1.2, 0.9, 1.25, 0.85, 1.1]
+    assert measure(steps, PLAN) == ("cap", 8)
+    assert relative_halfwidth(steps) > PLAN.precision
+
+
+def test_precision_zero_measures_every_step() -> None:
+    fixed = StepPlan(precision=0.0, measured_steps=5)
+    assert measure([1.0] * 5, fixed) == ("cap", 5)
+
+
+def test_one_slow_step_never_stops_a_trial_as_slower() -> None:
+    steps = [0.9, 0.95, 5.0, 0.9, 0.92, 0.94, 0.9, 0.93]
+    assert measure(steps, BAR)[0] != "slower"
+
+
+def test_a_clearly_slower_trial_stops_at_the_fewest_steps() -> None:
+    assert measure([1.5, 1.52, 1.49, 1.5, 1.51], BAR) == ("slower", 3)
+    assert measure([1.3, 1.32, 1.25, 1.35, 1.28, 1.3], BAR)[0] == "slower"
+
+
+def test_noisy_replays_never_stop_a_trial_that_could_still_win_as_slower() -> None:
+    """10,000 replays of a config as fast as the best (it could win): none is cut short as
+    slower; of configs 30% slower, most are, after about 5 steps instead of 8."""
+    rng = random.Random(7)
+    as_fast = [measure(noisy_steps(rng, BEST_S, 8), BAR) for _ in range(10_000)]
+    assert not [r for r in as_fast if r[0] == "slower"]
+    slow = [measure(noisy_steps(rng, BEST_S * 1.3, 8), BAR) for _ in range(1_000)]
+    assert sum(reason == "slower" for reason, _ in slow) > 700
+    assert sum(n for _, n in slow) / len(slow) < 6
+
+
+def test_warm_up_ends_at_its_time_cap_when_steps_never_settle() -> None:
+    plan = StepPlan(max_warmup_s=3.0, max_warmup=12)
+    meter = StepMeter(plan, torch.device("cpu"), None, collective=False)
+    for seconds in (1.0, 2.0):  # 3 s of unsettled warm-up: the cap
+        assert not meter.warmed_up
+        meter.record(seconds)
+    assert meter.warmed_up and len(meter.warmup) == 2
+    for _ in range(3):
+        meter.record(1.0)
+    assert meter.done and meter.stopped_for == "precise"
