@@ -24,10 +24,6 @@ from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
-TOKENS_HALF = 256.0
-"""Tokens per micro-batch (a GEMM's long side) at which efficiency halves: small either way."""
-
-
 @dataclass(frozen=True)
 class Calibration:
     """The model's free parameters; defaults per device generation, fitted by `calibrate`."""
@@ -37,6 +33,10 @@ class Calibration:
     gemm_half_size: float = 400.0
     """Hidden width per tensor-parallel rank (h/tp, a GEMM's narrow side) at which half that
     share is reached: narrow GEMMs and the elementwise work around them run far from peak."""
+    tokens_half: float = 256.0
+    """Tokens per micro-batch (a GEMM's long side) at which that share halves: a GPU needs a
+    few hundred rows to fill its tensor cores, a CPU core's GEMM is near its best at a few
+    dozen, so on a CPU the micro-batch size hardly moves compute efficiency."""
     bandwidth_scale: float = 1.0
     """Share of the collective model's bandwidth the fabric delivers."""
     overlap: float = 0.8
@@ -55,7 +55,9 @@ DEFAULT_CALIBRATION = {
     "hopper": Calibration(
         compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07, overlap=0.8
     ),
-    "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, overlap=0.3),
+    "cpu": Calibration(
+        compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3
+    ),
 }
 
 
@@ -133,7 +135,7 @@ def achievable_flops(
         * width
         / (width + cal.gemm_half_size)
         * tokens
-        / (tokens + TOKENS_HALF)
+        / (tokens + cal.tokens_half)
     )
 
 
