@@ -24,6 +24,7 @@ from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
+
 @dataclass(frozen=True)
 class Calibration:
     """The model's free parameters; defaults per device generation, fitted by `calibrate`."""
@@ -55,9 +56,7 @@ DEFAULT_CALIBRATION = {
     "hopper": Calibration(
         compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07, overlap=0.8
     ),
-    "cpu": Calibration(
-        compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3
-    ),
+    "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3),
 }
 
 

@@ -73,17 +73,15 @@ class StudyOutcome:
     """Trials that re-measured the leaders (see study.confirm)."""
 
 
-def early_stop_bar(study: optuna.Study, budget: Budget) -> float | None:
-    """The step time a trial must beat to matter: the best so far plus the margin; None
-    before any trial completed or when early stopping is off."""
-    if budget.early_stop_margin is None:
-        return None
+def best_step_time(study: optuna.Study) -> float | None:
+    """The best step time measured so far (None before any trial completed): how long the
+    next trial measures depends on it."""
     times = [
         t.user_attrs["step_time_s"]
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("step_time_s")
     ]
-    return min(times) * (1 + budget.early_stop_margin) if times else None
+    return min(times) if times else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,7 +237,9 @@ class _Search:
             },
         )
         steps = dataclasses.replace(
-            self.settings.steps, beat_s=early_stop_bar(self.study, self.budget)
+            self.settings.steps,
+            best_s=best_step_time(self.study),
+            margin=self.budget.early_stop_margin,
         )
         record = run_one(
             p, self.ref, self.study, trial, config, key, self.launcher, steps,
@@ -290,7 +290,7 @@ class _Search:
             steps,
             measured_steps=steps.measured_steps * LONGER,
             precision=steps.precision / LONGER,
-            beat_s=None,
+            best_s=None,
         )
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:

@@ -1,12 +1,15 @@
 """How long a trial measures: until its step time is known well enough for the decision it
 feeds, no longer.
 
-After each measured step (at least `min_measured`) the 95% interval of the mean step time
-decides: a trial whose median, and the whole of a strict one-sided interval, lie above the
-step time it must beat cannot win and stops (`slower`); a trial whose interval is within `precision` of its median
-is ranked well enough (`precise`); otherwise it goes on, up to `measured_steps` (`cap`). One
-slow step widens the interval instead of deciding anything: it never stops a trial as slower,
-and it keeps a trial measuring.
+After each measured step (at least `min_measured`) the interval of the mean step time decides:
+- `slower`: its median, and the whole of a strict one-sided interval, lie above the best step
+  time so far plus the margin: it cannot win;
+- `precise`: its 95% interval is within `precision` of its median, or within half its
+  distance from the best (a trial 10% off the best is ranked by a 5% interval; one close to
+  the best, which could win, measures on to the full precision);
+- otherwise it goes on, up to `measured_steps` (`cap`).
+One slow step widens the interval instead of deciding anything: it never stops a trial as
+slower, and it keeps a trial measuring.
 """
 
 from __future__ import annotations
@@ -47,10 +50,14 @@ def stopped_for(times: list[float], plan: StepPlan) -> StoppedFor | None:
     if n < plan.min_measured:
         return None
     median = statistics.median(times)
-    if plan.beat_s is not None and median > plan.beat_s:
+    if plan.best_s is not None and plan.margin is not None:
+        bar = plan.best_s * (1 + plan.margin)
         lower = statistics.fmean(times) - relative_halfwidth(times, SURELY) * median
-        if lower > plan.beat_s:
+        if median > bar and lower > bar:
             return "slower"
-    if plan.precision > 0 and relative_halfwidth(times) <= plan.precision:
+    if plan.precision <= 0:
+        return None
+    gap = abs(median / plan.best_s - 1) if plan.best_s else 0.0
+    if relative_halfwidth(times) <= max(plan.precision, gap / 2):
         return "precise"
     return None

@@ -73,9 +73,11 @@ class StepPlan:
     precision: float = 0.02
     """Stop measuring once the 95% interval of the step time is within this share of it;
     0 measures every one of `measured_steps`."""
-    beat_s: float | None = None
-    """The step time this trial must beat to matter (the best so far plus a margin): it stops
-    once its interval lies wholly above it. None: no such bar."""
+    best_s: float | None = None
+    """The study's best step time so far: a trial far from it needs a looser interval to be
+    ranked against it. None: the first trial, or a confirmation."""
+    margin: float | None = None
+    """A trial surely slower than `best_s` by this share stops (it cannot win); None: never."""
     profile: bool = True
     """Profile one extra step with torch.profiler to split communication from computation."""
 
