@@ -43,10 +43,10 @@ from autotune.problem import load_problem
 @click.option(
     "--trials",
     "n_trials",
-    default=8,
-    show_default=True,
+    default=None,
     type=click.IntRange(min=1),
-    help="Trials to run in the study, counting those of earlier runs.",
+    help="Trials to run in the study, counting those of earlier runs [default: 8; 4 for your "
+    "own command, each trial of which relaunches your whole job].",
 )
 @click.option("--max-time", default=None, help="Start no trial after this long, e.g. 30m, 2h.")
 @click.option(
@@ -71,7 +71,8 @@ from autotune.problem import load_problem
     "--early-stop/--no-early-stop",
     default=True,
     show_default=True,
-    help="Stop trials clearly slower than the best so far (sign test on steps).",
+    help="Stop measuring a trial once it is surely slower than the best so far by "
+    "--early-stop-margin.",
 )
 @click.option(
     "--confirm/--no-confirm",
@@ -99,7 +100,7 @@ def run(
     qos: str | None,
     sbatch_options: tuple[str, ...],
     table: Path | None,
-    n_trials: int,
+    n_trials: int | None,
     max_time: str | None,
     timeout_per_trial: str,
     study_name: str | None,
@@ -124,7 +125,7 @@ def run(
     calls autotune.step.done().
     """
     from autotune.launchers import LaunchSettings
-    from autotune.study import Budget
+    from autotune.study import COMMAND_TRIALS, Budget
     from autotune.tune import TuneSettings, tune
 
     problem = load_problem(engine, model, cluster, space, command)
@@ -132,7 +133,7 @@ def run(
     assert per_trial_s is not None  # the option has a default
     settings = TuneSettings(
         budget=Budget(
-            trials=n_trials,
+            trials=n_trials or (COMMAND_TRIALS if command else Budget().trials),
             max_time_s=parse_duration(max_time, "--max-time"),
             timeout_per_trial_s=per_trial_s,
             early_stop_margin=early_stop_margin if early_stop else None,

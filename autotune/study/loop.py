@@ -48,6 +48,13 @@ MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
 
 
+COMMAND_TRIALS = 4
+"""The default trial budget when the trials run the user's own command: each relaunches their
+whole job (imports, model, data, framework initialisation), so the model's best and the
+configs it is least sure of are measured, about as many as DeepSpeed's autotuner's fast mode
+runs; `--trials` asks for more, and a resumed study counts the trials it has."""
+
+
 @dataclass(frozen=True)
 class Budget:
     trials: int | None = 8
