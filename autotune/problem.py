@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines import Engine, get_engine, megatron_job, torchtitan_job
-from autotune.engines.user_job import DEEPSPEED_KNOBS, global_batch, job_space, parse_job
+from autotune.engines.user_job import (
+    DEEPSPEED_KNOBS,
+    global_batch,
+    job_space,
+    parse_job,
+    users_knobs,
+)
 from autotune.errors import InputError
 from autotune.space import (
     Enumeration,
@@ -50,6 +56,17 @@ class Problem:
             steps=steps,
             job=self.job,
         )
+
+    def users_config(self) -> TrainConfig | None:
+        """The config the user's own command runs today (a DeepSpeed or Hugging Face job's
+        config file), with defaults for what it leaves unset; None for other commands, or
+        when it breaks a rule here."""
+        if self.job is None or self.job.framework != "deepspeed":
+            return None
+        try:
+            return self.config(users_knobs(self.job))
+        except InputError:
+            return None
 
     def enumerate(self) -> Enumeration:
         return enumerate_space(self.space, self.workload, self.cluster, self.rules)

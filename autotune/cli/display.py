@@ -183,7 +183,7 @@ def _cell(key: str, value: Any) -> str:
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
     """Best config and its figures, speed-up over the median and worst, failures by kind."""
     from autotune.report.cost import cost_line, study_cost
-    from autotune.report.table import best_trial
+    from autotune.report.table import best_trial, users_config_trial
     from autotune.report.table import trial_table as table_of
 
     frame = table_of(study)
@@ -212,6 +212,12 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
             f"{best['tokens_per_s'] / tps.min():.2f}x the worst of {len(ok)} "
             "completed trials"
         )
+        if (yours := users_config_trial(study)) is not None and yours.value:
+            console.print(
+                f"  {best['tokens_per_s'] / yours.value:.2f}x your own config "
+                f"({yours.user_attrs.get('label')}, trial {yours.number}: "
+                f"{yours.value:,.0f} tok/s)"
+            )
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))

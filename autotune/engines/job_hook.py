@@ -102,7 +102,7 @@ class StepHook:
         self.clock["measured"] = time.time()
         if self.tally is None:  # no hook before the step: the states after it
             self.tally = states()
-        if self.spec.steps.profile:
+        if self.meter.wants_profile():
             self.profiling = measure.profiler(self.meter.device)
             self.profiling.start()
         else:

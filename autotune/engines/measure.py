@@ -96,6 +96,14 @@ class StepMeter:
             self.stopped_for = length.stopped_for(self.measured, self.plan)
             self.done = self._decided(self.stopped_for is not None)
 
+    def wants_profile(self) -> bool:
+        """Whether to profile one more step: asked of every rank at once, after measuring."""
+        plan = self.plan
+        could_win = plan.best_s is None or statistics.median(self.measured) <= plan.best_s * (
+            1 + plan.precision
+        )
+        return self._decided(plan.profile and could_win)
+
     def _decided(self, decision: bool) -> bool:
         return _agree(decision, self.device) if self.collective else decision
 

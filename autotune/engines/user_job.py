@@ -193,6 +193,34 @@ def global_batch(job: UserJob, world_size: int) -> int:
     )
 
 
+def users_knobs(job: UserJob) -> dict[str, Any]:
+    """The knobs the user's own DeepSpeed config sets (its ZeRO stage, micro-batch, buckets
+    and overlap; the Trainer's micro-batch flag where the file says "auto"): the config they
+    run today, which a study measures first. Unset or "auto" values are left out."""
+    base = job.base_config
+    zero = base.get("zero_optimization") or {}
+    found: dict[str, Any] = {
+        "zero": zero.get("stage", 0) if isinstance(zero, dict) else None,
+        "mbs": base.get("train_micro_batch_size_per_gpu"),
+    }
+    if isinstance(zero, dict):
+        found["reduce_bucket"] = zero.get("reduce_bucket_size")
+        found["allgather_bucket"] = zero.get("allgather_bucket_size")
+        found["overlap_comm"] = zero.get("overlap_comm")
+    if not isinstance(found["mbs"], int) and is_hugging_face(job):
+        found["mbs"] = flag_value(job.command, HF_BATCH[0][0]) or HF_BATCH[0][1]
+    knobs: dict[str, Any] = {}
+    for name, value in found.items():
+        if name == "overlap_comm":
+            if isinstance(value, bool):
+                knobs[name] = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            knobs[name] = value
+        elif isinstance(value, str) and value.isdigit():
+            knobs[name] = int(value)
+    return knobs
+
+
 def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
     """The user's command for a trial: Megatron-LM's and torchtitan's flags rewritten; a
     DeepSpeed script's config file replaced by `config_path`, for the Hugging Face Trainer

@@ -128,7 +128,7 @@ def _run(
         observe = (lambda: tally.append(session.model_state())) if meter.tally_next else None
         meter.record(timed_step(observe))
     clock["measured"] = time.time()
-    profile = _profiled_step(session) if spec.steps.profile else None
+    profile = _profiled_step(session) if meter.wants_profile() else None
     clock["profiled"] = time.time()
     if log is not None:
         log.close()

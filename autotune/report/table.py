@@ -10,11 +10,13 @@ from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import standing
 from autotune.study.trial_attrs import (
     CONFIG,
+    CONFIG_KEY,
     ERROR,
     KIND,
     LABEL,
     PRUNED_REASON,
     SOURCE,
+    USERS_CONFIG,
     Pruned,
     pruned_as,
 )
@@ -81,3 +83,10 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The winner: the best standing measurement, a config's longer re-measurement
     (confirmation) standing for it where there is one."""
     return max(standing(study), key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]
+
+
+def users_config_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The standing measurement of the config the user's own command runs today, when the
+    study measured it."""
+    key = study.user_attrs.get(USERS_CONFIG)
+    return next((t for t in standing(study) if t.user_attrs.get(CONFIG_KEY) == key), None)

@@ -2,7 +2,10 @@
 
 After every measurement the step-time model is refitted to the measured trials, every
 unmeasured config that is predicted to fit is re-ranked, and the next proposal maximises an
-optimistic score: log predicted tokens/s plus the model's uncertainty for that config. The
+optimistic score: log predicted tokens/s, moved by what the model got wrong on the nearest
+measured config (its residual: a real system strays from the model alike for configs that
+differ in few knobs, so the search looks around the configs that measured better than
+predicted), plus the model's uncertainty for that config. The
 uncertainty is the spread of the model's errors on the trials so far (a prior before there
 are enough), growing with the config's distance from anything measured. Out-of-memory
 trials tighten the memory model: nothing predicted to need as much as a config that ran out
@@ -65,6 +68,8 @@ class GuidedSearch:
     rng: random.Random = field(init=False)
     memory_limit: float = field(init=False)
     measured: list[TrainConfig] = field(default_factory=list)
+    residuals: list[float] = field(default_factory=list)
+    """log(measured / predicted tokens/s) of each measured config, under the refitted model."""
     spread: float = PRIOR_SPREAD
     _keys: list[str] = field(init=False, repr=False)
     _codes: np.ndarray = field(init=False, repr=False)
@@ -126,7 +131,9 @@ class GuidedSearch:
             self.calibration = fit(data, self.calibration, free=free, rounds=3)
         # Residuals after fitting understate the error by the parameters fitted; the prior
         # keeps a few trials from making the model look exact.
-        squares = sum(e * e for e in log_errors(self.calibration, data))
+        errors = log_errors(self.calibration, data)
+        self.residuals = errors  # log(predicted / measured step time)
+        squares = sum(e * e for e in errors)
         dof = max(0, len(data) - len(free))
         self.spread = max(
             MIN_SPREAD,
@@ -144,7 +151,7 @@ class GuidedSearch:
         """(optimistic log tokens/s, estimate, uncertainty) for every config still open."""
         if self._estimates is None:
             self._estimates = [self._estimate(c) for c in self.candidates]
-        distances = self._distances()
+        distances, anchors = self._nearest()
         refine = self._refinement_anchor()
         bar = (
             math.log(self.leader_measured[1] * (1 + self.threshold))  # type: ignore[index]
@@ -152,14 +159,15 @@ class GuidedSearch:
             else math.inf
         )
         scored = []
-        for key, layout, e, distance in zip(
-            self._keys, self._layouts, self._estimates, distances, strict=True
+        for key, layout, e, distance, anchor in zip(
+            self._keys, self._layouts, self._estimates, distances, anchors, strict=True
         ):
             if key in excluded or e.memory.total > self.memory_limit:
                 continue
             if key == layout:
                 unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
-                scored.append((math.log(e.tokens_per_s) + optimism * unc, e, unc))
+                expected = math.log(e.tokens_per_s) + anchor
+                scored.append((expected + optimism * unc, e, unc))
             elif layout == self.leader and refine is not None:
                 # NCCL settings refine the measured leader: its measurement, moved by the
                 # model's predicted change, plus what NCCL's choice may leave on the table.
@@ -213,10 +221,19 @@ class GuidedSearch:
         p = self.problem
         return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
 
-    def _distances(self) -> np.ndarray:
-        """Per candidate: how many knobs it differs by from its nearest measured config."""
-        nearest = np.zeros(len(self.candidates), dtype=np.int32)
-        for i, config in enumerate(self.measured):
-            differing = (self._codes != np.array(self._encode(config), dtype=np.int32)).sum(1)
-            nearest = differing if i == 0 else np.minimum(nearest, differing)
-        return nearest
+    def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate: how many knobs it differs by from its nearest measured config, and
+        that config's residual (the mean over equally near ones; 0 before any measurement)."""
+        n = len(self.candidates)
+        if not self.measured:
+            return np.zeros(n, dtype=np.int32), np.zeros(n)
+        differing = np.stack(
+            [
+                (self._codes != np.array(self._encode(c), dtype=np.int32)).sum(1)
+                for c in self.measured
+            ]
+        )
+        nearest = differing.min(0)
+        ties = differing == nearest
+        residuals = np.array(self.residuals)[:, None]
+        return nearest, (ties * residuals).sum(0) / ties.sum(0)

@@ -35,6 +35,7 @@ from autotune.study.trial_attrs import (
     PRUNED_AS,
     PRUNED_REASON,
     SEEDED_BY,
+    USERS_CONFIG,
     Pruned,
 )
 from autotune.study.trial_run import Progress, run_one, script_fault
@@ -160,18 +161,35 @@ class _Search:
             else None
         )
         self.in_order = [c for c in valid if config_key(c) not in self.too_big]
+        self.baseline = self._users_config()
         self._seed_from_plan()
         self.resumed_failed = fail_abandoned_trials(study)
         self.seen = verdicts(study)
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start = 0, 0, time.monotonic()
 
+    def _users_config(self) -> TrainConfig | None:
+        """The config the user's command runs today, when it is in the space and predicted
+        to fit: a new study measures it first, so the winner is compared with what they have
+        (the study keeps its key as `USERS_CONFIG`)."""
+        config = self.problem.users_config()
+        if config is None or config_key(config) not in {config_key(e.config) for e in self.ranked}:
+            return None
+        if not self.study.get_trials(deepcopy=False):
+            self.study.set_user_attr(USERS_CONFIG, config_key(config))
+        return config
+
     def _seed_from_plan(self) -> None:
-        """A new study under an Optuna sampler starts where the model expects the best."""
+        """A new study under an Optuna sampler starts with the user's config, then where the
+        model expects the best."""
         s = self.settings
         if s.strategy in ENQUEUEING or not s.seed_from_plan:
             return
         if not self.study.get_trials(deepcopy=False):
+            if self.baseline is not None:
+                self.study.enqueue_trial(
+                    self.space.params(self.baseline), user_attrs={SEEDED_BY: "user"}
+                )
             for e in self.ranked[:SEEDS]:
                 self.study.enqueue_trial(
                     self.space.params(e.config), user_attrs={SEEDED_BY: "plan"}
@@ -260,6 +278,8 @@ class _Search:
     def next_config(self) -> tuple[TrainConfig | None, str | None]:
         """The guided or grid proposal; (None, why) when there is none."""
         claimed = set(self.seen) | running_keys(self.study)
+        if self.baseline is not None and config_key(self.baseline) not in claimed:
+            return self.baseline, None
         if self.guide is not None:
             self.guide.learn(self.study.get_trials(deepcopy=False))
             why = self.guide.converged(claimed, best_value(self.study))

@@ -34,6 +34,9 @@ WALL = "wall_s"
 """The trial's wall time as its launcher saw it, from launch to the processes' end."""
 PHASES = "phases_s"
 """The worker's clock: seconds per phase of a measured trial (`TrialResult.phases_s`)."""
+USERS_CONFIG = "users_config"
+"""On the study: the config key of the config the user's own command runs today (measured
+first; the summary compares the winner with it)."""
 STOPPED_FOR = "stopped_for"
 """Why a measured trial stopped measuring (`trial.length`): precise, slower or cap."""
 

@@ -79,7 +79,8 @@ class StepPlan:
     margin: float | None = None
     """A trial surely slower than `best_s` by this share stops (it cannot win); None: never."""
     profile: bool = True
-    """Profile one extra step with torch.profiler to split communication from computation."""
+    """Profile one extra step with torch.profiler to split communication from computation,
+    in a trial that could be the winner: the first, or one within `precision` of the best."""
 
 
 JobFramework = Literal["deepspeed", "script", "megatron", "torchtitan"]
