@@ -62,7 +62,7 @@ def study_run(workdir: Path, early: bool, trials: int) -> dict[str, object]:
     return {
         "seconds": sum(t.user_attrs.get("wall_s", 0.0) for t in ran),
         "trials": len(ran),
-        "stopped": sum(1 for t in ran if t.user_attrs.get("kind") == "pruned"),
+        "stopped": sum(1 for t in ran if t.user_attrs.get("stopped_for") == "slower"),
         "winner": best.user_attrs["label"],
         "winner_tps": best.value,
     }
@@ -82,7 +82,9 @@ def main() -> None:
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
         f"`.venv/bin/python scripts/bench_early_stop.py --trials {args.trials}`: the tiny "
         "workload, deepspeed on 2 gloo processes, the same configs in the same (grid) order; "
-        "default margin 10%, sign test at p < 0.05 on the measured steps.",
+        "default margin 10%; a trial stops as slower once its median and a one-sided 99.75% "
+        "bound on its mean step time lie above the best plus the margin (trial/length.py). "
+        "Both runs measure each trial until its step time is within 2% (or 8 steps).",
         "",
         "| run | trials | stopped early | total trial seconds | winner | winner tokens/s |",
         "|---|---|---|---|---|---|",

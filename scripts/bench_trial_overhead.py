@@ -102,8 +102,9 @@ def report(rows: dict[tuple[str, str], list[dict[str, float]]], repeats: int) ->
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
         f"`.venv/bin/python scripts/bench_trial_overhead.py --repeats {repeats}`; "
-        "medians over the repeats, seconds. Default step plan: warm-up until the last 3 steps "
-        "lie within 10% of their median (3 to 12 steps), 8 measured steps, 1 profiled step.",
+        "medians over the repeats, seconds. Default step plan: warm-up until the last 2 steps "
+        "lie within 10% of their median (2 to 12 steps, at most 15 s), measured steps until "
+        "the step time's 95% interval is within 2% (3 to 8 steps), 1 profiled step.",
         "",
         "| engine | config | " + " | ".join(PHASES) + " | total | measured share |",
         "|---|---|" + "---|" * (len(PHASES) + 2),

@@ -175,8 +175,10 @@ def report(out: Path, ds: tuple, at: tuple, times: dict[str, list[float]]) -> No
             "script (`tests/data/user_scripts/ds_train.py`, a GPT of width 256, 4 layers, "
             "vocabulary 8192, 128 tokens; global batch 32) on 2 gloo ranks of this 2-core "
             "machine, tuned by `deepspeed --autotuning tune` (fast mode, "
-            "`max_train_batch_size` 32) and by `autotune run -- ...` (defaults: guided search, "
-            "early stopping, confirmation of leaders). Both picks were then re-measured by "
+            "`max_train_batch_size` 32) and by `autotune run -- ...` (defaults: the user's "
+            "config first, then the guided search, 4 trials for a user's command, trials "
+            "measured until their step time is within 2% or they cannot win, confirmation of "
+            "leaders short of their precision). Both picks were then re-measured by "
             f"the same harness (autotune's hook, 20 measured steps), interleaved, "
             f"{len(times['autotune'])} times each. Measured, not simulated.",
             "",
@@ -186,6 +188,9 @@ def report(out: Path, ds: tuple, at: tuple, times: dict[str, list[float]]) -> No
             f"(goal: at most 0.33x). Its pick's trial had finished {at_found:.0f} s after it "
             f"started ({at_found / ds_wall:.2f}x DeepSpeed's wall time); the rest is the "
             "other trials, the export and the report.",
+            f"- The script's own ds_config.json asks for zero={USER_CONFIG['zero_optimization']['stage']}, "
+            f"mbs={USER_CONFIG['train_micro_batch_size_per_gpu']}; autotune measures that config "
+            "first (its trial 0). DeepSpeed's autotuner does not start from it.",
             f"- autotune's pick runs at {ratio:.2f}x the speed of DeepSpeed's pick "
             "(ratio of median step times; above 1 is faster). On this noisy machine runs of "
             "one config differ by up to about 20%: the min-max ranges say whether the two "

@@ -76,12 +76,14 @@ class StepMeter:
         self.warmed_up = False
         self.done = False
         self.stopped_for: length.StoppedFor | None = None
+        self.carried = 0
+        """Warm-up steps counted as measured: the settled window, once it is stable."""
 
     @property
     def tally_next(self) -> bool:
-        """The next step recorded is the first measured one: model states are tallied there
-        (they stay the same size from then on)."""
-        return self.warmed_up and not self.measured
+        """The next step recorded is the first one timed after warm-up: model states are
+        tallied there (they stay the same size from then on)."""
+        return self.warmed_up and len(self.measured) == self.carried
 
     def record(self, seconds: float) -> None:
         phase, steps = ("measured", self.measured) if self.warmed_up else ("warmup", self.warmup)
@@ -91,7 +93,12 @@ class StepMeter:
             self.log.flush()
         steps.append(seconds)
         if not self.warmed_up:
-            self.warmed_up = self._decided(_settled(self.warmup, self.plan))
+            ended = self._agreed(_warmup_end(self.warmup, self.plan))
+            self.warmed_up = ended != NOT_YET
+            if ended == STABLE:  # its settled window is steady state already: keep it
+                self.carried = min(self.plan.settle_window, self.plan.min_measured - 1)
+                self.measured = self.warmup[len(self.warmup) - self.carried :]
+                del self.warmup[len(self.warmup) - self.carried :]
         else:
             self.stopped_for = length.stopped_for(self.measured, self.plan)
             self.done = self._decided(self.stopped_for is not None)
@@ -105,7 +112,10 @@ class StepMeter:
         return self._decided(plan.profile and could_win)
 
     def _decided(self, decision: bool) -> bool:
-        return _agree(decision, self.device) if self.collective else decision
+        return bool(self._agreed(int(decision)))
+
+    def _agreed(self, code: int) -> int:
+        return _agree(code, self.device) if self.collective else code
 
 
 def summarize(
@@ -190,24 +200,29 @@ def trial_result(
     )
 
 
-def _settled(times: list[float], plan: StepPlan) -> bool:
-    if len(times) >= plan.max_warmup:
-        return True
+NOT_YET, CAPPED, STABLE = 0, 1, 2
+"""How warm-up stands after a step: going on, ended at its cap, or ended with its last
+`settle_window` steps steady (those then count as the first measured ones)."""
+
+
+def _warmup_end(times: list[float], plan: StepPlan) -> int:
     if len(times) < plan.min_warmup:
-        return False
-    if sum(times) >= plan.max_warmup_s:
-        return True
-    if len(times) < plan.settle_window:
-        return False
+        return NOT_YET
     last = times[-plan.settle_window :]
-    return (max(last) - min(last)) <= plan.settle_tolerance * statistics.median(last)
+    if len(times) >= plan.settle_window and (max(last) - min(last)) <= (
+        plan.settle_tolerance * statistics.median(last)
+    ):
+        return STABLE
+    if len(times) >= plan.max_warmup or sum(times) >= plan.max_warmup_s:
+        return CAPPED
+    return NOT_YET
 
 
-def _agree(decision: bool, device: torch.device) -> bool:
+def _agree(code: int, device: torch.device) -> int:
     """Rank 0's decision, so that every rank runs the same number of steps."""
-    flag = torch.tensor([1 if decision else 0], device=device)
+    flag = torch.tensor([code], device=device)
     dist.broadcast(flag, src=0)
-    return bool(flag.item())
+    return int(flag.item())
 
 
 def _max_over_ranks(values: list[float], device: torch.device) -> list[float]:

@@ -45,19 +45,15 @@ def relative_halfwidth(times: list[float] | tuple[float, ...], level: float = 0.
 def stopped_for(times: list[float], plan: StepPlan) -> StoppedFor | None:
     """Why measuring can stop after these measured steps, or None to go on."""
     n = len(times)
-    if n >= plan.measured_steps:
-        return "cap"
     if n < plan.min_measured:
-        return None
+        return "cap" if n >= plan.measured_steps else None
     median = statistics.median(times)
     if plan.best_s is not None and plan.margin is not None:
         bar = plan.best_s * (1 + plan.margin)
         lower = statistics.fmean(times) - relative_halfwidth(times, SURELY) * median
         if median > bar and lower > bar:
             return "slower"
-    if plan.precision <= 0:
-        return None
     gap = abs(median / plan.best_s - 1) if plan.best_s else 0.0
-    if relative_halfwidth(times) <= max(plan.precision, gap / 2):
+    if plan.precision > 0 and relative_halfwidth(times) <= max(plan.precision, gap / 2):
         return "precise"
-    return None
+    return "cap" if n >= plan.measured_steps else None

@@ -72,6 +72,16 @@ def test_noisy_replays_never_stop_a_trial_that_could_still_win_as_slower() -> No
     assert sum(n for _, n in slow) / len(slow) < 6
 
 
+def test_a_settled_warm_up_window_counts_as_measured() -> None:
+    meter = StepMeter(PLAN, torch.device("cpu"), None, collective=False)
+    for seconds in (2.0, 1.0, 1.0):  # the first step is slow; the next two agree
+        meter.record(seconds)
+    assert meter.warmed_up and meter.warmup == [2.0] and meter.measured == [1.0, 1.0]
+    assert meter.tally_next  # model states are tallied on the first step timed after it
+    meter.record(1.0)
+    assert meter.done and meter.stopped_for == "precise" and len(meter.measured) == 3
+
+
 def test_warm_up_ends_at_its_time_cap_when_steps_never_settle() -> None:
     plan = StepPlan(max_warmup_s=3.0, max_warmup=12)
     meter = StepMeter(plan, torch.device("cpu"), None, collective=False)
