@@ -167,6 +167,8 @@ def report(out: Path, ds: tuple, at: tuple, times: dict[str, list[float]]) -> No
             f"{tokens / med[key]:,.0f} |"
         )
     ratio = med["deepspeed"] / med["autotune"]
+    users: dict = USER_CONFIG
+    users_zero = users["zero_optimization"]["stage"]
     text = "\n".join(
         [
             "# autotune beside DeepSpeed's autotuner",
@@ -188,8 +190,8 @@ def report(out: Path, ds: tuple, at: tuple, times: dict[str, list[float]]) -> No
             f"(goal: at most 0.33x). Its pick's trial had finished {at_found:.0f} s after it "
             f"started ({at_found / ds_wall:.2f}x DeepSpeed's wall time); the rest is the "
             "other trials, the export and the report.",
-            f"- The script's own ds_config.json asks for zero={USER_CONFIG['zero_optimization']['stage']}, "
-            f"mbs={USER_CONFIG['train_micro_batch_size_per_gpu']}; autotune measures that config "
+            f"- The script's own ds_config.json asks for zero={users_zero}, "
+            f"mbs={users['train_micro_batch_size_per_gpu']}; autotune measures that config "
             "first (its trial 0). DeepSpeed's autotuner does not start from it.",
             f"- autotune's pick runs at {ratio:.2f}x the speed of DeepSpeed's pick "
             "(ratio of median step times; above 1 is faster). On this noisy machine runs of "
