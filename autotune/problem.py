@@ -40,6 +40,9 @@ class Problem:
     extra_rules: tuple[Rule, ...] = ()
     """Rules of the world rather than the engine (e.g. a replay table's recorded configs)."""
     job: UserJob | None = None
+    reads_model: bool = False
+    """The workload is a stand-in until the model is read from the user's DeepSpeed job (no
+    `--model` was given): `model_probe.read_model` runs their config once to read it."""
     """The user's own training command, when the trials run it."""
 
     @property
@@ -125,6 +128,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
     to what the framework takes from a trial."""
     world = problem.cluster.world_size
     workload, space = problem.workload, problem.space
+    reads_model = False
     if job.framework == "script":
         if default_space:
             raise InputError(
@@ -137,6 +141,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
     elif job.framework == "deepspeed":
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
+        reads_model = not model_given
     else:
         preset = torchtitan_job.model_preset(job.command, Path(job.workdir))
         if preset is None and not model_given:
@@ -149,7 +154,9 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
         space = job_space(space, torchtitan_job.KNOBS, workload, world, derive_mbs=default_space)
         space = torchtitan_job.without_zero1(space)
-    return dataclasses.replace(problem, workload=workload, space=space, job=job)
+    return dataclasses.replace(
+        problem, workload=workload, space=space, job=job, reads_model=reads_model
+    )
 
 
 def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:

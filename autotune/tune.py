@@ -15,6 +15,7 @@ from autotune.calibration.saved import load_calibration
 from autotune.errors import InputError
 from autotune.export import export_best
 from autotune.launchers import LaunchSettings, get_launcher
+from autotune.model_probe import read_model
 from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
@@ -75,6 +76,16 @@ def tune(
     ref = study_ref(
         settings.study_name or default_study_name(problem), settings.storage, settings.results
     )
+    if problem.reads_model and launcher.source == "measured":
+        problem, shape = read_model(
+            problem, launcher, ref.folder / "model_probe", settings.budget.timeout_per_trial_s
+        )
+        w = problem.workload
+        say(
+            f"model read from your script: {shape.parameters / 1e6:,.1f}M parameters, "
+            f"about {w.num_layers} layers of width {w.hidden_size}, vocabulary {w.vocab_size}, "
+            f"{w.seq_length} tokens a sequence, {w.precision} (give --model to skip this run)"
+        )
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
     say(
         f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "

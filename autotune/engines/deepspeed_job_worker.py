@@ -2,8 +2,9 @@
 
 torchrun starts `python -m autotune.engines.deepspeed_job_worker trial.json` on every rank.
 It wraps DeepSpeed's optimizer step (`DeepSpeedEngine.step` at a gradient-accumulation
-boundary, `PipelineEngine.train_batch`) so that a `job_hook.StepHook` sees each step, then
-runs the script with the trial's ds_config in place of the user's.
+boundary, `PipelineEngine.train_batch`) so that a `job_hook.StepHook` sees each step, and its
+forward, whose first batch tells the model's shape (`model_shape`), then runs the script with
+the trial's ds_config in place of the user's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from autotune.engines import failures, worker
 from autotune.engines.deepspeed import DS_CONFIG_FILE
 from autotune.engines.deepspeed_worker import model_state
 from autotune.engines.job_hook import StepHook, run_job
+from autotune.engines.model_shape import read_shape, token_ids
 from autotune.trial.spec import TrialSpec
 
 
@@ -39,7 +41,13 @@ def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
 def install(hook: StepHook) -> None:
     """Wrap DeepSpeed's step entry points so that `hook` sees each optimizer step."""
     plain_step = DeepSpeedEngine.step
+    plain_forward = DeepSpeedEngine.forward
     pipeline_batch = PipelineEngine.train_batch
+
+    def forward(engine: DeepSpeedEngine, *args: Any, **kwargs: Any) -> Any:
+        if hook.model_shape is None and (tokens := token_ids(args, kwargs)) is not None:
+            hook.model_shape = read_shape(engine.module, tokens)
+        return plain_forward(engine, *args, **kwargs)
 
     def after(engine: DeepSpeedEngine) -> None:
         hook.after_step(
@@ -63,6 +71,7 @@ def install(hook: StepHook) -> None:
         return loss
 
     DeepSpeedEngine.step = step
+    DeepSpeedEngine.forward = forward
     PipelineEngine.train_batch = train_batch
 
 

@@ -10,6 +10,7 @@ the ranks: the script's training stops there.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import runpy
 import sys
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.engines import failures, faults, measure, worker
+from autotune.engines.model_shape import ModelShape
 from autotune.engines.user_job import trial_argv
 from autotune.trial.spec import METRICS_FILE, TrialSpec
 
@@ -50,6 +52,8 @@ class StepHook:
         self.last_end = 0.0
         self.tally: measure.StateTally | None = None
         self.profiling: torch.profiler.profile | None = None
+        self.model_shape: ModelShape | None = None
+        """The model's shape, where the framework's hook can read it (DeepSpeed)."""
 
     def before_step(self, states: States) -> None:
         """Where the framework lets the hook in before its optimizer step (gradients are
@@ -119,6 +123,8 @@ class StepHook:
         if self.meter.log is not None:
             self.meter.log.close()
         result = measure.summarize(self.spec, self.meter, self.tally, profile, self.clock)
+        if self.model_shape is not None:
+            result = dataclasses.replace(result, model_shape=self.model_shape.as_dict())
         worker.finish(self.folder, self.rank, result)
 
 

@@ -23,6 +23,7 @@ from autotune.engines.logged import Logged
 from autotune.errors import InputError
 from autotune.space import SearchSpace, TrainConfig
 from autotune.specs import Workload
+from autotune.specs.workload import Precision
 from autotune.trial.spec import JobFramework, TrialSpec, UserJob
 
 CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
@@ -191,6 +192,18 @@ def global_batch(job: UserJob, world_size: int) -> int:
         "the DeepSpeed config sets no global batch: give train_batch_size, or "
         "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) as numbers"
     )
+
+
+def ds_precision(job: UserJob) -> Precision:
+    """The precision the user's DeepSpeed config trains in (`"auto"`: the Trainer's --bf16 or
+    --fp16 flag decides)."""
+    halves: tuple[Precision, ...] = ("bf16", "fp16")
+    for name in halves:
+        section = job.base_config.get(name)
+        enabled = section.get("enabled") if isinstance(section, dict) else None
+        if enabled is True or (enabled == "auto" and f"--{name}" in job.command):
+            return name
+    return "fp32"
 
 
 def users_knobs(job: UserJob) -> dict[str, Any]:

@@ -68,6 +68,8 @@ class TrialResult:
     predicted: dict[str, Any] | None = field(default=None, hash=False)
     """The model's breakdown, on a simulated result."""
     replayed_at: float | None = None
+    model_shape: dict[str, Any] | None = field(default=None, hash=False)
+    """The user's model as a DeepSpeed job's hook read it (`engines.model_shape`)."""
 
     def figures(self) -> dict[str, Any]:
         """What the study keeps of it (`STUDY_FIGURES`)."""

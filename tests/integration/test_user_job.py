@@ -58,6 +58,11 @@ def test_an_unmodified_deepspeed_script_is_tuned_and_its_export_runs_it(tmp_path
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = trials_table(tmp_path)
     assert len(table) == 3
+    # no --model: the model is read from the script's module and first batch (ds_train.py's
+    # defaults: width 128, 2 layers, vocabulary 512, 64 tokens)
+    assert "about 2 layers of width 128, vocabulary 512, 64 tokens a sequence, fp32" in (
+        result.stdout
+    )
     assert {row["kind"] for row in table} == {"ok"}
     first = min(table, key=lambda row: int(row["number"]))  # type: ignore[call-overload]
     assert (first["zero"], first["mbs"]) == (0, 8)  # the user's own config, measured first
