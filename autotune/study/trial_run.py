@@ -1,5 +1,5 @@
 """One config run as a study trial: its attributes set, the trial launched with a heartbeat,
-its outcome told to Optuna (complete with tokens/s, failed with its kind, or stopped early),
+its outcome told to Optuna (complete with tokens/s, failed with its kind),
 and a note for the dashboard."""
 
 from __future__ import annotations
