@@ -118,3 +118,23 @@ def test_compute_bound_leaders_get_no_nccl_trials(tmp_path: Path) -> None:
     _, _, ran = search(tmp_path, trials=15, model="llama3-8b", cluster="dgx-h100:4")
     configs = [TrainConfig(**t.user_attrs["config"]) for t in ran]
     assert configs and all(c == nccl_default(c) for c in configs)
+
+
+def test_the_search_looks_around_a_config_that_measured_better_than_predicted() -> None:
+    """Two measured configs, one 20% faster than the model says, one as it says: the next
+    proposal is a neighbour of the surprising one (one knob away), not of the other."""
+    problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
+    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    guide = GuidedSearch(problem, [e.config for e in ranked], CAL, seed=0)
+    surprising, expected = ranked[0], ranked[len(ranked) // 2]
+    study = optuna.create_study(direction="maximize")
+    for e, speed_up in ((surprising, 1.2), (expected, 1.0)):
+        trial = study.ask()
+        trial.set_user_attr("config", e.config.as_dict())
+        trial.set_user_attr("step_time_s", e.step.total_s / speed_up)
+        study.tell(trial, e.tokens_per_s * speed_up)
+    guide.learn(study.get_trials())
+    proposal = guide.propose({config_key(surprising.config), config_key(expected.config)})
+    assert proposal is not None
+    a, b, p = (c.as_dict() for c in (surprising.config, expected.config, proposal))
+    assert sum(p[k] != a[k] for k in p) < sum(p[k] != b[k] for k in p)

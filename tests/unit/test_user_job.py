@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from autotune.engines.user_job import (
+    ds_precision,
     global_batch,
     parse_job,
     trial_argv,
     trial_ds_config,
+    users_knobs,
 )
 from autotune.errors import InputError
 from autotune.export.best import job_command
@@ -215,3 +217,30 @@ def test_a_study_stored_before_frameworks_were_named_still_reads_its_command() -
     assert job is not None and job.framework == "deepspeed"
     study.set_user_attr("job", {"command": ["loop.py"], "workdir": "/w", "config_index": None})
     assert stored_job(study).framework == "script"  # type: ignore[union-attr]
+
+
+def test_the_users_own_config_is_read_from_their_file_and_flags(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def users(config: dict[str, object], *flags: str) -> tuple[dict[str, object], str]:
+        (workdir / "ds.json").write_text(json.dumps(config))
+        job = parse_job(["train.py", *flags, "--deepspeed", "ds.json"], workdir, "deepspeed")
+        return users_knobs(job), ds_precision(job)
+
+    # the Trainer's flag where the file says "auto"; bf16 "auto" follows --bf16
+    assert users(USER_CONFIG, "--per_device_train_batch_size", "2", "--bf16") == (
+        {"zero": 3, "mbs": 2},
+        "bf16",
+    )
+    assert users(USER_CONFIG)[1] == "fp32"
+    zero = {"stage": 2, "reduce_bucket_size": 50_000_000, "overlap_comm": True}
+    knobs, precision = users({"train_micro_batch_size_per_gpu": 4, "zero_optimization": zero})
+    assert knobs == {"zero": 2, "mbs": 4, "reduce_bucket": 50_000_000, "overlap_comm": True}
+    assert precision == "fp32"
+    assert users({"fp16": {"enabled": True}})[0] == {"zero": 0, "mbs": 8}  # HF's default 8
+    monkeypatch.chdir(workdir)
+    problem = load_problem(
+        "deepspeed", "tiny", "local:2", command=["train.py", "--deepspeed", "ds.json"]
+    )
+    first = problem.users_config()
+    assert first is not None and (first.zero, first.mbs) == (0, 8)
