@@ -62,6 +62,7 @@ def study_run(workdir: Path, early: bool, trials: int) -> dict[str, object]:
     return {
         "seconds": sum(t.user_attrs.get("wall_s", 0.0) for t in ran),
         "trials": len(ran),
+        "confirmations": sum(1 for t in ran if "confirms" in t.user_attrs),
         "stopped": sum(1 for t in ran if t.user_attrs.get("stopped_for") == "slower"),
         "winner": best.user_attrs["label"],
         "winner_tps": best.value,
@@ -91,12 +92,15 @@ def main() -> None:
     ]
     for name, r in (("without early stopping", full), ("with early stopping", early)):
         lines.append(
-            f"| {name} | {r['trials']} | {r['stopped']} | {r['seconds']:.1f} | "
+            f"| {name} | {r['trials']} ({r['confirmations']} confirming) | {r['stopped']} | "
+            f"{r['seconds']:.1f} | "
             f"{r['winner']} | {r['winner_tps']:,.0f} |"
         )
     lines += [
         "",
-        f"Early stopping cut total trial time by {saved:.1%}; the winner is "
+        f"Early stopping {'cut' if saved >= 0 else 'added'} {abs(saved):.1%} "
+        "of total trial time (confirmations included: which leaders are close enough to be "
+        "confirmed depends on the measurements); the winner is "
         f"{'the same' if full['winner'] == early['winner'] else 'different'}. Most of a "
         "tiny trial is fixed cost (launch, imports, initialisation; see "
         "trial_overhead.md), which early stopping cannot save; on real models the "

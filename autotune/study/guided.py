@@ -2,10 +2,11 @@
 
 After every measurement the step-time model is refitted to the measured trials, every
 unmeasured config that is predicted to fit is re-ranked, and the next proposal maximises an
-optimistic score: log predicted tokens/s, moved by what the model got wrong on the nearest
-measured config (its residual: a real system strays from the model alike for configs that
-differ in few knobs, so the search looks around the configs that measured better than
-predicted), plus the model's uncertainty for that config. The
+optimistic score: log predicted tokens/s, moved by part of what the model got wrong on the
+nearest measured config (its residual, halved for each knob the two differ by: a real system
+strays from the model alike for configs that differ in few knobs, so the search looks around
+the configs that measured better than predicted), plus the model's uncertainty for that
+config. The
 uncertainty is the spread of the model's errors on the trials so far (a prior before there
 are enough), growing with the config's distance from anything measured. Out-of-memory
 trials tighten the memory model: nothing predicted to need as much as a config that ran out
@@ -49,6 +50,10 @@ NCCL_SPREAD = 0.3
 collective time: forcing an algorithm or protocol moves busbw by tens of percent at some
 sizes, and NCCL settings change nothing else. A variant's uncertainty is this times its
 communication share, so compute-bound layouts get no NCCL trials."""
+RESIDUAL_KEPT = 0.5
+"""Share of a measured config's residual that carries to a config one knob away (squared for
+two knobs, ...): the correlation of the model's errors between neighbours, as a Gaussian
+process with a product kernel would have it."""
 FULL_FIT_AFTER = 8
 """Measured trials before all four parameters are fitted; fewer fit compute efficiency only,
 so that a handful of points cannot be explained away by a free parameter each."""
@@ -166,7 +171,7 @@ class GuidedSearch:
                 continue
             if key == layout:
                 unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
-                expected = math.log(e.tokens_per_s) + anchor
+                expected = math.log(e.tokens_per_s) + anchor * RESIDUAL_KEPT ** int(distance)
                 scored.append((expected + optimism * unc, e, unc))
             elif layout == self.leader and refine is not None:
                 # NCCL settings refine the measured leader: its measurement, moved by the
