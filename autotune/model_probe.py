@@ -33,8 +33,8 @@ def read_model(
     record = trials.run(spec, problem.engine, launcher, folder, timeout_s)
     if record.kind != "ok" or record.result is None:
         raise LaunchError(
-            f"reading the model from your script failed ({record.kind}): {record.error} "
-            f"(files: {folder}); give --model to skip this run"
+            f"the script failed before any config was measured ({record.kind}), in the run "
+            f"that reads its model: {record.error} (files: {folder}; --model skips this run)"
         )
     if record.result.model_shape is None:
         raise InputError(

@@ -19,15 +19,25 @@ SCRIPTS = REPO / "tests" / "data" / "user_scripts"
 STUDY = "ds_train-local_2-deepspeed"
 
 
-def tune(tmp_path: Path, *script_args: str, trials: int = 3) -> subprocess.CompletedProcess[str]:
+MODEL = "num_layers: 2\nhidden_size: 128\nnum_attention_heads: 2\nffn_hidden_size: 512\n" + (
+    "vocab_size: 512\nseq_length: 64\nglobal_batch_size: 16\nprecision: fp32\n"
+)
+"""ds_train.py's default model, for --model (which skips reading it from the script)."""
+
+
+def tune(
+    tmp_path: Path, *script_args: str, trials: int = 3, model: bool = False
+) -> subprocess.CompletedProcess[str]:
     """A study of the user's script, run from their folder as they would run it."""
     workdir = tmp_path / "project"
     if not workdir.exists():
         workdir.mkdir()
         for name in ("ds_train.py", "ds_config.json"):
             (workdir / name).write_text((SCRIPTS / name).read_text())
+        (workdir / "model.yaml").write_text(MODEL)
     return autotune(
         "run",
+        *(("--model", "model.yaml") if model else ()),
         "--cluster",
         "local:2",
         "--trials",
@@ -101,9 +111,13 @@ def test_an_unmodified_deepspeed_script_is_tuned_and_its_export_runs_it(tmp_path
 
 
 def test_a_script_that_ignores_its_config_stops_the_study(tmp_path: Path) -> None:
-    result = tune(tmp_path, "--hardcoded-config", "--steps", "40")
+    failed = "the script failed before any config was measured (config_ignored)"
+    probing = tune(tmp_path, "--hardcoded-config", "--steps", "40")  # reading its model
+    said = probing.stderr  # one line, as every run-time error
+    assert probing.returncode == 1 and failed in said and "model_probe" in said
+    result = tune(tmp_path, "--hardcoded-config", "--steps", "40", model=True)
     assert result.returncode == 1
-    assert "the script failed before any config was measured (config_ignored)" in result.stdout
+    assert failed in result.stdout
     table = trials_table(tmp_path)
     assert len(table) == 1 and table[0]["kind"] == "config_ignored"
     assert "does not take its config from the file it was given" in str(table[0]["error"])
