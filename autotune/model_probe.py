@@ -5,7 +5,7 @@ estimator plans for their model rather than a stand-in."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
+import tempfile
 from pathlib import Path
 
 from autotune.engines.model_shape import ModelShape
@@ -28,7 +28,8 @@ def read_model(
     """`problem` with the workload read from the user's script (a run in `folder`)."""
     assert problem.job is not None
     config = problem.users_config() or problem.enumerate().require_some().valid[0]
-    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="run-", dir=folder))  # workers of one study each
     spec = problem.trial_spec(config, PROBE_STEPS)
     record = trials.run(spec, problem.engine, launcher, folder, timeout_s)
     if record.kind != "ok" or record.result is None:

@@ -40,10 +40,10 @@ class Problem:
     extra_rules: tuple[Rule, ...] = ()
     """Rules of the world rather than the engine (e.g. a replay table's recorded configs)."""
     job: UserJob | None = None
+    """The user's own training command, when the trials run it."""
     reads_model: bool = False
     """The workload is a stand-in until the model is read from the user's DeepSpeed job (no
     `--model` was given): `model_probe.read_model` runs their config once to read it."""
-    """The user's own training command, when the trials run it."""
 
     @property
     def rules(self) -> tuple[Rule, ...]:

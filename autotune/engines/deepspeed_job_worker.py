@@ -42,11 +42,14 @@ def install(hook: StepHook) -> None:
     """Wrap DeepSpeed's step entry points so that `hook` sees each optimizer step."""
     plain_step = DeepSpeedEngine.step
     plain_forward = DeepSpeedEngine.forward
+    shape_looked_for: list[bool] = []
     pipeline_batch = PipelineEngine.train_batch
 
     def forward(engine: DeepSpeedEngine, *args: Any, **kwargs: Any) -> Any:
-        if hook.model_shape is None and (tokens := token_ids(args, kwargs)) is not None:
-            hook.model_shape = read_shape(engine.module, tokens)
+        if not shape_looked_for:  # once: the walk over the module must not time a step
+            shape_looked_for.append(True)
+            if (tokens := token_ids(args, kwargs)) is not None:
+                hook.model_shape = read_shape(engine.module, tokens)
         return plain_forward(engine, *args, **kwargs)
 
     def after(engine: DeepSpeedEngine) -> None:

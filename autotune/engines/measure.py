@@ -96,7 +96,10 @@ class StepMeter:
             ended = self._agreed(_warmup_end(self.warmup, self.plan))
             self.warmed_up = ended != NOT_YET
             if ended == STABLE:  # its settled window is steady state already: keep it
-                self.carried = min(self.plan.settle_window, self.plan.min_measured - 1)
+                plan = self.plan
+                self.carried = max(
+                    0, min(plan.settle_window, plan.min_measured - 1, plan.measured_steps - 1)
+                )
                 self.measured = self.warmup[len(self.warmup) - self.carried :]
                 del self.warmup[len(self.warmup) - self.carried :]
         else:

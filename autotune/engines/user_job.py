@@ -229,7 +229,9 @@ def users_knobs(job: UserJob) -> dict[str, Any]:
                 knobs[name] = value
         elif isinstance(value, int) and not isinstance(value, bool):
             knobs[name] = value
-        elif isinstance(value, str) and value.isdigit():
+        elif (isinstance(value, float) and value.is_integer()) or (  # 5e8 in the JSON
+            isinstance(value, str) and value.isdigit()
+        ):
             knobs[name] = int(value)
     return knobs
 

@@ -89,4 +89,6 @@ def users_config_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The standing measurement of the config the user's own command runs today, when the
     study measured it."""
     key = study.user_attrs.get(USERS_CONFIG)
+    if key is None:
+        return None
     return next((t for t in standing(study) if t.user_attrs.get(CONFIG_KEY) == key), None)

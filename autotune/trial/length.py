@@ -4,9 +4,10 @@ feeds, no longer.
 After each measured step (at least `min_measured`) the interval of the mean step time decides:
 - `slower`: its median, and the whole of a strict one-sided interval, lie above the best step
   time so far plus the margin: it cannot win;
-- `precise`: its 95% interval is within `precision` of its median, or within half its
-  distance from the best (a trial 10% off the best is ranked by a 5% interval; one close to
-  the best, which could win, measures on to the full precision);
+- `precise`: its 95% interval is within `precision` of its median, or, for a trial slower
+  than the best, within half its distance from it (a trial 10% slower is ranked by a 5%
+  interval; one close to the best or faster, which could win, measures on to the full
+  precision);
 - otherwise it goes on, up to `measured_steps` (`cap`).
 One slow step widens the interval instead of deciding anything: it never stops a trial as
 slower, and it keeps a trial measuring.
@@ -53,7 +54,7 @@ def stopped_for(times: list[float], plan: StepPlan) -> StoppedFor | None:
         lower = statistics.fmean(times) - relative_halfwidth(times, SURELY) * median
         if median > bar and lower > bar:
             return "slower"
-    gap = abs(median / plan.best_s - 1) if plan.best_s else 0.0
+    gap = median / plan.best_s - 1 if plan.best_s else 0.0  # only a slower trial is let off
     if plan.precision > 0 and relative_halfwidth(times) <= max(plan.precision, gap / 2):
         return "precise"
     return "cap" if n >= plan.measured_steps else None

@@ -233,7 +233,7 @@ def test_the_users_own_config_is_read_from_their_file_and_flags(
         "bf16",
     )
     assert users(USER_CONFIG)[1] == "fp32"
-    zero = {"stage": 2, "reduce_bucket_size": 50_000_000, "overlap_comm": True}
+    zero = {"stage": 2, "reduce_bucket_size": 5e7, "overlap_comm": True}  # 5e7: a float
     knobs, precision = users({"train_micro_batch_size_per_gpu": 4, "zero_optimization": zero})
     assert knobs == {"zero": 2, "mbs": 4, "reduce_bucket": 50_000_000, "overlap_comm": True}
     assert precision == "fp32"
