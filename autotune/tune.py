@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.calibration.saved import load_calibration
+from autotune.calibration.saved import load_calibration, noise_path
 from autotune.errors import InputError
 from autotune.export import export_best
 from autotune.launchers import LaunchSettings, get_launcher
@@ -20,6 +20,7 @@ from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress, SearchSettings
+from autotune.study.noise import remember_spread, save_spread
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import default_study_name, study_ref
 from autotune.trial.spec import StepPlan
@@ -91,20 +92,28 @@ def tune(
         f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
-    outcome = run_study(
-        problem,
-        study,
-        ref=ref,
-        launcher=launcher,
-        progress=progress,
-        settings=SearchSettings(
-            budget=settings.budget,
-            steps=settings.steps,
-            strategy=settings.sampler,
-            seed=settings.seed,
-            calibration=calibration,
-        ),
-    )
+    noise_file = noise_path(settings.results, problem.cluster)
+    if launcher.source == "measured":
+        remember_spread(study, noise_file)
+    try:
+        outcome = run_study(
+            problem,
+            study,
+            ref=ref,
+            launcher=launcher,
+            progress=progress,
+            settings=SearchSettings(
+                budget=settings.budget,
+                steps=settings.steps,
+                strategy=settings.sampler,
+                seed=settings.seed,
+                calibration=calibration,
+            ),
+        )
+    finally:
+        launcher.close()
+    if launcher.source == "measured":
+        save_spread(study, noise_file)
     exported: list[Path] = []
     if best_trial(study) is not None:
         exported = export_best(study, ref.folder / "best", force=True)

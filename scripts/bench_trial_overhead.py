@@ -1,9 +1,13 @@
-"""Where a trial's wall time goes, for the tiny workload on this machine.
+"""Where a trial's wall time goes, for the tiny workload on this machine: a cold launch per
+trial against a warm pool, side by side.
 
-Runs real trials (both engines, a few configs, several repeats) and splits each trial's wall
-time into: launch and imports (torchrun, Python start, torch/engine imports), initialisation
-(process group, model, engine), warm-up, measured steps, the profiled step, and teardown
-(result gathering, process exit). Writes results/bench/trial_overhead.md.
+Runs real trials (both built-in engines, a few configs, several repeats), each config once
+cold (torchrun, Python, imports and the process group for the one trial) and once in a warm
+pool kept per engine (launchers/warm_pool.py), interleaved, and splits each trial's wall time
+into: launch and imports, initialisation (process group, model, engine), warm-up, measured
+steps, the profiled step, and teardown (result gathering, process exit or the pool's answer).
+A pool's first trial pays launch and imports like a cold one; it opens each pool and is shown
+apart. Writes results/bench/trial_overhead.md.
 
     .venv/bin/python scripts/bench_trial_overhead.py [--repeats 3]
 """
@@ -11,13 +15,19 @@ time into: launch and imports (torchrun, Python start, torch/engine imports), in
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
+
+from autotune.launchers import LaunchOutcome, get_launcher
+from autotune.launchers.base import Launcher
+from autotune.problem import load_problem
+from autotune.space import parse_overrides
+from autotune.trial.folder import prepare
+from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = [
@@ -34,12 +44,13 @@ PHASES = [
     "profiled step",
     "teardown",
 ]
+MODES = ("cold", "warm")
 
 
-def split(folder: Path) -> dict[str, float]:
-    result = json.loads((folder / "result.json").read_text())
-    wall = json.loads((folder / "outcome.json").read_text())["wall_s"]
-    p = result["phases_s"]
+def split(outcome: LaunchOutcome) -> dict[str, float]:
+    result = outcome.result
+    assert result is not None
+    p = result.phases_s
     inside = sum(p.values())
     return {
         "launch + imports": p["started"] + p["imported"],
@@ -47,11 +58,19 @@ def split(folder: Path) -> dict[str, float]:
         "warm-up": p["warmed_up"],
         "measured steps": p["measured"],
         "profiled step": p["profiled"],
-        "teardown": p["finished"] + max(wall - inside, 0.0),
-        "total": wall,
-        "warmup_steps": result["warmup_steps"],
-        "measured_steps": result["measured_steps"],
+        "teardown": p["finished"] + max(outcome.wall_s - inside, 0.0),
+        "total": outcome.wall_s,
     }
+
+
+def run_trial(launcher: Launcher, engine: str, config: str, folder: Path, warm: bool):
+    problem = load_problem(engine, "tiny", "local:2")
+    spec = problem.trial_spec(problem.config(parse_overrides(config)), StepPlan())
+    request = prepare(spec, problem.engine, launcher, folder, time_limit_s=900)
+    outcome = launcher.run(dataclasses.replace(request, warm=warm))
+    if outcome.kind != "ok":
+        sys.exit(f"trial {engine} {config} failed: {outcome.kind} {outcome.error}")
+    return split(outcome)
 
 
 def main() -> None:
@@ -59,72 +78,78 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/trial_overhead.md")
     args = parser.parse_args()
-    rows: dict[tuple[str, str], list[dict[str, float]]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    rows: dict[tuple[str, str, str], list[dict[str, float]]] = {}
+    openings: dict[str, dict[str, float]] = {}
+    cold = get_launcher("local")
+    pools = {engine: get_launcher("local") for engine, _ in CONFIGS}
+    with tempfile.TemporaryDirectory() as tmp, cold:
+        for engine, config in CONFIGS:  # each pool's first trial: launch and imports paid
+            if engine not in openings:
+                folder = Path(tmp) / f"open-{engine}"
+                openings[engine] = run_trial(pools[engine], engine, config, folder, True)
         for repeat in range(args.repeats):
             for engine, config in CONFIGS:
-                folder = Path(tmp) / f"{engine}-{config}-{repeat}"
-                done = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "autotune",
-                        "trial",
-                        "--engine",
-                        engine,
-                        "--cluster",
-                        "local:2",
-                        "--config",
-                        config,
-                        "--out",
-                        str(folder),
-                        "--json",
-                    ],
-                    capture_output=True,
-                    text=True,
-                    cwd=REPO,
-                )
-                if done.returncode != 0:
-                    sys.exit(f"trial {engine} {config} failed:\n{done.stdout}{done.stderr}")
-                rows.setdefault((engine, config), []).append(split(folder))
-                print(
-                    f"{engine:9} {config:14} {rows[(engine, config)][-1]['total']:.1f} s",
-                    flush=True,
-                )
+                for mode in MODES if repeat % 2 == 0 else MODES[::-1]:
+                    folder = Path(tmp) / f"{engine}-{config}-{mode}-{repeat}"
+                    launcher = pools[engine] if mode == "warm" else cold
+                    split_s = run_trial(launcher, engine, config, folder, mode == "warm")
+                    rows.setdefault((engine, config, mode), []).append(split_s)
+                    print(f"{engine:9} {config:14} {mode} {split_s['total']:.2f} s", flush=True)
+        for pool in pools.values():
+            pool.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(rows, args.repeats))
+    args.out.write_text(report(rows, openings, args.repeats))
     print(f"wrote {args.out}")
 
 
-def report(rows: dict[tuple[str, str], list[dict[str, float]]], repeats: int) -> str:
+def report(
+    rows: dict[tuple[str, str, str], list[dict[str, float]]],
+    openings: dict[str, dict[str, float]],
+    repeats: int,
+) -> str:
     lines = [
-        "# Trial overhead (tiny workload, 2 gloo processes)",
+        "# Trial overhead (tiny workload, 2 gloo processes): cold launches against warm pools",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
         f"`.venv/bin/python scripts/bench_trial_overhead.py --repeats {repeats}`; "
-        "medians over the repeats, seconds. Default step plan: warm-up until the last 2 steps "
-        "lie within 10% of their median (2 to 12 steps, at most 15 s), measured steps until "
-        "the step time's 95% interval is within 2% (3 to 8 steps), 1 profiled step.",
+        "medians over the repeats, seconds, cold and warm trials of each config interleaved "
+        "(the order alternating per repeat). Default step plan: warm-up until the last 2 "
+        "steps lie within 10% of their median (2 to 12 steps, at most 15 s), measured steps "
+        "until the step time's 95% interval is within 2% (3 to 8 steps), 1 profiled step "
+        "(in a study only a trial that could win is profiled).",
         "",
-        "| engine | config | " + " | ".join(PHASES) + " | total | measured share |",
-        "|---|---|" + "---|" * (len(PHASES) + 2),
+        "| engine | config | mode | " + " | ".join(PHASES) + " | total | measured share |",
+        "|---|---|---|" + "---|" * (len(PHASES) + 2),
     ]
-    shares = []
-    for (engine, config), runs in rows.items():
+    shares: dict[str, list[float]] = {mode: [] for mode in MODES}
+    totals: dict[tuple[str, str], dict[str, float]] = {}
+    for (engine, config, mode), runs in rows.items():
         med = {k: statistics.median(r[k] for r in runs) for k in [*PHASES, "total"]}
         share = med["measured steps"] / med["total"]
-        shares.append(share)
+        shares[mode].append(share)
+        totals.setdefault((engine, config), {})[mode] = med["total"]
         lines.append(
-            f"| {engine} | {config} | "
+            f"| {engine} | {config} | {mode} | "
             + " | ".join(f"{med[k]:.2f}" for k in PHASES)
             + f" | {med['total']:.2f} | {share:.1%} |"
         )
+    speedups = [t["cold"] / t["warm"] for t in totals.values()]
     lines += [
         "",
-        f"Share of trial time spent in measured steps: {min(shares):.1%} to "
-        f"{max(shares):.1%}. The rest is fixed cost (launch, imports, initialisation, "
-        "teardown), which dominates a tiny model; on a real model the measured steps "
-        "take seconds each and the share rises accordingly.",
+        f"Share of trial time spent in measured steps: cold {min(shares['cold']):.1%} to "
+        f"{max(shares['cold']):.1%}, warm {min(shares['warm']):.1%} to "
+        f"{max(shares['warm']):.1%}. A warm trial takes {min(speedups):.1f}x to "
+        f"{max(speedups):.1f}x less wall time than a cold one.",
+        "",
+        "Each pool's first trial (paid once per study and world, like a cold trial):",
+        "",
+        "| engine | launch + imports | initialisation | total |",
+        "|---|---|---|---|",
+        *(
+            f"| {engine} | {o['launch + imports']:.2f} | {o['initialisation']:.2f} | "
+            f"{o['total']:.2f} |"
+            for engine, o in openings.items()
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -19,6 +19,11 @@ def calibration_path(results: Path, cluster: Cluster) -> Path:
     return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', cluster.name)}.json"
 
 
+def noise_path(results: Path, cluster: Cluster) -> Path:
+    """Where the cluster's between-trial spread is kept, beside its calibration."""
+    return calibration_path(results, cluster).with_suffix(".noise.json")
+
+
 def read_calibration(path: Path) -> Calibration:
     """A saved calibration, or an InputError naming the file when it is not one."""
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import optuna
@@ -17,6 +18,8 @@ from autotune.commbench.bench import sweep_winners
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.space import Enumeration
+from autotune.study.confirm import Standing, ratio_interval, standings
+from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import CONFIRMS
 from autotune.trial.folder import TrialRecord
 from autotune.trial.result import TrialResult
@@ -183,40 +186,22 @@ def _cell(key: str, value: Any) -> str:
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
     """Best config and its figures, speed-up over the median and worst, failures by kind."""
     from autotune.report.cost import cost_line, study_cost
-    from autotune.report.table import best_trial, users_config_trial
     from autotune.report.table import trial_table as table_of
+    from autotune.report.table import users_config_trial
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
     failed = frame[frame["status"] == "fail"]
-    winner = best_trial(study)
-    if ok.empty or winner is None:
+    ranked = standings(study)
+    if ok.empty or not ranked:
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
-        best = ok[ok["number"] == winner.number].iloc[0]
-        tps = ok["tokens_per_s"].astype(float)
-        mfu = f", MFU {best['mfu']:.1%}" if best["mfu"] is not None else ""
-        stdev = winner.user_attrs.get("step_time_stdev_s")
-        spread = f" ± {stdev / best['step_time_s']:.1%}" if stdev else ""
-        confirmed = (
-            f", confirmed by a longer trial of trial {winner.user_attrs['confirms']}"
-            if CONFIRMS in winner.user_attrs
-            else ""
-        )
-        console.print(
-            f"[bold]best[/]: trial {best['number']}  {best['label']}  "
-            f"{best['tokens_per_s']:,.0f} tok/s{spread}{mfu} ({best['source']}{confirmed})"
-        )
-        console.print(
-            f"  {best['tokens_per_s'] / tps.median():.2f}x the median and "
-            f"{best['tokens_per_s'] / tps.min():.2f}x the worst of {len(ok)} "
-            "completed trials"
-        )
-        if (yours := users_config_trial(study)) is not None and yours.value:
+        _winner(console, study, ok, ranked)
+        if (yours := users_config_trial(study)) is not None:
             console.print(
-                f"  {best['tokens_per_s'] / yours.value:.2f}x your own config "
-                f"({yours.user_attrs.get('label')}, trial {yours.number}: "
-                f"{yours.value:,.0f} tok/s)"
+                f"  {ranked[0].tokens_per_s / yours.tokens_per_s:.2f}x your own config "
+                f"({yours.trial.user_attrs.get('label')}, trial {yours.first}: "
+                f"{yours.tokens_per_s:,.0f} tok/s)"
             )
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
@@ -224,9 +209,9 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         if CONFIRMS in t.user_attrs:
             console.print(
-                f"[yellow]the longer re-measurement of trial {t.user_attrs['confirms']} "
-                f"failed[/] ({t.user_attrs.get('kind')}: {t.user_attrs.get('error')}): that "
-                "trial stands on its own shorter measurement"
+                f"[yellow]a repeat of trial {t.user_attrs['confirms']} failed[/] "
+                f"({t.user_attrs.get('kind')}: {t.user_attrs.get('error')}): that config "
+                "does not stand unless a later repeat succeeds"
             )
     cost = study_cost(study)
     if cost is not None:
@@ -379,8 +364,11 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
             "default" if r["algo"] == "default" else f"{r['algo']}/{r['proto']}",
             f"{r['bytes']:,}",
             f"{r['time_s'] * 1e6:,.1f} us",
-            f"{r['algbw_gbps']:.3f}",
-            f"{r['busbw_gbps']:.3f}",
+            *(
+                (f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}")
+                if r["algbw_gbps"] is not None
+                else ("no data moved", "no data moved")
+            ),
             "yes" if r["correct"] else "[red]NO[/]",
         )
     console.print(table)
@@ -394,15 +382,52 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
         )
     if report["ranks"] == 1:
         console.print(
-            "one rank: no link is crossed, so times are NCCL's launch and local copies; "
-            "this exercises the NCCL path and the sweep, not the fabric"
+            "one rank: no link is crossed, so times are NCCL's launch and local copies, and "
+            "no bandwidth or NCCL setting is reported as faster; this exercises the NCCL path, "
+            "not the fabric"
         )
     memcpy = report["memcpy_gbps"]
     largest = max(r["bytes"] for r in report["rows"])
     for r in report["rows"]:
-        if r["bytes"] == largest and r["algo"] == "default":
+        if r["bytes"] == largest and r["algo"] == "default" and r["busbw_gbps"] is not None:
             console.print(
                 f"{r['op']} at {largest / 2**20:.0f} MiB: busbw {r['busbw_gbps']:.2f} GB/s = "
                 f"{r['busbw_gbps'] / memcpy:.2f}x a memory copy ({memcpy:.2f} GB/s, same run)"
             )
     console.print(f"files: {report['folder']}")
+
+
+def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standing]) -> None:
+    """The best config on the mean of its measurements, with its 95% interval, and how far
+    ahead of the runner-up it is, between-trial noise included."""
+    best, between = ranked[0], study_spread(study)
+    row = ok[ok["number"] == best.trial.number].iloc[0]
+    measured = row["source"] == "measured"
+    n = len(best.values)
+    how = (
+        f" ±{best.interval(between):.1%} (95%, {n} trial{'s' if n > 1 else ''})"
+        if measured
+        else ""
+    )
+    mfu = f", MFU {row['mfu'] * best.tokens_per_s / row['tokens_per_s']:.1%}" if row["mfu"] else ""
+    console.print(
+        f"[bold]best[/]: trial {best.first}  {row['label']}  {best.tokens_per_s:,.0f} tok/s"
+        f"{how}{mfu} ({row['source']})"
+    )
+    if len(ranked) > 1:
+        ratio, low, high = ratio_interval(best, ranked[1], between)
+        apart = f" (95% interval {low:.2f}x-{high:.2f}x)" if measured else ""
+        console.print(
+            f"  {ratio:.2f}x the runner-up{apart}, trial {ranked[1].first} "
+            f"{ranked[1].trial.user_attrs.get('label')}"
+        )
+    means = [s.tokens_per_s for s in ranked]
+    console.print(
+        f"  {best.tokens_per_s / statistics.median(means):.2f}x the median and "
+        f"{best.tokens_per_s / min(means):.2f}x the worst of {len(ranked)} configs measured"
+    )
+    if measured and between is not None:
+        console.print(
+            f"  between-trial spread {between.relative:.1%} (from {between.dof} degrees of "
+            "freedom of repeated configs)"
+        )

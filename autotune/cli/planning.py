@@ -96,7 +96,8 @@ def trial(
         raise InputError(f"trial folder {folder} exists and is not empty")
     if not as_json:
         console.print(f"trial {config.label()} -> {folder}")
-    record = trials.run(spec, problem.engine, get_launcher("local"), folder, timeout)
+    with get_launcher("local") as launcher:
+        record = trials.run(spec, problem.engine, launcher, folder, timeout)
     if as_json:
         click.echo(
             json.dumps(

@@ -146,8 +146,10 @@ def run_commbench(
 
 def sweep_winners(report: dict[str, Any]) -> pd.DataFrame:
     """Per collective, group and size: the fastest NCCL variant and its time against NCCL's
-    default (below 1 means the forced setting was faster). Empty without a sweep."""
+    default (below 1 means the forced setting was faster). Empty without a sweep, and for
+    one-rank groups: they cross no link, so a "faster" setting there is launch noise."""
     rows = pd.DataFrame(report["rows"])
+    rows = rows[rows.ranks > 1]
     keys = ["op", "group", "bytes"]
     default = rows[rows.algo == "default"].set_index(keys)["time_s"].rename("default_s")
     forced = rows[rows.algo != "default"]

@@ -177,7 +177,7 @@ def _variant_rows(
     try:
         for size in plan["sizes"]:
             seconds, correct = _measure(op, size, group, device)
-            algbw = size / seconds
+            algbw = size / seconds if n > 1 else None  # one rank moves no data over a link
             rows.append(
                 {
                     "op": op,
@@ -188,8 +188,8 @@ def _variant_rows(
                     "proto": variant.get("NCCL_PROTO", "default"),
                     "bytes": size,
                     "time_s": seconds,
-                    "algbw_gbps": algbw / 1e9,
-                    "busbw_gbps": algbw * bus_factor(op, n) / 1e9,
+                    "algbw_gbps": algbw / 1e9 if algbw is not None else None,
+                    "busbw_gbps": algbw * bus_factor(op, n) / 1e9 if algbw is not None else None,
                     "correct": correct,
                 }
             )

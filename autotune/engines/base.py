@@ -46,6 +46,10 @@ class Engine(ABC):
     """What estimate/ and export/ read of this engine (engines/traits.py)."""
     worker_module: ClassVar[str]
     """The module torchrun starts on each rank of autotune's own trials of this engine."""
+    warm_pool: ClassVar[bool] = False
+    """Its worker module has a `SESSION` that a warm pool's ranks build trial after trial
+    (engines/pool_worker.py): set only where building an engine twice in one process is
+    shown to leave no state behind (tests/integration/test_warm_pool.py)."""
     knob_meanings: ClassVar[dict[str, str]] = {}
     """Each knob in this engine's own words and units (its config keys or flags): `zero=1`
     or a bucket size means different things to DeepSpeed, Megatron-LM and PyTorch."""

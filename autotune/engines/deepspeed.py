@@ -19,6 +19,7 @@ DS_CONFIG_FILE = "ds_config.json"
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
     worker_module = "autotune.engines.deepspeed_worker"
+    warm_pool = True
     traits = EngineTraits(
         fp32_master="mixed_or_partitioned",
         fp32_grad_partition=True,

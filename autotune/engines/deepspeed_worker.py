@@ -95,5 +95,8 @@ def model_state(engine: deepspeed.DeepSpeedEngine) -> measure.StateTally:
     return tally
 
 
+SESSION = DeepSpeedSession
+"""What a warm pool (`engines/pool_worker.py`) builds for each trial."""
+
 if __name__ == "__main__":
-    worker.main(DeepSpeedSession)
+    worker.main(SESSION)

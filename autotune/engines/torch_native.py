@@ -29,6 +29,7 @@ def _pipeline_fills(c: TrainConfig, w: Workload, _k: Cluster) -> bool:
 class TorchEngine(Engine):
     name = "torch"
     worker_module = "autotune.engines.torch_worker"
+    warm_pool = True
     traits = EngineTraits(
         fp32_master="mixed",
         zero2_keeps_full_params=True,

@@ -43,7 +43,8 @@ class TorchSession:
         backend = spec.cluster.backend
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group(backend=backend)
+        if not dist.is_initialized():  # a warm pool's ranks keep theirs
+            dist.init_process_group(backend=backend)
         self.device = (
             torch.device("cuda", torch.cuda.current_device())
             if backend == "nccl"
@@ -228,5 +229,8 @@ def tensor_parallel(model: Decoder, mesh: DeviceMesh, sp: bool) -> None:
         parallelize_module(model.head, mesh, plan)
 
 
+SESSION = TorchSession
+"""What a warm pool (`engines/pool_worker.py`) builds for each trial."""
+
 if __name__ == "__main__":
-    worker.main(TorchSession)
+    worker.main(SESSION)

@@ -59,25 +59,37 @@ class Session(Protocol):
         """Parameters, gradients and optimizer states this rank holds now."""
 
 
-def main(build: Callable[[TrialSpec, Path], Session]) -> None:
-    """Entry point of an engine's worker module."""
+Build = Callable[[TrialSpec, Path], Session]
+
+
+def main(build: Build) -> None:
+    """Entry point of an engine's worker module: one trial, then the process ends."""
     spec, folder, rank, clock = start()
+    result = run_trial(build, spec, folder, rank, clock)
+    finish(folder, rank, result)
+
+
+def run_trial(
+    build: Build, spec: TrialSpec, folder: Path, rank: int, clock: dict[str, float]
+) -> TrialResult:
+    """Build the engine's session and measure it; a failure is written to
+    `error-rank<N>.json` with its kind before it propagates. The session is unreachable
+    once this returns, so a warm pool's next trial starts from none of its state."""
     try:
         session = build(spec, folder)
         check_nccl_environment(spec, rank)
         clock["initialized"] = time.time()
-        result = _run(spec, session, folder, rank, clock)
+        return _run(spec, session, folder, rank, clock)
     except BaseException as exc:
         write_error(folder, rank, exc)
         raise
-    finish(folder, rank, result)
 
 
 def start() -> tuple[TrialSpec, Path, int, dict[str, float]]:
     """What every worker does first: the trial it runs, its folder, its rank, and the clock
     that splits the trial's wall time into phases."""
     die_with_parent()
-    _clear_stale_build_locks()
+    clear_stale_build_locks()
     trial_file = Path(sys.argv[1]).resolve()
     spec = TrialSpec.from_json(trial_file.read_text())
     clock = {
@@ -160,7 +172,7 @@ STALE_BUILD_LOCK_S = 600
 left by a trial killed mid-build, and would make every later trial wait on it forever."""
 
 
-def _clear_stale_build_locks() -> None:
+def clear_stale_build_locks() -> None:
     root = Path(
         os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions")
     )

@@ -29,6 +29,8 @@ from autotune.launchers import torchrun
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
 from autotune.step import CONFIG_ENV
+from autotune.study.confirm import standings
+from autotune.study.noise import study_spread
 from autotune.study.storage import stored_job, stored_specs
 from autotune.study.trial_attrs import CONFIG, SOURCE
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
@@ -116,11 +118,26 @@ def _write_all(
                         "model_state_bytes",
                     )
                 },
+                "standing": _standing(study, trial),
                 "provenance": provenance(study.study_name, trial.number, spec),
             },
             sort_keys=False,
         )
     )
+
+
+def _standing(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
+    """The config's mean over its trial and repeats, and how sure it is (study.confirm)."""
+    found = next((s for s in standings(study) if s.trial.number == trial.number), None)
+    if found is None:
+        return None
+    between = study_spread(study)
+    return {
+        "tokens_per_s": found.tokens_per_s,
+        "interval_95": found.interval(between),
+        "measurements": len(found.values),
+        "between_trial_spread": between.relative if between is not None else None,
+    }
 
 
 def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.confirm import standing
-from autotune.study.noise import noise
+from autotune.study.confirm import CONFIDENCE, ratio_interval, separated, standings
+from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import CONFIG
 
 
@@ -22,35 +22,36 @@ class NcclVerdict:
     """What nccl.env says of the NCCL settings (None: the winner uses NCCL's defaults)."""
 
 
-def _config(trial: FrozenTrial) -> TrainConfig:
-    return TrainConfig(**trial.user_attrs[CONFIG])
-
-
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
-    config = _config(best)
+    """Keep the winner's NCCL settings only when it is faster than the same layout with
+    NCCL's defaults at the confirmation's confidence, between-trial noise included (the
+    confirmation repeats both, interleaved); else export the best layout with NCCL's
+    defaults."""
+    config = TrainConfig(**best.user_attrs[CONFIG])
     if config == nccl_default(config):
         return NcclVerdict(best, None)
-    done = [t for t in standing(study) if CONFIG in t.user_attrs]
+    ranked = [s for s in standings(study) if CONFIG in s.trial.user_attrs]
+    winner = next((s for s in ranked if s.trial.number == best.number), None)
     layout = config_key(nccl_default(config))
-    baselines = [t for t in done if config_key(_config(t)) == layout]
+    baseline = next((s for s in ranked if config_key(s.config) == layout), None)
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"
-    if baselines:
-        baseline = max(baselines, key=lambda t: t.value or 0.0)
-        gain = (best.value or 0.0) / (baseline.value or 1.0) - 1
-        margin = noise(best, baseline)
-        if gain > margin:
+    if winner is not None and baseline is not None:
+        between = study_spread(study)
+        ratio, low, high = ratio_interval(winner, baseline, between)
+        measured = (
+            f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; 95% "
+            f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} and "
+            f"{len(baseline.values)} measurements)"
+        )
+        if separated(winner, baseline, between):
             version = best.user_attrs.get("nccl_version") or "unknown"
-            return NcclVerdict(
-                best,
-                f"Measured gain of {settings}: {gain:+.1%} over NCCL's default (trial "
-                f"{baseline.number}; noise {margin:.1%}), NCCL {version}.",
-            )
-        why = f"{gain:+.1%} over NCCL's default (trial {baseline.number}) is within noise"
+            return NcclVerdict(best, f"Measured gain of {settings}: {measured}, NCCL {version}.")
+        why = f"{measured} is not a gain at {CONFIDENCE:.0%} confidence"
     else:
         why = "it was never measured against NCCL's default"
-    plain = [t for t in done if _config(t) == nccl_default(_config(t))]
-    fallback = max(plain, key=lambda t: t.value or 0.0, default=None)
+    plain = [s for s in ranked if s.config == nccl_default(s.config)]
+    fallback = plain[0].trial if plain else best
     return NcclVerdict(
-        fallback or best,
+        fallback,
         f"Trial {best.number}'s {settings} is not kept: {why}. Nothing is set.",
     )

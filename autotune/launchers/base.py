@@ -42,6 +42,9 @@ class LaunchRequest:
     time_limit_s: float = 600.0
     worker_file: str = TRIAL_FILE
     """What the worker module reads, in `folder` (commbench's plan for its worker)."""
+    warm: bool = False
+    """The worker may run in a warm pool (a built-in engine's trial): ranks kept alive
+    between trials of the same world, where the launcher has one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +85,16 @@ class Launcher(ABC):
     @abstractmethod
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
+
+    def close(self) -> None:
+        """Stop what the launcher keeps between trials (a warm pool); the study's end."""
+        return None
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 _ROOT_CAUSE_ORDER = {"oom": 0, "crash": 1, "comm_error": 2}

@@ -1,31 +1,35 @@
-"""torchrun on this host, in its own session; killed by process tree on timeout or Ctrl-C."""
+"""torchrun on this host, in its own session; killed by process tree on timeout or Ctrl-C.
+
+Trials of the built-in engines (`LaunchRequest.warm`) run in a warm pool
+(`warm_pool.py`) that serves trial after trial of the same world; the user's own command
+is launched afresh for every trial."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
-
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
+from autotune.launchers.process_tree import stop_tree
+from autotune.launchers.warm_pool import WarmPool, pool_key
 from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
-GRACE_S = 5.0
-"""Between SIGTERM and SIGKILL when stopping a trial."""
 POLL_S = 0.5
-"""How often a running trial's time limit and streamed step times are checked."""
+"""How often a running trial's time limit is checked (its exit wakes the wait at once)."""
 
 
 class LocalLauncher(Launcher):
     name = "local"
+
+    def __init__(self) -> None:
+        self._pool: WarmPool | None = None
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [
@@ -37,13 +41,10 @@ class LocalLauncher(Launcher):
         ]
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
-        inherited = {k: v for k, v in os.environ.items() if k not in NCCL_TUNED}
-        env = {
-            **inherited,
-            "PATH": python_bin_first(inherited.get("PATH", "")),
-            **request.env,
-            LAUNCH_EPOCH_ENV: repr(time.time()),
-        }
+        if request.warm:
+            return self._run_warm(request)
+        self.close()  # the devices go to this trial
+        env = {**launch_environment(request.env), LAUNCH_EPOCH_ENV: repr(time.time())}
         start = time.monotonic()
         with (request.folder / LOG_FILE).open("ab") as log:
             proc = subprocess.Popen(
@@ -70,6 +71,29 @@ class LocalLauncher(Launcher):
         stop_tree(proc)  # on timeout; else stragglers in their own sessions
         return classify(request.folder, proc.returncode, timed_out, time.monotonic() - start)
 
+    def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
+
+    def _run_warm(self, request: LaunchRequest) -> LaunchOutcome:
+        key = pool_key(request)
+        if self._pool is not None and (self._pool.key != key or not self._pool.alive):
+            self.close()
+        if self._pool is None:
+            self._pool = WarmPool(key, launch_environment(dict(key.env)), stop_tree)
+        outcome = self._pool.run(request)
+        if not self._pool.alive:
+            self.close()
+        return outcome
+
+
+def launch_environment(trial_env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without NCCL settings of its own, this Python's tools
+    first, and the trial's variables."""
+    inherited = {k: v for k, v in os.environ.items() if k not in NCCL_TUNED}
+    return {**inherited, "PATH": python_bin_first(inherited.get("PATH", "")), **trial_env}
+
 
 def python_bin_first(path: str) -> str:
     """PATH with this Python's scripts folder first, so every trial compiles engine ops with
@@ -77,24 +101,3 @@ def python_bin_first(path: str) -> str:
     versions hash commands differently, and alternating them rebuilt DeepSpeed's CPU ops
     (30-60 s here) in every trial."""
     return os.pathsep.join(filter(None, [str(Path(sys.executable).parent), path]))
-
-
-def stop_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after a grace period, to the process and all its descendants."""
-    try:
-        root = psutil.Process(proc.pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        tree = []
-    for p in tree:
-        _signal(p, signal.SIGTERM)
-    _, alive = psutil.wait_procs(tree, timeout=GRACE_S)
-    for p in alive:
-        _signal(p, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=GRACE_S)
-    proc.poll()
-
-
-def _signal(p: psutil.Process, sig: signal.Signals) -> None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        p.send_signal(sig)

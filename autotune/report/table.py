@@ -7,7 +7,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from autotune.study.choices import CHOICES_ATTR
-from autotune.study.confirm import standing
+from autotune.study.confirm import Standing, standings
 from autotune.study.trial_attrs import (
     CONFIG,
     CONFIG_KEY,
@@ -80,15 +80,21 @@ def trial_table(study: optuna.Study) -> pd.DataFrame:
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The winner: the best standing measurement, a config's longer re-measurement
-    (confirmation) standing for it where there is one."""
-    return max(standing(study), key=lambda t: t.value, default=None)  # type: ignore[arg-type, return-value]
+    """The winner's latest measurement: the config with the best standing, the mean of its
+    trial and its repeats (see study.confirm)."""
+    best = best_standing(study)
+    return best.trial if best is not None else None
 
 
-def users_config_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The standing measurement of the config the user's own command runs today, when the
-    study measured it."""
+def best_standing(study: optuna.Study) -> Standing | None:
+    ranked = standings(study)
+    return ranked[0] if ranked else None
+
+
+def users_config_trial(study: optuna.Study) -> Standing | None:
+    """The standing of the config the user's own command runs today, when the study
+    measured it."""
     key = study.user_attrs.get(USERS_CONFIG)
     if key is None:
         return None
-    return next((t for t in standing(study) if t.user_attrs.get(CONFIG_KEY) == key), None)
+    return next((s for s in standings(study) if s.trial.user_attrs.get(CONFIG_KEY) == key), None)

@@ -1,83 +1,171 @@
-"""Before naming the winner: re-measure the leaders with longer trials when their difference
-is within measurement noise and a trial's own measurement is not precise (a trial measured
-to its precision target stands: a second launch of it would sample the noise between launches,
-not shrink it), and let those longer measurements decide."""
+"""Before naming the winner: re-measure the leaders by interleaved repeats (A B A B ...)
+until the best is faster than each runner-up at the stated confidence, or surely within
+2% of it (either will do), or each has had `REPEATS` repeats; a config then stands on the
+mean of all its measurements.
+
+A trial's own interval says how well one launch knew its step time; another launch of the
+same config on a shared machine can land 20% away. Only repeats, interleaved so that a slow
+moment of the machine falls on every contender alike, measure that between-trial noise
+(`noise.between_trials`), and only they can say the winner is faster for real."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from scipy import stats
 
-from autotune.space import TrainConfig
-from autotune.study.noise import noise
+from autotune.space import TrainConfig, config_key, nccl_default
+from autotune.study.noise import NOISE_FLOOR, Spread, measurements, spread, study_spread
 from autotune.study.trial_attrs import (
     CONFIG,
     CONFIRMS,
     PRUNED_AS,
     PRUNED_REASON,
     SOURCE,
-    STOPPED_FOR,
     Pruned,
 )
 
 CONTENDERS = 3
-"""The best trial and up to this many minus one runners-up."""
-LONGER = 3
-"""Confirmation trials measure this many times the steps."""
+"""The best config and up to this many minus one runners-up."""
+REPEATS = 3
+"""Repeats per contender at most, besides its own trial."""
+CONFIDENCE = 0.95
+"""One-sided: how sure "the best is faster than the runner-up" must be to stop repeating."""
+EQUIVALENT = NOISE_FLOOR
+"""Two configs whose throughputs surely differ by less than this are as good as each other:
+repeating them further would not change what the user should run."""
+MIN_SD = 0.001
 
 
-def _confirmations(study: optuna.Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=states) if CONFIRMS in t.user_attrs]
+@dataclass(frozen=True)
+class Standing:
+    """A config as the study knows it: every completed measurement of it (its trial and its
+    repeats), the latest one to export."""
+
+    first: int
+    """Its first trial's number, which its repeats name (`CONFIRMS`)."""
+    trial: FrozenTrial
+    """Its latest measurement."""
+    values: tuple[float, ...]
+    """Tokens/s of each measurement."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        """The geometric mean: the step-time noise is relative, so it is averaged in logs."""
+        return math.exp(self.log_mean)
+
+    @property
+    def log_mean(self) -> float:
+        return sum(math.log(v) for v in self.values) / len(self.values)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.values) - 1
+
+    @property
+    def config(self) -> TrainConfig:
+        return TrainConfig(**self.trial.user_attrs[CONFIG])
+
+    def sd(self, between: Spread | None) -> float:
+        """One measurement's relative spread: between trials where the study (or the
+        cluster) measured it, else the trial's own spread, at least half the noise floor."""
+        if between is not None:
+            return max(between.relative, MIN_SD)
+        return max(spread(self.trial) / 2, NOISE_FLOOR / 2)
+
+    def interval(self, between: Spread | None) -> float:
+        """Relative half-width of the 95% interval of its mean throughput."""
+        half = _quantile(0.975, between) * self.sd(between) / math.sqrt(len(self.values))
+        return math.expm1(half)
 
 
-def standing(study: optuna.Study) -> list[FrozenTrial]:
-    """Each completed config's standing measurement: its latest confirmation (the longer
-    trial) where it has one, else its own trial; a config whose latest confirmation failed
-    (out of memory at length, a crash) does not stand. The winner is the best of these, so a
-    trial that runs after a confirmation (a resumed study, another worker) can still win."""
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.value is not None
-    ]
-    latest = {
-        t.user_attrs[CONFIRMS]: t
-        for t in _confirmations(study, (TrialState.COMPLETE, TrialState.FAIL))
+def _quantile(p: float, between: Spread | None) -> float:
+    """Student's t with the between-trial spread's degrees of freedom (normal without)."""
+    dof = between.dof if between is not None else None
+    return float(stats.t.ppf(p, dof) if dof else stats.norm.ppf(p))
+
+
+def ratio_interval(
+    best: Standing, other: Standing, between: Spread | None, level: float = 0.95
+) -> tuple[float, float, float]:
+    """best's throughput over other's: the ratio and its two-sided interval at `level`."""
+    diff = best.log_mean - other.log_mean
+    sd = max(best.sd(between), other.sd(between))
+    se = sd * math.sqrt(1 / len(best.values) + 1 / len(other.values))
+    half = _quantile(0.5 + level / 2, between) * se
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+
+
+def separated(best: Standing, other: Standing, between: Spread | None) -> bool:
+    """best is faster than other at `CONFIDENCE` (one-sided)."""
+    _, low, _ = ratio_interval(best, other, between, level=2 * CONFIDENCE - 1)
+    return low > 1
+
+
+def equivalent(best: Standing, other: Standing, between: Spread | None) -> bool:
+    """Their throughputs differ by less than `EQUIVALENT`, at the same confidence."""
+    _, low, high = ratio_interval(best, other, between, level=2 * CONFIDENCE - 1)
+    return 1 / (1 + EQUIVALENT) < low and high < 1 + EQUIVALENT
+
+
+def standings(study: optuna.Study) -> list[Standing]:
+    """Each measured config's standing, best first; a config whose latest repeat failed
+    (out of memory, a crash) does not stand. A trial that runs after a confirmation (a
+    resumed study, another worker) stands like any other and can win."""
+    failed = {
+        t.user_attrs[CONFIRMS]: t.number
+        for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        if CONFIRMS in t.user_attrs
     }
-    standing = [latest.get(t.number, t) for t in done if CONFIRMS not in t.user_attrs]
-    return [t for t in standing if t.state == TrialState.COMPLETE]
+    found = []
+    for first, trials in measurements(study).items():
+        latest = max(trials, key=lambda t: t.number)
+        if failed.get(first, -1) > latest.number:
+            continue
+        found.append(Standing(first, latest, tuple(t.value for t in trials if t.value)))
+    return sorted(found, key=lambda s: -s.tokens_per_s)
 
 
-def _being_confirmed(study: optuna.Study) -> set[int]:
-    """Trials with a longer re-measurement running or done (a queued one another worker's
-    loop took and skipped does not count)."""
-    states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.FAIL)
-    return {t.user_attrs[CONFIRMS] for t in _confirmations(study, states)}
-
-
-def contenders(study: optuna.Study) -> list[FrozenTrial]:
-    """The trials to re-measure with longer trials: of the leader and the runners-up within
-    noise of it, those measured short of their precision target and not measured longer yet
-    (nor being so by another worker); [] when the leader stands alone."""
-    ranked = sorted(
-        (t for t in standing(study) if t.user_attrs.get(SOURCE) == "measured"),
-        key=lambda t: -t.value,  # type: ignore[operator]
-    )
+def contenders(study: optuna.Study) -> list[Standing]:
+    """The configs to repeat next: the best and each runner-up it is not surely faster than
+    (and, when the best forces NCCL settings, the same layout with NCCL's defaults), those
+    with repeats left and none running; [] when the best stands apart."""
+    ranked = [s for s in standings(study) if s.trial.user_attrs.get(SOURCE) == "measured"]
     if len(ranked) < 2:
         return []
+    between = study_spread(study)
     best = ranked[0]
-    close = [t for t in ranked[1:CONTENDERS] if t.value >= best.value * (1 - noise(best, t))]  # type: ignore[operator]
-    confirming = _being_confirmed(study)
-    unconfirmed = [
-        t
-        for t in [best, *close]
-        if CONFIRMS not in t.user_attrs
-        and t.number not in confirming
-        and t.user_attrs.get(STOPPED_FOR) != "precise"
-    ]
-    return unconfirmed if close else []
+    close = [s for s in ranked[1:CONTENDERS] if not _settled(best, s, between)]
+    baseline = _nccl_baseline(best, ranked)
+    if baseline is not None and baseline not in close and not separated(best, baseline, between):
+        close.append(baseline)  # an NCCL setting is kept only when surely faster
+    if not close:
+        return []
+    running = _repeats_running(study)
+    return [s for s in [best, *close] if s.repeats < REPEATS and s.first not in running]
+
+
+def _settled(best: Standing, other: Standing, between: Spread | None) -> bool:
+    return separated(best, other, between) or equivalent(best, other, between)
+
+
+def _nccl_baseline(best: Standing, ranked: list[Standing]) -> Standing | None:
+    if best.config == nccl_default(best.config):
+        return None
+    layout = config_key(nccl_default(best.config))
+    return next((s for s in ranked if config_key(s.config) == layout), None)
+
+
+def _repeats_running(study: optuna.Study) -> set[int]:
+    return {
+        t.user_attrs[CONFIRMS]
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if CONFIRMS in t.user_attrs
+    }
 
 
 def confirm(
@@ -87,21 +175,28 @@ def confirm(
     run: Callable[[optuna.Trial, TrainConfig], object],
     time_left: Callable[[], bool] = lambda: True,
 ) -> list[int]:
-    """Run one longer trial per contender while `time_left()`; returns the new trials'
-    numbers. Another worker may take the queued trial (Optuna hands out the oldest waiting
-    one): a trial that is not this contender's confirmation is given back as pruned."""
-    numbers = []
-    for original in contenders(study):
-        if not time_left() or original.number in _being_confirmed(study):
-            continue
-        config = TrainConfig(**original.user_attrs[CONFIG])
-        study.enqueue_trial(params_of(config), user_attrs={CONFIRMS: original.number})
-        trial = study.ask(distributions)
-        if trial.user_attrs.get(CONFIRMS) != original.number:
-            trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED)
-            trial.set_user_attr(PRUNED_REASON, "took another worker's queued trial")
-            study.tell(trial, state=TrialState.PRUNED)
-            continue
-        run(trial, config)
-        numbers.append(trial.number)
+    """Rounds of one repeat per contender, the order rotated each round, while contenders
+    remain and `time_left()`; returns the repeats' trial numbers. Another worker may take
+    the queued trial (Optuna hands out the oldest waiting one): a trial that is not this
+    contender's repeat is given back as pruned."""
+    numbers: list[int] = []
+    for round_ in range(REPEATS):
+        group = contenders(study)
+        if not group:
+            break
+        shift = round_ % len(group)
+        for standing in group[shift:] + group[:shift]:
+            if not time_left():
+                return numbers
+            if standing.first in _repeats_running(study):
+                continue
+            study.enqueue_trial(params_of(standing.config), user_attrs={CONFIRMS: standing.first})
+            trial = study.ask(distributions)
+            if trial.user_attrs.get(CONFIRMS) != standing.first:
+                trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED)
+                trial.set_user_attr(PRUNED_REASON, "took another worker's queued trial")
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            run(trial, standing.config)
+            numbers.append(trial.number)
     return numbers

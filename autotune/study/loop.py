@@ -23,7 +23,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import LONGER, confirm
+from autotune.study.confirm import confirm
 from autotune.study.guided import GuidedSearch
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.storage import (
@@ -307,25 +307,19 @@ class _Search:
         return None
 
     def confirm_leaders(self) -> list[int]:
-        """Longer trials of the leaders within noise of each other whose own measurement
-        did not reach the precision asked (measured runs only), without a step time to beat,
-        while the time budget lasts."""
+        """Interleaved repeats of the leaders the best is not surely faster than (measured
+        runs only), each measured in full (no step time to beat), while the time budget
+        lasts."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
-        steps = self.settings.steps
-        longer = dataclasses.replace(
-            steps,
-            measured_steps=steps.measured_steps * LONGER,
-            precision=steps.precision / LONGER,
-            best_s=None,
-        )
+        repeat = dataclasses.replace(self.settings.steps, best_s=None)
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
             record = run_one(
                 self.problem, self.ref, self.study, trial, config, config_key(config),
-                self.launcher, longer, self.progress, self.budget.timeout_per_trial_s,
+                self.launcher, repeat, self.progress, self.budget.timeout_per_trial_s,
             )  # fmt: skip
-            label = f"{config.label()} (confirming trial {trial.user_attrs[CONFIRMS]})"
+            label = f"{config.label()} (repeat of trial {trial.user_attrs[CONFIRMS]})"
             self.progress.finished(trial.number, label, record, best_value(self.study))
 
         def time_left() -> bool:

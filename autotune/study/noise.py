@@ -1,12 +1,44 @@
 """What "within noise" means, in one place: the confirmation of leaders, the NCCL verdict
-and the guided search's stop rule all ask it here."""
+and the summary's intervals all ask it here.
+
+Two kinds of noise: the spread of step times inside one trial, and the spread between
+trials of the same config (another launch, another moment of a shared machine), which is
+larger and is what decides whether a config is faster. The second is measured from the
+study's own repeated configs (`between_trials`), and kept per cluster for the next study."""
 
 from __future__ import annotations
 
-from optuna.trial import FrozenTrial
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study.trial_attrs import CONFIRMS, NOISE_PRIOR, SOURCE
 
 NOISE_FLOOR = 0.02
 """Differences under 2% are noise on any shared machine, whatever the trials' own spread."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The between-trial spread of one config's throughput: the standard deviation of its
+    logarithm (about the relative spread), pooled over repeated configs, with its degrees of
+    freedom."""
+
+    relative: float
+    dof: int
+
+    def pooled(self, other: Spread | None) -> Spread:
+        if other is None or other.dof == 0:
+            return self
+        dof = self.dof + other.dof
+        var = (self.relative**2 * self.dof + other.relative**2 * other.dof) / dof
+        return Spread(math.sqrt(var), dof)
 
 
 def spread(trial: FrozenTrial) -> float:
@@ -15,6 +47,65 @@ def spread(trial: FrozenTrial) -> float:
     return 2 * stdev / median if stdev and median else 0.0
 
 
-def noise(*trials: FrozenTrial) -> float:
-    """The relative difference below which these trials cannot be told apart."""
-    return max(NOISE_FLOOR, *(spread(t) for t in trials))
+def noise(*trials: FrozenTrial, between: Spread | None = None) -> float:
+    """The relative difference below which these trials cannot be told apart: the floor,
+    their own spread, and twice the between-trial spread where it is known."""
+    across = 2 * between.relative if between is not None else 0.0
+    return max(NOISE_FLOOR, across, *(spread(t) for t in trials))
+
+
+def measurements(study: optuna.Study) -> dict[int, list[FrozenTrial]]:
+    """Each config's completed trials, keyed by its first trial's number: the trial itself
+    and its repeats (`CONFIRMS`)."""
+    by_config: dict[int, list[FrozenTrial]] = defaultdict(list)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.value:
+            by_config[t.user_attrs.get(CONFIRMS, t.number)].append(t)
+    return dict(by_config)
+
+
+def between_trials(study: optuna.Study) -> Spread | None:
+    """The study's between-trial spread, from its configs measured more than once; None
+    before any was."""
+    squares, dof = 0.0, 0
+    for trials in measurements(study).values():
+        if len(trials) < 2 or trials[0].user_attrs.get(SOURCE) != "measured":
+            continue
+        logs = [math.log(t.value) for t in trials if t.value]
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        dof += len(logs) - 1
+    return Spread(math.sqrt(squares / dof), dof) if dof else None
+
+
+def study_spread(study: optuna.Study) -> Spread | None:
+    """The between-trial spread every verdict of the study uses: its own repeats pooled
+    with the cluster's from earlier studies (`NOISE_PRIOR`, set when the study starts)."""
+    stored = study.user_attrs.get(NOISE_PRIOR)
+    prior = Spread(**stored) if stored else None
+    own = between_trials(study)
+    return own.pooled(prior) if own is not None else prior
+
+
+def read_spread(path: Path) -> Spread | None:
+    """A cluster's between-trial spread saved by an earlier study; None when there is none
+    (or it is unreadable: it is only a prior, the study measures its own)."""
+    try:
+        return Spread(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remember_spread(study: optuna.Study, path: Path) -> None:
+    """Start the study from the cluster's spread, once (a resumed study keeps its own)."""
+    prior = read_spread(path)
+    if prior is not None and NOISE_PRIOR not in study.user_attrs:
+        study.set_user_attr(NOISE_PRIOR, dataclasses.asdict(prior))
+
+
+def save_spread(study: optuna.Study, path: Path) -> None:
+    """The study's spread (its repeats with its prior) as the cluster's, for the next one."""
+    known = study_spread(study)
+    if known is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(known)) + "\n")

@@ -34,6 +34,9 @@ WALL = "wall_s"
 """The trial's wall time as its launcher saw it, from launch to the processes' end."""
 PHASES = "phases_s"
 """The worker's clock: seconds per phase of a measured trial (`TrialResult.phases_s`)."""
+NOISE_PRIOR = "noise_prior"
+"""On the study: the cluster's between-trial spread from earlier studies (`noise.Spread` as a
+dict), pooled with the study's own repeats in every verdict."""
 USERS_CONFIG = "users_config"
 """On the study: the config key of the config the user's own command runs today (measured
 first; the summary compares the winner with it)."""

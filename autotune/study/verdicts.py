@@ -28,12 +28,16 @@ def verdicts(study: optuna.Study) -> dict[str, int]:
 
 
 def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
-    """Mark the config as this trial's; the number of an earlier trial that holds it (running
-    or with a verdict) when two workers took it at once, else None."""
+    """Mark the config as this trial's; the number of another trial that holds it (running
+    or with a verdict) when two workers took it at once, else None.
+
+    Each worker marks before it looks, so of two that take a config at once the later to
+    look sees the other's mark, whatever their trial numbers, and gives way (both may, and
+    the config is proposed again later; neither measures it twice)."""
     trial.set_user_attr(CLAIM, key)
 
     def holds(t: FrozenTrial) -> bool:
-        if t.number >= trial.number or t.user_attrs.get(KIND) == INTERRUPTED:
+        if t.number == trial.number or t.user_attrs.get(KIND) == INTERRUPTED:
             return False
         if t.state == TrialState.RUNNING:
             return t.user_attrs.get(CLAIM) == key

@@ -117,3 +117,13 @@ def test_bad_commbench_input_is_one_line(tmp_path: Path, flag: str, value: str) 
     done = autotune("commbench", "--cluster", "local:2", flag, value, "--results", str(tmp_path))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "commbench").exists()
+
+
+def test_one_rank_moves_no_data_and_reports_no_bandwidth(tmp_path: Path) -> None:
+    done = autotune(
+        "commbench", "--cluster", "local:1", "--sizes", "1K:4K", "--ops", "all_reduce",
+        "--results", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "no data moved" in done.stdout
+    assert "x a memory copy" not in done.stdout

@@ -47,7 +47,8 @@ def launch(tmp_path: Path, name: str, config: TrainConfig, workload: str, env: d
     spec = problem.trial_spec(config, StepPlan(measured_steps=2))
     folder = tmp_path / "trial"
     request = prepare(spec, problem.engine, launcher, folder, time_limit_s=300)
-    outcome = launcher.run(dataclasses.replace(request, env={**request.env, **env}))
+    with launcher:
+        outcome = launcher.run(dataclasses.replace(request, env={**request.env, **env}))
     return launcher, folder, outcome
 
 

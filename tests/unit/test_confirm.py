@@ -1,25 +1,43 @@
-"""Which leaders get re-measured, on step times recorded by the DeepSpeed sweep."""
+"""Which leaders get repeated, when the repeats stop, and which config stands: on step times
+recorded by the DeepSpeed sweep and on small studies whose values are known."""
 
+import random
+from itertools import count
 from pathlib import Path
 
 import optuna
 import pandas as pd
 
-from autotune.study.confirm import contenders
-from autotune.study.noise import noise
+from autotune.report.table import best_trial
+from autotune.space import TrainConfig
+from autotune.study.confirm import REPEATS, confirm, contenders, standings
+from autotune.study.noise import noise, study_spread
 
 SWEEP = Path(__file__).resolve().parents[2] / "results/benchmarks/sweep_deepspeed.csv"
 TOKENS_PER_STEP = 16 * 64  # the tiny workload
+MBS = count(1)
+
+
+def attrs(step_time_s: float, stdev_s: float, config: TrainConfig) -> dict[str, object]:
+    return {
+        "source": "measured",
+        "step_time_s": step_time_s,
+        "step_time_stdev_s": stdev_s,
+        "config": config.as_dict(),
+        "label": config.label(),
+    }
 
 
 def study_of(rows: pd.DataFrame) -> optuna.Study:
     study = optuna.create_study(direction="maximize")
     for row in rows.to_dict("records"):
-        trial = study.ask()
-        trial.set_user_attr("source", "measured")
-        trial.set_user_attr("step_time_s", row["step_time_s"])
-        trial.set_user_attr("step_time_stdev_s", row["step_time_stdev_s"])
-        study.tell(trial, TOKENS_PER_STEP / row["step_time_s"])
+        config = TrainConfig(mbs=next(MBS))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=TOKENS_PER_STEP / row["step_time_s"],
+                user_attrs=attrs(row["step_time_s"], row["step_time_stdev_s"], config),
+            )
+        )
     return study
 
 
@@ -30,25 +48,28 @@ def recorded() -> pd.DataFrame:
 
 def trials(*rows: tuple[float, float]) -> optuna.Study:
     """A study of measured trials given as (step time s, its stdev s)."""
-    frame = pd.DataFrame(rows, columns=["step_time_s", "step_time_stdev_s"])
-    return study_of(frame)
+    return study_of(pd.DataFrame(rows, columns=["step_time_s", "step_time_stdev_s"]))
 
 
-def test_leaders_within_their_noise_are_re_measured() -> None:
+def firsts(study: optuna.Study) -> list[int]:
+    return [s.first for s in contenders(study)]
+
+
+def test_leaders_within_their_noise_are_repeated() -> None:
     # 1% behind the best, each step time within 0.5%: within the 2% floor of noise.
-    assert [t.number for t in contenders(trials((1.00, 0.005), (1.01, 0.005)))] == [0, 1]
+    assert firsts(trials((1.00, 0.005), (1.01, 0.005))) == [0, 1]
     # 5% behind, but its steps spread 3% (a 6% band): it may be as fast.
-    assert [t.number for t in contenders(trials((1.00, 0.005), (1.05, 0.0315)))] == [0, 1]
-    # 5% behind with steady steps: not a contender.
+    assert firsts(trials((1.00, 0.005), (1.05, 0.0315))) == [0, 1]
+    # 5% behind with steady steps and no repeats yet: not a contender.
     assert contenders(trials((1.00, 0.005), (1.05, 0.005))) == []
 
 
-def test_the_recorded_sweeps_leaders_are_close_enough_to_re_measure() -> None:
+def test_the_recorded_sweeps_leaders_are_close_enough_to_repeat() -> None:
     leaders = contenders(study_of(recorded()))
-    assert leaders and leaders[0].number == 0
+    assert leaders and leaders[0].first == 0
 
 
-def test_a_clear_winner_is_not_re_measured() -> None:
+def test_a_clear_winner_is_not_repeated() -> None:
     rows = recorded()
     clear = rows.iloc[[0, len(rows) - 1]]  # the fastest and the slowest config
     assert contenders(study_of(clear)) == []
@@ -56,40 +77,75 @@ def test_a_clear_winner_is_not_re_measured() -> None:
 
 def test_noise_has_a_floor() -> None:
     study = study_of(recorded().iloc[[0]])
-    trial = study.trials[0]
-    assert noise(trial) >= 0.02
+    assert noise(study.trials[0]) >= 0.02
 
 
-def measured(study: optuna.Study, tokens: float, confirms: int | None = None) -> int:
-    attrs: dict[str, object] = {"source": "measured", "step_time_s": 1.0}
-    attrs["step_time_stdev_s"] = 0.001
-    if confirms is not None:
-        attrs["confirms"] = confirms
-    study.add_trial(optuna.trial.create_trial(value=tokens, user_attrs=attrs))
+def measured(study: optuna.Study, tokens: float, of: int | None = None) -> int:
+    """A measured trial of a new config, or a repeat of trial `of`'s config."""
+    config = (
+        TrainConfig(**study.trials[of].user_attrs["config"])
+        if of is not None
+        else TrainConfig(mbs=next(MBS))
+    )
+    extra = {"confirms": of} if of is not None else {}
+    study.add_trial(
+        optuna.trial.create_trial(value=tokens, user_attrs={**attrs(1.0, 0.001, config), **extra})
+    )
     return study.trials[-1].number
 
 
-def test_a_trial_after_a_confirmation_can_still_win_and_is_confirmed_in_turn() -> None:
-    from autotune.report.table import best_trial
+def test_repeats_that_scatter_keep_leaders_apart_and_repeats_that_agree_separate_them() -> None:
+    scattered = optuna.create_study(direction="maximize")
+    a, b = measured(scattered, 103.0), measured(scattered, 100.0)
+    for value_a, value_b in ((93.0, 110.0), (112.0, 91.0)):
+        measured(scattered, value_a, of=a)
+        measured(scattered, value_b, of=b)
+    spread = study_spread(scattered)
+    assert spread is not None and spread.relative > 0.05
+    assert {s.first for s in contenders(scattered)} == {a, b}  # 3% apart, 8% noise: unsure
+    steady = optuna.create_study(direction="maximize")
+    a, b = measured(steady, 103.0), measured(steady, 100.0)
+    for value_a, value_b in ((103.2, 100.1), (102.9, 99.8)):
+        measured(steady, value_a, of=a)
+        measured(steady, value_b, of=b)
+    assert contenders(steady) == []  # 3% apart, 0.2% noise: a is surely faster
 
+
+def test_repeats_stop_once_the_best_is_surely_faster_and_at_the_cap_when_never() -> None:
+    def repeats_in(world: tuple[float, float], noise_level: float, seed: int) -> int:
+        """Repeats spent on two configs whose true throughputs are `world`."""
+        study = optuna.create_study(direction="maximize")
+        rng = random.Random(seed)
+        truth = {measured(study, world[0]): world[0], measured(study, world[1]): world[1]}
+
+        def run(trial: optuna.Trial, config: TrainConfig) -> None:
+            for key, value in attrs(1.0, 0.001, config).items():  # as the loop's run does
+                trial.set_user_attr(key, value)
+            value = truth[trial.user_attrs["confirms"]] * (1 + rng.gauss(0, noise_level))
+            study.tell(trial, value)
+
+        return len(confirm(study, lambda _: {}, {}, run))
+
+    assert repeats_in((100.0, 99.0), 0.001, seed=1) == 2  # 1% apart, 0.1% noise: one round
+    assert repeats_in((100.0, 99.5), 0.05, seed=2) == 2 * REPEATS  # never settled: the cap
+
+
+def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() -> None:
     study = optuna.create_study(direction="maximize")
     a, b = measured(study, 100.0), measured(study, 99.5)
-    measured(study, 95.0, confirms=a)
-    b_long = measured(study, 97.0, confirms=b)
-    assert best_trial(study).number == b_long  # type: ignore[union-attr]
-    assert contenders(study) == []  # both leaders measured longer already
-    later = measured(study, 97.5)  # e.g. a resumed study with a larger --trials
+    measured(study, 95.0, of=a)
+    b_repeat = measured(study, 97.0, of=b)
+    assert best_trial(study).number == b_repeat  # type: ignore[union-attr]
+    later = measured(study, 105.0)  # e.g. a resumed study with a larger --trials
     assert best_trial(study).number == later  # type: ignore[union-attr]
-    assert [t.number for t in contenders(study)] == [later]  # close to b's 97: confirm it
-    measured(study, 90.0, confirms=later)  # its longer trial says it was lucky
-    assert best_trial(study).number == b_long  # type: ignore[union-attr]
-    clear = measured(study, 130.0)
+    assert later in firsts(study)  # a 7% lead in about 3% noise between trials: repeat it
+    measured(study, 90.0, of=later)  # its repeat says it was lucky
+    assert standings(study)[0].first == b
+    clear = measured(study, 200.0)
     assert best_trial(study).number == clear and contenders(study) == []  # type: ignore[union-attr]
 
 
-def test_a_config_whose_longer_trial_failed_does_not_win() -> None:
-    from autotune.report.table import best_trial
-
+def test_a_config_whose_latest_repeat_failed_does_not_win() -> None:
     study = optuna.create_study(direction="maximize")
     a, b = measured(study, 100.0), measured(study, 99.5)
     failed = study.ask()
@@ -99,10 +155,10 @@ def test_a_config_whose_longer_trial_failed_does_not_win() -> None:
     assert best_trial(study).number == b  # type: ignore[union-attr]
 
 
-def test_a_queued_confirmation_another_worker_skipped_does_not_block_one() -> None:
+def test_a_queued_repeat_another_worker_skipped_does_not_block_one() -> None:
     study = optuna.create_study(direction="maximize")
     a, b = measured(study, 100.0), measured(study, 99.5)
     skipped = study.ask()  # another worker's loop took the queued trial and pruned it
     skipped.set_user_attr("confirms", a)
     study.tell(skipped, state=optuna.trial.TrialState.PRUNED)
-    assert [t.number for t in contenders(study)] == [a, b]
+    assert firsts(study) == [a, b]

@@ -1,0 +1,158 @@
+"""A warm pool's rank: imports, the world process group and the device context paid once,
+then trial after trial, each building its engine afresh.
+
+torchrun starts `python -m autotune.engines.pool_worker <engine worker module> <socket>` on
+every rank (launchers/warm_pool.py). Each rank connects to the launcher's socket and waits
+for a trial folder; it runs the trial with the harness of `worker.py` (the same code a
+one-trial launch runs), its output appended to the trial's log, and answers when every rank
+is done. A trial that fails writes its `error-rank<N>.json` and ends the rank, which takes the
+pool down: the next trial starts a fresh one, so no trial runs in a process a failure left.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.time()  # before the heavy imports, so the pool's first trial shows them
+
+import contextlib  # noqa: E402
+import ctypes  # noqa: E402
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from multiprocessing.connection import Client, Connection  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import NoReturn  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from autotune.engines import worker  # noqa: E402
+from autotune.engines.measure import reset_peak_memory  # noqa: E402
+from autotune.trial.lifetime import die_with_parent  # noqa: E402
+from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+
+
+def main() -> None:
+    die_with_parent()
+    worker.clear_stale_build_locks()
+    module, address = sys.argv[1], sys.argv[2]
+    build: worker.Build = importlib.import_module(module).SESSION
+    gc.freeze()  # the imports' objects stay: the collection after each trial skips them
+    imported = time.time()
+    rank = int(os.environ.get("RANK", "0"))
+    conn = Client(address, family="AF_UNIX")
+    conn.send_bytes(json.dumps({"rank": rank}).encode())
+    first = True
+    while (request := json.loads(conn.recv_bytes())).get("folder"):
+        received = time.time()
+        clock = {
+            "launched": request["launched"],
+            "started": STARTED if first else received,
+            "imported": imported if first else received,
+        }
+        device = _trial(
+            build, Path(request["folder"]), request["log"], request["env"], rank, clock
+        )
+        conn.send_bytes(b'{"done": true}')
+        _release_memory(device)  # while the tuner takes in the result and prepares the next
+        first = False
+    _close(conn)
+
+
+def _trial(
+    build: worker.Build,
+    folder: Path,
+    log: str,
+    env: dict[str, str],
+    rank: int,
+    clock: dict[str, float],
+) -> torch.device:
+    """One trial, answered once every rank is done with it."""
+    spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
+    device = _device(spec)
+    with _output_to(log), _environment(env):
+        reset_peak_memory(device)
+        try:
+            result = worker.run_trial(build, spec, folder, rank, clock)
+        except BaseException:
+            traceback.print_exc()
+            _leave(1)  # the pool goes down with the trial; torchrun stops the other ranks
+        if rank == 0:
+            result.write(folder)
+        dist.barrier()
+    return device
+
+
+def _device(spec: TrialSpec) -> torch.device:
+    if spec.cluster.backend == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _release_memory(device: torch.device) -> None:
+    """Give back what the trial's engine held, so the next trial's peak starts low."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+@contextlib.contextmanager
+def _output_to(log: str) -> Iterator[None]:
+    """This rank's stdout and stderr appended to the trial's log for the trial, as a
+    one-trial launch writes there."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for target, fd in zip((1, 2), saved, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """The trial's own variables (a test's injected fault) for the trial only."""
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _close(conn: Connection) -> None:
+    conn.close()
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    worker.exit_now()
+
+
+def _leave(code: int) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

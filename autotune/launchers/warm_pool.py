@@ -1,0 +1,186 @@
+"""A warm pool: one torchrun whose ranks stay alive across trials of the same world, so
+imports, the world process group and the device context are paid once, not per trial.
+
+The ranks (`engines/pool_worker.py`) connect to a Unix socket here; each trial is one message
+to every rank and one answer from each. A pool serves trials with the same worker, world and
+environment (NCCL reads its variables once per process, so a trial with other NCCL settings
+gets a pool of its own). A trial that fails, or outlives its time limit, takes the pool down
+and the next trial starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from autotune.launchers import torchrun
+from autotune.launchers.base import LOG_FILE, LaunchOutcome, LaunchRequest, classify
+from autotune.trial.lifetime import die_with_parent
+from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV
+
+POOL_WORKER = "autotune.engines.pool_worker"
+PER_TRIAL_ENV = (FAULT_ENV,)
+"""Variables a pooled rank sets for one trial only; every other one is the pool's."""
+MAX_TRIALS = 24
+"""Trials one pool serves before a fresh one (the default study and its repeats fit in
+one): process groups an engine makes per trial (NCCL communicators hold device memory) are
+not all freed by the engines, so a pool is recycled before they add up."""
+POLL_S = 0.5
+"""How often the time limit is checked while waiting for the ranks (answers and exits
+wake the wait at once)."""
+POOL_LOG = "pool.log"
+
+StopTree = Callable[[subprocess.Popen[bytes]], None]
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """What trials must share to run in the same pool."""
+
+    worker_module: str
+    nprocs_per_node: int
+    nnodes: int
+    env: tuple[tuple[str, str], ...]
+
+
+def pool_key(request: LaunchRequest) -> PoolKey:
+    shared = {k: v for k, v in request.env.items() if k not in PER_TRIAL_ENV}
+    return PoolKey(
+        request.worker_module,
+        request.nprocs_per_node,
+        request.nnodes,
+        tuple(sorted(shared.items())),
+    )
+
+
+class WarmPool:
+    """One torchrun of pool ranks, started by the first trial it serves."""
+
+    def __init__(self, key: PoolKey, env: dict[str, str], stop: StopTree) -> None:
+        self.key = key
+        self.served = 0
+        self._stop = stop
+        self._dir = Path(tempfile.mkdtemp(prefix="autotune-pool-"))
+        self._started = time.time()
+        address = str(self._dir / "control.sock")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(address)
+        self._server.listen(key.nprocs_per_node * key.nnodes)
+        self._server.settimeout(POLL_S)
+        self._ranks: list[Connection] = []
+        command = [
+            torchrun.executable(),
+            *torchrun.options(key.nnodes, key.nprocs_per_node, rendezvous=None),
+            "-m",
+            POOL_WORKER,
+            key.worker_module,
+            address,
+        ]
+        with (self._dir / POOL_LOG).open("ab") as log:
+            self._proc = subprocess.Popen(
+                command,
+                cwd=self._dir,
+                env={**env, LAUNCH_EPOCH_ENV: repr(self._started)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None and self.served < MAX_TRIALS
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        """One trial on every rank; on failure or timeout the pool is stopped."""
+        start = time.monotonic()
+        deadline = start + request.time_limit_s
+        launched = self._started if self.served == 0 else time.time()
+        self.served += 1
+        try:
+            ok = self._connect(deadline) and self._send_and_wait(request, launched, deadline)
+        except BaseException:  # Ctrl-C: the trial's ranks are stopped, not asked
+            self._stop_now()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        wall_s = time.monotonic() - start
+        if ok:
+            return classify(request.folder, 0, False, wall_s)
+        timed_out = time.monotonic() >= deadline
+        self._stop_now()
+        self._copy_pool_log(request.folder)
+        shutil.rmtree(self._dir, ignore_errors=True)
+        return classify(request.folder, self._proc.returncode, timed_out, wall_s)
+
+    def close(self) -> None:
+        """Ranks leave their process group and exit; stopped if they do not."""
+        with contextlib.suppress(OSError):
+            for conn in self._ranks:
+                conn.send_bytes(json.dumps({"folder": None}).encode())
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=POLL_S * 10)
+        self._stop_now()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _connect(self, deadline: float) -> bool:
+        """Every rank's connection, in rank order; False if the pool died or time ran out."""
+        wanted = self.key.nprocs_per_node * self.key.nnodes
+        found: dict[int, Connection] = {}
+        while len(self._ranks) + len(found) < wanted:
+            if self._proc.poll() is not None or time.monotonic() >= deadline:
+                return False
+            try:
+                sock, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            sock.setblocking(True)
+            conn = Connection(sock.detach())
+            found[json.loads(conn.recv_bytes())["rank"]] = conn
+        self._ranks += [found[r] for r in sorted(found)]
+        return True
+
+    def _send_and_wait(self, request: LaunchRequest, launched: float, deadline: float) -> bool:
+        message = {
+            "folder": str(request.folder.resolve()),
+            "log": str((request.folder / LOG_FILE).resolve()),
+            "env": {k: v for k, v in request.env.items() if k in PER_TRIAL_ENV},
+            "launched": launched,
+        }
+        try:
+            for conn in self._ranks:
+                conn.send_bytes(json.dumps(message).encode())
+            waiting = list(self._ranks)
+            while waiting:
+                if time.monotonic() >= deadline:
+                    return False
+                for ready in wait(waiting, timeout=POLL_S):
+                    assert isinstance(ready, Connection)
+                    ready.recv_bytes()  # an answer; a rank that died raises EOFError
+                    waiting.remove(ready)
+        except (OSError, EOFError):
+            return False
+        return True
+
+    def _stop_now(self) -> None:
+        for conn in self._ranks:
+            conn.close()
+        self._ranks = []
+        self._server.close()
+        self._stop(self._proc)
+
+    def _copy_pool_log(self, folder: Path) -> None:
+        """torchrun's own lines about the failed pool, after the trial's output."""
+        with contextlib.suppress(OSError), (folder / LOG_FILE).open("a") as log:
+            log.write((self._dir / POOL_LOG).read_text(errors="replace"))

@@ -1,0 +1,49 @@
+"""Which trials share a warm pool: NCCL reads its variables once per process, so a trial with
+other NCCL settings must not run in a pool started with different ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from autotune.engines import get_engine
+from autotune.engines.user_job import parse_job
+from autotune.launchers import LaunchRequest, get_launcher
+from autotune.launchers.warm_pool import pool_key
+from autotune.problem import load_problem
+from autotune.space import TrainConfig
+from autotune.trial.folder import prepare
+from autotune.trial.spec import FAULT_ENV, StepPlan
+
+
+def request(env: dict[str, str], worker: str = "autotune.engines.torch_worker") -> LaunchRequest:
+    return LaunchRequest(folder=Path("t"), worker_module=worker, nprocs_per_node=2, env=env)
+
+
+def test_other_nccl_settings_need_a_pool_of_their_own() -> None:
+    default = request({"DS_ACCELERATOR": "cpu"})
+    ring = request({"DS_ACCELERATOR": "cpu", "NCCL_ALGO": "Ring"})
+    assert pool_key(default) != pool_key(ring)
+    assert pool_key(ring) == pool_key(request({"NCCL_ALGO": "Ring", "DS_ACCELERATOR": "cpu"}))
+
+
+def test_an_injected_fault_is_the_trials_own_and_shares_the_pool() -> None:
+    assert pool_key(request({FAULT_ENV: "crash"})) == pool_key(request({}))
+
+
+def test_another_engine_or_world_needs_another_pool() -> None:
+    assert pool_key(request({})) != pool_key(request({}, "autotune.engines.deepspeed_worker"))
+
+
+def test_built_in_engines_run_warm_and_a_users_command_does_not(tmp_path: Path) -> None:
+    launcher = get_launcher("local")
+    problem = load_problem("deepspeed", "tiny", "local:2")
+    spec = problem.trial_spec(TrainConfig(dp=2, zero=1, mbs=4), StepPlan())
+    assert prepare(spec, problem.engine, launcher, tmp_path / "own", 60).warm
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 16}))
+    job = parse_job(["train.py", "--deepspeed_config", "ds.json"], tmp_path, "deepspeed")
+    users = dataclasses.replace(spec, job=job)
+    assert not prepare(users, problem.engine, launcher, tmp_path / "users", 60).warm
+    assert not get_engine("megatron").warm_pool  # its parallel state is global; not shown safe
