@@ -109,7 +109,7 @@ def separated(best: Standing, other: Standing, between: Spread | None) -> bool:
 def equivalent(best: Standing, other: Standing, between: Spread | None) -> bool:
     """Their throughputs differ by less than `EQUIVALENT`, at the same confidence."""
     _, low, high = ratio_interval(best, other, between, level=2 * CONFIDENCE - 1)
-    return 1 / (1 + EQUIVALENT) < low and high < 1 + EQUIVALENT
+    return low > 1 / (1 + EQUIVALENT) and high < 1 + EQUIVALENT
 
 
 def standings(study: optuna.Study) -> list[Standing]:
@@ -174,11 +174,12 @@ def confirm(
     distributions: dict[str, optuna.distributions.BaseDistribution],
     run: Callable[[optuna.Trial, TrainConfig], object],
     time_left: Callable[[], bool] = lambda: True,
+    limit: int | None = None,
 ) -> list[int]:
     """Rounds of one repeat per contender, the order rotated each round, while contenders
-    remain and `time_left()`; returns the repeats' trial numbers. Another worker may take
-    the queued trial (Optuna hands out the oldest waiting one): a trial that is not this
-    contender's repeat is given back as pruned."""
+    remain, `time_left()` and fewer than `limit` repeats ran; returns the repeats' trial
+    numbers. Another worker may take the queued trial (Optuna hands out the oldest waiting
+    one): a trial that is not this contender's repeat is given back as pruned."""
     numbers: list[int] = []
     for round_ in range(REPEATS):
         group = contenders(study)
@@ -186,7 +187,7 @@ def confirm(
             break
         shift = round_ % len(group)
         for standing in group[shift:] + group[:shift]:
-            if not time_left():
+            if not time_left() or (limit is not None and len(numbers) >= limit):
                 return numbers
             if standing.first in _repeats_running(study):
                 continue

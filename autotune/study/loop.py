@@ -130,6 +130,10 @@ def run_study(
     )
 
 
+MIN_REPEATS = 2
+"""Repeats allowed however few trials the search ran: one round of two contenders."""
+
+
 class _Search:
     """One run of the loop: the plan, what the study has seen, and the steps of a pass."""
 
@@ -309,7 +313,8 @@ class _Search:
     def confirm_leaders(self) -> list[int]:
         """Interleaved repeats of the leaders the best is not surely faster than (measured
         runs only), each measured in full (no step time to beat), while the time budget
-        lasts."""
+        lasts, and no more repeats than the search ran trials (a user's command relaunches
+        for each)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
         repeat = dataclasses.replace(self.settings.steps, best_s=None)
@@ -327,5 +332,10 @@ class _Search:
             return limit is None or time.monotonic() - self.start < limit
 
         return confirm(
-            self.study, self.space.params, self.space.distributions, run_confirmation, time_left
+            self.study,
+            self.space.params,
+            self.space.distributions,
+            run_confirmation,
+            time_left,
+            limit=max(MIN_REPEATS, self.ran),
         )

@@ -112,7 +112,9 @@ def test_repeats_that_scatter_keep_leaders_apart_and_repeats_that_agree_separate
 
 
 def test_repeats_stop_once_the_best_is_surely_faster_and_at_the_cap_when_never() -> None:
-    def repeats_in(world: tuple[float, float], noise_level: float, seed: int) -> int:
+    def repeats_in(
+        world: tuple[float, float], noise_level: float, seed: int, limit: int | None = None
+    ) -> int:
         """Repeats spent on two configs whose true throughputs are `world`."""
         study = optuna.create_study(direction="maximize")
         rng = random.Random(seed)
@@ -124,10 +126,11 @@ def test_repeats_stop_once_the_best_is_surely_faster_and_at_the_cap_when_never()
             value = truth[trial.user_attrs["confirms"]] * (1 + rng.gauss(0, noise_level))
             study.tell(trial, value)
 
-        return len(confirm(study, lambda _: {}, {}, run))
+        return len(confirm(study, lambda _: {}, {}, run, limit=limit))
 
     assert repeats_in((100.0, 99.0), 0.001, seed=1) == 2  # 1% apart, 0.1% noise: one round
     assert repeats_in((100.0, 99.5), 0.05, seed=2) == 2 * REPEATS  # never settled: the cap
+    assert repeats_in((100.0, 99.5), 0.05, seed=2, limit=3) == 3  # no more than the search ran
 
 
 def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() -> None:
