@@ -75,6 +75,7 @@ def _trial(
     """One trial, answered once every rank is done with it."""
     spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
     device = _device(spec)
+    os.chdir(folder)  # as a one-trial launch runs: whatever the engine writes lands there
     with _output_to(log), _environment(env):
         reset_peak_memory(device)
         try:

@@ -193,8 +193,12 @@ def check_deepspeed_accepts(path: Path, world_size: int = 2) -> None:
     assert all(p == expected for p in parsed)
 
 
+SLOW = ("--measured-steps", "250", "--precision", "0")
+"""Trials of a few seconds each, even in a warm pool: long enough to be caught running."""
+
+
 def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    tuner = start_tuner(tmp_path, "--trials", "3")
+    tuner = start_tuner(tmp_path, "--trials", "3", *SLOW)
     wait_for(lambda: a_trial_is_running(tmp_path, after_completed=1), 240, "a second trial", tuner)
     before = {
         t.number: t.value
@@ -220,7 +224,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_the_trial_within_seconds(tmp_path: Path) -> None:
-    tuner = start_tuner(tmp_path, "--trials", "3")
+    tuner = start_tuner(tmp_path, "--trials", "3", *SLOW)
     wait_for(
         lambda: a_trial_is_running(tmp_path, after_completed=0), 240, "a running trial", tuner
     )
