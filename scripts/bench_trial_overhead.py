@@ -134,12 +134,24 @@ def report(
             + f" | {med['total']:.2f} | {share:.1%} |"
         )
     speedups = [t["cold"] / t["warm"] for t in totals.values()]
+    per_engine = {
+        engine: sum(
+            statistics.median(r["measured steps"] for r in runs)
+            for (e, _, mode), runs in rows.items()
+            if e == engine and mode == "warm"
+        )
+        / sum(t["warm"] for (e, _), t in totals.items() if e == engine)
+        for engine in dict.fromkeys(e for e, _ in totals)
+    }
     lines += [
         "",
         f"Share of trial time spent in measured steps: cold {min(shares['cold']):.1%} to "
         f"{max(shares['cold']):.1%}, warm {min(shares['warm']):.1%} to "
         f"{max(shares['warm']):.1%}. A warm trial takes {min(speedups):.1f}x to "
-        f"{max(speedups):.1f}x less wall time than a cold one.",
+        f"{max(speedups):.1f}x less wall time than a cold one. Warm, per engine (its configs' "
+        "trials together): "
+        + ", ".join(f"{engine} {share:.1%}" for engine, share in per_engine.items())
+        + " of the time measuring.",
         "",
         "Each pool's first trial (paid once per study and world, like a cold trial):",
         "",
