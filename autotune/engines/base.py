@@ -65,6 +65,11 @@ class Engine(ABC):
             return JOB_WORKERS[spec.job.framework]
         return self.worker_module
 
+    def runs_warm(self, spec: TrialSpec) -> bool:
+        """Whether this trial may run in a warm pool: autotune's own worker, of an engine
+        shown to leave no state behind between trials."""
+        return spec.job is None and self.warm_pool
+
     def environment(self, cluster: Cluster) -> dict[str, str]:
         """Variables every rank of a trial needs, besides the NCCL knobs."""
         return {}

@@ -76,6 +76,11 @@ class DeepSpeedEngine(Engine):
         ),
     )
 
+    def runs_warm(self, spec: TrialSpec) -> bool:
+        # A PipelineModule's grid stays in deepspeed.utils.groups.mpu after its engine is
+        # gone, and would give a later trial in the pool the old data-parallel group.
+        return super().runs_warm(spec) and spec.config.pp == 1
+
     def environment(self, cluster: Cluster) -> dict[str, str]:
         # DeepSpeed picks its accelerator at import; on CPU clusters it must be told.
         return {"DS_ACCELERATOR": "cpu"} if cluster.backend == "gloo" else {}

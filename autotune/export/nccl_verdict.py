@@ -37,9 +37,10 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"
     if winner is not None and baseline is not None:
         between = study_spread(study)
-        ratio, low, high = ratio_interval(winner, baseline, between)
+        level = 2 * CONFIDENCE - 1  # two-sided, so that its lower end is the one-sided bound
+        ratio, low, high = ratio_interval(winner, baseline, between, level)
         measured = (
-            f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; 95% "
+            f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; {level:.0%} "
             f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} and "
             f"{len(baseline.values)} measurements)"
         )

@@ -7,6 +7,7 @@ is launched afresh for every trial."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import subprocess
@@ -81,7 +82,10 @@ class LocalLauncher(Launcher):
         if self._pool is not None and (self._pool.key != key or not self._pool.alive):
             self.close()
         if self._pool is None:
-            self._pool = WarmPool(key, launch_environment(dict(key.env)), stop_tree)
+            try:
+                self._pool = WarmPool(key, launch_environment(dict(key.env)), stop_tree)
+            except OSError:  # no socket or process for a pool here: launch the trial alone
+                return self.run(dataclasses.replace(request, warm=False))
         outcome = self._pool.run(request)
         if not self._pool.alive:
             self.close()

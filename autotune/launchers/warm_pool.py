@@ -75,10 +75,19 @@ class WarmPool:
         self._started = time.time()
         address = str(self._dir / "control.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(address)
-        self._server.listen(key.nprocs_per_node * key.nnodes)
-        self._server.settimeout(POLL_S)
         self._ranks: list[Connection] = []
+        self._stopped = False
+        try:
+            self._server.bind(address)  # fails where the temp folder's path is too long
+            self._server.listen(key.nprocs_per_node * key.nnodes)
+            self._server.settimeout(POLL_S)
+            self._proc = self._start(key, address, env)
+        except OSError:
+            self._server.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+
+    def _start(self, key: PoolKey, address: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         command = [
             torchrun.executable(),
             *torchrun.options(key.nnodes, key.nprocs_per_node, rendezvous=None),
@@ -88,7 +97,7 @@ class WarmPool:
             address,
         ]
         with (self._dir / POOL_LOG).open("ab") as log:
-            self._proc = subprocess.Popen(
+            return subprocess.Popen(
                 command,
                 cwd=self._dir,
                 env={**env, LAUNCH_EPOCH_ENV: repr(self._started)},
@@ -122,7 +131,9 @@ class WarmPool:
         self._stop_now()
         self._copy_pool_log(request.folder)
         shutil.rmtree(self._dir, ignore_errors=True)
-        return classify(request.folder, self._proc.returncode, timed_out, wall_s)
+        # Not 0 even where stopping reaped torchrun before Popen could read its status: a
+        # pool that ended mid-trial failed, whatever it exited with.
+        return classify(request.folder, self._proc.returncode or 1, timed_out, wall_s)
 
     def close(self) -> None:
         """Ranks leave their process group and exit; stopped if they do not."""
@@ -147,7 +158,10 @@ class WarmPool:
                 continue
             sock.setblocking(True)
             conn = Connection(sock.detach())
-            found[json.loads(conn.recv_bytes())["rank"]] = conn
+            try:
+                found[json.loads(conn.recv_bytes())["rank"]] = conn
+            except (OSError, EOFError, ValueError, KeyError):  # a rank that died connecting
+                return False
         self._ranks += [found[r] for r in sorted(found)]
         return True
 
@@ -174,6 +188,9 @@ class WarmPool:
         return True
 
     def _stop_now(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         for conn in self._ranks:
             conn.close()
         self._ranks = []

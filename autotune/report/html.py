@@ -20,7 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from autotune.report.cost import cost_line, study_cost
-from autotune.report.table import best_trial, trial_table
+from autotune.report.table import best_standing, trial_table
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.trial_attrs import PREDICTED
 from autotune.trial.spec import write_atomically
@@ -74,7 +74,7 @@ def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
     workload = attrs.get("workload", {}).get("name", "?")
     cluster = attrs.get("cluster", {}).get("name", "?")
     ok = frame[frame["status"] == "complete"]
-    winner = best_trial(study)
+    winner = best_standing(study)
     lines = [
         f"<h1>autotune study {html.escape(study.study_name)}</h1>",
         f"<p class='source'>Figures are <b>{html.escape(source)}</b>.</p>",
@@ -84,11 +84,12 @@ def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
     ]
     if winner is not None and not ok.empty:
         median = ok["tokens_per_s"].astype(float).median()
+        tokens = winner.tokens_per_s
         lines.append(
-            f"<p>Winner: trial {winner.number}, "
-            f"<code>{html.escape(winner.user_attrs.get('label', ''))}</code>, "
-            f"{winner.value:,.0f} tokens/s, {winner.value / median:.2f}x the median "
-            "trial.</p>"
+            f"<p>Winner: trial {winner.first}, "
+            f"<code>{html.escape(winner.trial.user_attrs.get('label', ''))}</code>, "
+            f"{tokens:,.0f} tokens/s (the mean of {len(winner.values)} trial(s)), "
+            f"{tokens / median:.2f}x the median trial.</p>"
         )
     lines.append(f"<p class='made'>Made {datetime.now().isoformat(timespec='seconds')}.</p>")
     return "\n".join(lines)

@@ -19,10 +19,19 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy import stats
 
 from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.noise import NOISE_FLOOR, Spread, measurements, spread, study_spread
+from autotune.study.noise import (
+    NOISE_FLOOR,
+    UNKNOWN_BETWEEN,
+    Spread,
+    measurements,
+    spread,
+    study_spread,
+)
+from autotune.study.storage import INTERRUPTED
 from autotune.study.trial_attrs import (
     CONFIG,
     CONFIRMS,
+    KIND,
     PRUNED_AS,
     PRUNED_REASON,
     SOURCE,
@@ -72,10 +81,13 @@ class Standing:
 
     def sd(self, between: Spread | None) -> float:
         """One measurement's relative spread: between trials where the study (or the
-        cluster) measured it, else the trial's own spread, at least half the noise floor."""
+        cluster) measured it; before that, for a measured trial, a shared machine's
+        (`UNKNOWN_BETWEEN`), never less than the trial's own spread or half the noise floor
+        (a simulated trial's own spread is its whole noise)."""
         if between is not None:
             return max(between.relative, MIN_SD)
-        return max(spread(self.trial) / 2, NOISE_FLOOR / 2)
+        unknown = UNKNOWN_BETWEEN if self.trial.user_attrs.get(SOURCE) == "measured" else 0.0
+        return max(unknown, spread(self.trial) / 2, NOISE_FLOOR / 2)
 
     def interval(self, between: Spread | None) -> float:
         """Relative half-width of the 95% interval of its mean throughput."""
@@ -114,12 +126,13 @@ def equivalent(best: Standing, other: Standing, between: Spread | None) -> bool:
 
 def standings(study: optuna.Study) -> list[Standing]:
     """Each measured config's standing, best first; a config whose latest repeat failed
-    (out of memory, a crash) does not stand. A trial that runs after a confirmation (a
-    resumed study, another worker) stands like any other and can win."""
+    (out of memory, a crash; not one stopped by the user) does not stand. A trial that runs
+    after a confirmation (a resumed study, another worker) stands like any other and can
+    win."""
     failed = {
         t.user_attrs[CONFIRMS]: t.number
         for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-        if CONFIRMS in t.user_attrs
+        if CONFIRMS in t.user_attrs and t.user_attrs.get(KIND) != INTERRUPTED
     }
     found = []
     for first, trials in measurements(study).items():

@@ -1,5 +1,5 @@
-"""What "within noise" means, in one place: the confirmation of leaders, the NCCL verdict
-and the summary's intervals all ask it here.
+"""Noise, in one place: the confirmation of leaders, the NCCL verdict, the summary and
+best.yaml take the spreads they compare against from here.
 
 Two kinds of noise: the spread of step times inside one trial, and the spread between
 trials of the same config (another launch, another moment of a shared machine), which is
@@ -22,6 +22,11 @@ from autotune.study.trial_attrs import CONFIRMS, NOISE_PRIOR, SOURCE
 
 NOISE_FLOOR = 0.02
 """Differences under 2% are noise on any shared machine, whatever the trials' own spread."""
+UNKNOWN_BETWEEN = 0.05
+"""A measured trial's between-trial spread before any repeat says otherwise: about what this
+shared machine shows (results/bench/repeatability.md); a trial's own spread is far smaller."""
+PRIOR_DOF = 20
+"""The most degrees of freedom a cluster's saved spread counts for in the next study."""
 
 
 @dataclass(frozen=True)
@@ -45,13 +50,6 @@ def spread(trial: FrozenTrial) -> float:
     """Twice the relative spread of a trial's measured step times (about a 95% band)."""
     stdev, median = trial.user_attrs.get("step_time_stdev_s"), trial.user_attrs.get("step_time_s")
     return 2 * stdev / median if stdev and median else 0.0
-
-
-def noise(*trials: FrozenTrial, between: Spread | None = None) -> float:
-    """The relative difference below which these trials cannot be told apart: the floor,
-    their own spread, and twice the between-trial spread where it is known."""
-    across = 2 * between.relative if between is not None else 0.0
-    return max(NOISE_FLOOR, across, *(spread(t) for t in trials))
 
 
 def measurements(study: optuna.Study) -> dict[int, list[FrozenTrial]]:
@@ -104,8 +102,10 @@ def remember_spread(study: optuna.Study, path: Path) -> None:
 
 
 def save_spread(study: optuna.Study, path: Path) -> None:
-    """The study's spread (its repeats with its prior) as the cluster's, for the next one."""
+    """The study's spread (its repeats with its prior) as the cluster's, for the next one;
+    its degrees of freedom capped, so that old studies never outweigh a new one's repeats."""
     known = study_spread(study)
     if known is not None:
+        kept = Spread(known.relative, min(known.dof, PRIOR_DOF))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dataclasses.asdict(known)) + "\n")
+        path.write_text(json.dumps(dataclasses.asdict(kept)) + "\n")

@@ -57,7 +57,7 @@ def prepare(
         nnodes=spec.cluster.nodes,
         env={**engine.environment(spec.cluster), **nccl_environment(spec)},
         time_limit_s=time_limit_s,
-        warm=spec.job is None and engine.warm_pool,
+        warm=engine.runs_warm(spec),
     )
     script = folder / LAUNCH_SCRIPT
     script.write_text(launch_script(launcher, request))

@@ -47,3 +47,6 @@ def test_built_in_engines_run_warm_and_a_users_command_does_not(tmp_path: Path) 
     users = dataclasses.replace(spec, job=job)
     assert not prepare(users, problem.engine, launcher, tmp_path / "users", 60).warm
     assert not get_engine("megatron").warm_pool  # its parallel state is global; not shown safe
+    # A DeepSpeed pipeline leaves its grid in deepspeed.utils.groups for the next engine.
+    pipelined = problem.trial_spec(TrainConfig(pp=2, dp=1, zero=0, mbs=4), StepPlan())
+    assert not prepare(pipelined, problem.engine, launcher, tmp_path / "pipe", 60).warm
