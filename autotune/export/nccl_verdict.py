@@ -8,8 +8,14 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.confirm import CONFIDENCE, ratio_interval, separated, standings
+from autotune.space import TrainConfig, nccl_default
+from autotune.study.confirm import (
+    CONFIDENCE,
+    nccl_baseline,
+    ratio_interval,
+    separated,
+    standings,
+)
 from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import CONFIG
 
@@ -32,8 +38,7 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
         return NcclVerdict(best, None)
     ranked = [s for s in standings(study) if CONFIG in s.trial.user_attrs]
     winner = next((s for s in ranked if s.trial.number == best.number), None)
-    layout = config_key(nccl_default(config))
-    baseline = next((s for s in ranked if config_key(s.config) == layout), None)
+    baseline = nccl_baseline(winner, ranked) if winner is not None else None
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"
     if winner is not None and baseline is not None:
         between = study_spread(study)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import subprocess
 import sys
@@ -17,9 +16,8 @@ from pathlib import Path
 
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
-from autotune.launchers.process_tree import stop_tree
+from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.launchers.warm_pool import WarmPool, pool_key
-from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 POLL_S = 0.5
@@ -47,17 +45,7 @@ class LocalLauncher(Launcher):
         self.close()  # the devices go to this trial
         env = {**launch_environment(request.env), LAUNCH_EPOCH_ENV: repr(time.time())}
         start = time.monotonic()
-        with (request.folder / LOG_FILE).open("ab") as log:
-            proc = subprocess.Popen(
-                self.command(request),
-                cwd=request.folder,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, os.getpid()),
-            )
+        proc = start_tree(self.command(request), request.folder, env, request.folder / LOG_FILE)
         timed_out = False
         try:
             while proc.poll() is None:
@@ -83,7 +71,7 @@ class LocalLauncher(Launcher):
             self.close()
         if self._pool is None:
             try:
-                self._pool = WarmPool(key, launch_environment(dict(key.env)), stop_tree)
+                self._pool = WarmPool(key, launch_environment(dict(key.env)))
             except OSError:  # no socket or process for a pool here: launch the trial alone
                 return self.run(dataclasses.replace(request, warm=False))
         outcome = self._pool.run(request)

@@ -1,15 +1,39 @@
-"""Stopping a launched process and everything it started."""
+"""Starting a launch in its own session, tied to this process, and stopping it with
+everything it started."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import signal
 import subprocess
+from pathlib import Path
 
 import psutil
 
+from autotune.trial.lifetime import die_with_parent
+
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL when stopping a trial."""
+
+
+def start_tree(
+    command: list[str], cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """The command in its own session (a Ctrl-C meant for the tuner does not reach it), its
+    output appended to `log`, killed by the kernel if this process dies."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),
+        )
 
 
 def stop_tree(proc: subprocess.Popen[bytes]) -> None:

@@ -11,22 +11,19 @@ and the next trial starts a fresh one.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, LaunchOutcome, LaunchRequest, classify
-from autotune.trial.lifetime import die_with_parent
+from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV
 
 POOL_WORKER = "autotune.engines.pool_worker"
@@ -40,8 +37,6 @@ POLL_S = 0.5
 """How often the time limit is checked while waiting for the ranks (answers and exits
 wake the wait at once)."""
 POOL_LOG = "pool.log"
-
-StopTree = Callable[[subprocess.Popen[bytes]], None]
 
 
 @dataclass(frozen=True)
@@ -67,10 +62,9 @@ def pool_key(request: LaunchRequest) -> PoolKey:
 class WarmPool:
     """One torchrun of pool ranks, started by the first trial it serves."""
 
-    def __init__(self, key: PoolKey, env: dict[str, str], stop: StopTree) -> None:
+    def __init__(self, key: PoolKey, env: dict[str, str]) -> None:
         self.key = key
         self.served = 0
-        self._stop = stop
         self._dir = Path(tempfile.mkdtemp(prefix="autotune-pool-"))
         self._started = time.time()
         address = str(self._dir / "control.sock")
@@ -96,17 +90,8 @@ class WarmPool:
             key.worker_module,
             address,
         ]
-        with (self._dir / POOL_LOG).open("ab") as log:
-            return subprocess.Popen(
-                command,
-                cwd=self._dir,
-                env={**env, LAUNCH_EPOCH_ENV: repr(self._started)},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, os.getpid()),
-            )
+        env = {**env, LAUNCH_EPOCH_ENV: repr(self._started)}
+        return start_tree(command, self._dir, env, self._dir / POOL_LOG)
 
     @property
     def alive(self) -> bool:
@@ -122,15 +107,12 @@ class WarmPool:
             ok = self._connect(deadline) and self._send_and_wait(request, launched, deadline)
         except BaseException:  # Ctrl-C: the trial's ranks are stopped, not asked
             self._stop_now()
-            shutil.rmtree(self._dir, ignore_errors=True)
             raise
         wall_s = time.monotonic() - start
         if ok:
             return classify(request.folder, 0, False, wall_s)
         timed_out = time.monotonic() >= deadline
-        self._stop_now()
-        self._copy_pool_log(request.folder)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._stop_now(log_to=request.folder / LOG_FILE)
         # Not 0 even where stopping reaped torchrun before Popen could read its status: a
         # pool that ended mid-trial failed, whatever it exited with.
         return classify(request.folder, self._proc.returncode or 1, timed_out, wall_s)
@@ -143,7 +125,6 @@ class WarmPool:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=POLL_S * 10)
         self._stop_now()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     def _connect(self, deadline: float) -> bool:
         """Every rank's connection, in rank order; False if the pool died or time ran out."""
@@ -187,7 +168,9 @@ class WarmPool:
             return False
         return True
 
-    def _stop_now(self) -> None:
+    def _stop_now(self, log_to: Path | None = None) -> None:
+        """Stop the ranks and torchrun, append torchrun's own lines to `log_to` (a failed
+        trial's log), and remove the pool's folder."""
         if self._stopped:
             return
         self._stopped = True
@@ -195,9 +178,8 @@ class WarmPool:
             conn.close()
         self._ranks = []
         self._server.close()
-        self._stop(self._proc)
-
-    def _copy_pool_log(self, folder: Path) -> None:
-        """torchrun's own lines about the failed pool, after the trial's output."""
-        with contextlib.suppress(OSError), (folder / LOG_FILE).open("a") as log:
-            log.write((self._dir / POOL_LOG).read_text(errors="replace"))
+        stop_tree(self._proc)
+        if log_to is not None:
+            with contextlib.suppress(OSError), log_to.open("a") as log:
+                log.write((self._dir / POOL_LOG).read_text(errors="replace"))
+        shutil.rmtree(self._dir, ignore_errors=True)

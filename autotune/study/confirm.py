@@ -153,7 +153,7 @@ def contenders(study: optuna.Study) -> list[Standing]:
     between = study_spread(study)
     best = ranked[0]
     close = [s for s in ranked[1:CONTENDERS] if not _settled(best, s, between)]
-    baseline = _nccl_baseline(best, ranked)
+    baseline = nccl_baseline(best, ranked)
     if baseline is not None and baseline not in close and not separated(best, baseline, between):
         close.append(baseline)  # an NCCL setting is kept only when surely faster
     if not close:
@@ -166,7 +166,9 @@ def _settled(best: Standing, other: Standing, between: Spread | None) -> bool:
     return separated(best, other, between) or equivalent(best, other, between)
 
 
-def _nccl_baseline(best: Standing, ranked: list[Standing]) -> Standing | None:
+def nccl_baseline(best: Standing, ranked: list[Standing]) -> Standing | None:
+    """The standing of best's layout with NCCL's defaults, when best forces NCCL settings
+    and that layout was measured."""
     if best.config == nccl_default(best.config):
         return None
     layout = config_key(nccl_default(best.config))
