@@ -101,10 +101,11 @@ def main() -> None:
         f"Early stopping {'cut' if saved >= 0 else 'added'} {abs(saved):.1%} "
         "of total trial time (confirmations included: which leaders are close enough to be "
         "confirmed depends on the measurements); the winner is "
-        f"{'the same' if full['winner'] == early['winner'] else 'different'}. Most of a "
-        "tiny trial is fixed cost (launch, imports, initialisation; see "
-        "trial_overhead.md), which early stopping cannot save; on real models the "
-        "measured steps dominate and the saving grows with them.",
+        f"{'the same' if full['winner'] == early['winner'] else 'different'}. Even in a "
+        "warm pool about half of a tiny trial is fixed cost (initialisation, warm-up, the "
+        "pool's first trial's launch and imports; see trial_overhead.md), which early "
+        "stopping cannot save; on real models the measured steps dominate and the saving "
+        "grows with them.",
         "",
     ]
     out = REPO / "results/bench/early_stop.md"
