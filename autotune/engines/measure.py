@@ -211,11 +211,14 @@ NOT_YET, CAPPED, STABLE = 0, 1, 2
 
 
 def _warmup_end(times: list[float], plan: StepPlan) -> int:
+    """Warm-up is a falling transient (first steps slow: allocation, tracing, caches): it is
+    over once the last step is no longer faster than the steps before it. Asking two noisy
+    steps to agree instead spent several steady-state steps per trial on a noisy host."""
     if len(times) < plan.min_warmup:
         return NOT_YET
-    last = times[-plan.settle_window :]
-    if len(times) >= plan.settle_window and (max(last) - min(last)) <= (
-        plan.settle_tolerance * statistics.median(last)
+    before = times[-plan.settle_window : -1]
+    if len(times) >= plan.settle_window and (
+        not before or times[-1] >= (1 - plan.settle_tolerance) * statistics.median(before)
     ):
         return STABLE
     if len(times) >= plan.max_warmup or sum(times) >= plan.max_warmup_s:

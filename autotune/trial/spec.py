@@ -66,7 +66,8 @@ class StepPlan:
     steps are long, up to `max_warmup` when they are short."""
     settle_window: int = 2
     settle_tolerance: float = 0.10
-    """Warm-up ends when the last `settle_window` steps lie within this fraction of the median."""
+    """Warm-up ends when step time stops falling: the last step is no more than this fraction
+    faster than the median of the `settle_window - 1` steps before it."""
     min_measured: int = 3
     measured_steps: int = 8
     """The most measured steps; fewer once `precision` is reached or the trial cannot win."""

@@ -82,10 +82,21 @@ def test_a_settled_warm_up_window_counts_as_measured() -> None:
     assert meter.done and meter.stopped_for == "precise" and len(meter.measured) == 3
 
 
+def test_warm_up_keeps_a_falling_transient_out_and_ends_at_the_first_steady_step() -> None:
+    """Steps falling 4x, 2x, then noisy at steady state (+-15%): the falling ones are warm-up,
+    and warm-up ends at the first step that is not faster, even a noisy one, instead of
+    waiting for two noisy steps to agree."""
+    meter = StepMeter(PLAN, torch.device("cpu"), None, collective=False)
+    for seconds in (4.0, 2.0, 1.0, 1.15):
+        assert not meter.warmed_up
+        meter.record(seconds)
+    assert meter.warmup == [4.0, 2.0] and meter.measured == [1.0, 1.15]
+
+
 def test_warm_up_ends_at_its_time_cap_when_steps_never_settle() -> None:
     plan = StepPlan(max_warmup_s=3.0, max_warmup=12)
     meter = StepMeter(plan, torch.device("cpu"), None, collective=False)
-    for seconds in (1.0, 2.0):  # 3 s of unsettled warm-up: the cap
+    for seconds in (2.0, 1.0):  # 3 s of still-falling warm-up: the cap
         assert not meter.warmed_up
         meter.record(seconds)
     assert meter.warmed_up and len(meter.warmup) == 2
