@@ -25,6 +25,7 @@ from autotune.space import (
     enumerate_space,
     first_violation,
 )
+from autotune.space.derive import derive_space
 from autotune.space.enumerate import build_config
 from autotune.space.spacefile import default_space_path, load_space
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
@@ -116,9 +117,15 @@ def load_problem(
         space=load_space(path, chosen.name, chosen.knobs),
     )
     if not command:
-        return problem
+        return dataclasses.replace(problem, space=_derived(problem.space, problem))
     job = parse_job(command, Path.cwd(), chosen.name)
     return _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
+
+
+def _derived(space: SearchSpace, problem: Problem, workload: Workload | None = None) -> SearchSpace:
+    return derive_space(
+        space, problem.engine.knobs, workload or problem.workload, problem.cluster
+    )
 
 
 def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: bool) -> Problem:
@@ -138,8 +145,10 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         return dataclasses.replace(problem, job=job)
     if job.framework == "megatron":
         workload = megatron_job.workload_from_command(job.command, job.name)
+        space = _derived(space, problem, workload)
     elif job.framework == "deepspeed":
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
+        space = _derived(space, problem, workload)
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
         reads_model = not model_given
     else:
@@ -152,6 +161,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         workload = load_workload(preset) if preset else workload
         batch, seq = torchtitan_job.batch_and_sequence(job.command, Path(job.workdir), world)
         workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
+        space = _derived(space, problem, workload)
         space = job_space(space, torchtitan_job.KNOBS, workload, world, derive_mbs=default_space)
         space = torchtitan_job.without_zero1(space)
     return dataclasses.replace(
@@ -173,6 +183,7 @@ def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:
         cluster=spec.cluster,
         space=load_space(default_space_path(engine.name), engine.name, engine.knobs),
     )
+    problem = dataclasses.replace(problem, space=_derived(problem.space, problem))
     broken = first_violation(spec.config, spec.workload, spec.cluster, engine.rules)
     if broken is not None:
         raise InputError(f"{path}: config breaks rule {broken.name}: {broken.reason}")

@@ -42,10 +42,11 @@ def space_summary(console: Console, problem: Problem, found: Enumeration, sample
         f"space {problem.space.source}"
     )
     console.print(f"{len(found.valid)} valid of {found.total} configs")
-    knobs = Table("knob", "values", f"meaning in {problem.engine.name}", title="knobs")
+    knobs = Table("knob", "values", f"meaning in {problem.engine.name}", "from", title="knobs")
     for knob, values in problem.space.values.items():
         meaning = problem.engine.knob_meanings.get(knob, "")
-        knobs.add_row(knob, ", ".join(map(str, values)), meaning)
+        origin = problem.space.origins.get(knob, problem.space.source)
+        knobs.add_row(knob, ", ".join(map(str, values)), meaning, origin)
     console.print(knobs)
     if found.removed:
         rules = {r.name: r.reason for r in problem.rules}

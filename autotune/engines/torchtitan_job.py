@@ -17,6 +17,8 @@ memory reserved since the last log (`memory: X GiB`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import tomllib
 from collections.abc import Sequence
@@ -168,7 +170,7 @@ def without_zero1(space: SearchSpace) -> SearchSpace:
     """torchtitan has DDP and FSDP2, no ZeRO-1."""
     values = dict(space.values)
     values["zero"] = tuple(z for z in values.get("zero", (0, 2, 3)) if z != 1) or (3,)
-    return SearchSpace(engine=space.engine, values=values, source=space.source)
+    return dataclasses.replace(space, values=values)
 
 
 def model_preset(argv: Sequence[str], workdir: Path) -> str | None:

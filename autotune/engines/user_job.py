@@ -302,7 +302,11 @@ def job_space(
             f"{space.source}: the command sets {', '.join(sorted(ignored))} in its own "
             f"code, not from the trial; tunable: {', '.join(sorted(knobs))}"
         )
+    origins = {k: v for k, v in space.origins.items() if k in values}
     if derive_mbs:
         per_rank = max(1, workload.global_batch_size // world_size)
         values["mbs"] = tuple(m for m in range(1, per_rank + 1) if per_rank % m == 0)
-    return SearchSpace(engine=space.engine, values=values, source=f"{space.source} (command)")
+        origins["mbs"] = f"divisors of each rank's share ({per_rank}) of the command's batch"
+    return SearchSpace(
+        engine=space.engine, values=values, source=f"{space.source} (command)", origins=origins
+    )

@@ -21,6 +21,8 @@ class SearchSpace:
     engine: str
     values: dict[str, tuple[Any, ...]] = field(hash=False)
     source: str = ""
+    origins: dict[str, str] = field(default_factory=dict, hash=False)
+    """Where a knob's values came from when not from `source` (`space.derive`)."""
 
 
 def default_space_path(engine: str) -> Path:

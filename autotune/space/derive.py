@@ -1,0 +1,87 @@
+"""Candidate layouts derived from the problem, for the knobs a space file leaves out.
+
+Fixed lists of powers of two fail real clusters (384 GPUs = 3 x 128: every power-of-two
+pipeline leaves a data-parallel size the batch cannot split) and miss layouts (pp 12 of 72
+layers). So the structural knobs come from the model, the batch and the world size, each list
+bounded by a named limit, and `autotune space` shows where each came from:
+
+- tp: divisors of gcd(heads, KV heads) that divide the world, up to a node's devices;
+- pp: divisors of the world size that divide the layers;
+- vpp: divisors of each pipeline stage's layers, up to `MAX_VPP` virtual stages per rank;
+- mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
+
+A knob the space file lists keeps the file's values: a file narrows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable
+
+from autotune.space.config import KNOBS
+from autotune.space.spacefile import SearchSpace
+from autotune.specs import Cluster, Workload
+
+MAX_VPP = 8
+"""Virtual pipeline stages per rank: published recipes go up to 8 (Llama 3.1 405B, Mixtral);
+each more adds a round of pipeline sends per micro-batch."""
+MAX_MBS = 8
+"""Sequences per micro-batch: the published runs of these models use 1 to 4; past 8 a step's
+matrices are long past efficient sizes, and every extra value multiplies the space."""
+DERIVED = ("tp", "pp", "vpp", "mbs")
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
+
+
+def derive_space(
+    space: SearchSpace, knobs: Collection[str], workload: Workload, cluster: Cluster
+) -> SearchSpace:
+    """`space` with every structural knob the engine takes and the file leaves out derived
+    from the workload and cluster; `origins` says where each knob's values came from."""
+    world, values = cluster.world_size, dict(space.values)
+    origins = {k: space.origins.get(k, space.source) for k in values}
+    tp = values.get("tp", (1,)) if "tp" in knobs else (1,)
+    if "tp" in knobs and "tp" not in values:
+        heads = math.gcd(workload.num_attention_heads, workload.num_query_groups)
+        tp = values["tp"] = tuple(
+            d for d in divisors(heads) if d <= cluster.devices_per_node and world % d == 0
+        )
+        origins["tp"] = (
+            f"divisors of gcd(heads {workload.num_attention_heads}, KV heads "
+            f"{workload.num_query_groups}) dividing the world size {world}, up to a node's "
+            f"{cluster.devices_per_node} devices"
+        )
+    pp = values.get("pp", (1,)) if "pp" in knobs else (1,)
+    if "pp" in knobs and "pp" not in values:
+        pp = values["pp"] = tuple(d for d in divisors(world) if workload.num_layers % d == 0)
+        origins["pp"] = (
+            f"divisors of the world size {world} that divide the {workload.num_layers} layers"
+        )
+    if "vpp" in knobs and "vpp" not in values:
+        values["vpp"] = _union(
+            (v for v in divisors(workload.num_layers // p) if v <= MAX_VPP)
+            for p in pp
+            if p > 1 and workload.num_layers % p == 0
+        ) or (1,)
+        origins["vpp"] = (
+            f"divisors of each pipeline stage's layers, up to {MAX_VPP} virtual stages per rank"
+        )
+    if "mbs" in knobs and "mbs" not in values:
+        replicas = {world // (t * p) for t in tp for p in pp if world % (t * p) == 0}
+        batch = workload.global_batch_size
+        values["mbs"] = _union(
+            (m for m in divisors(batch // dp) if m <= MAX_MBS) for dp in replicas if batch % dp == 0
+        ) or (1,)
+        origins["mbs"] = (
+            f"divisors of each data-parallel replica's share of the global batch {batch}, "
+            f"up to {MAX_MBS}"
+        )
+    ordered = {k: values[k] for k in KNOBS if k in values}  # the product's order: layout first
+    return SearchSpace(engine=space.engine, values=ordered, source=space.source, origins=origins)
+
+
+def _union(groups: Iterable[Iterable[int]]) -> tuple[int, ...]:
+    return tuple(sorted({v for group in groups for v in group}))
