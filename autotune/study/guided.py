@@ -163,6 +163,7 @@ class GuidedSearch:
             if refine is not None
             else math.inf
         )
+        leader = self.leader  # a dataclass-to-JSON key: once per ranking, not per candidate
         scored = []
         for key, layout, e, distance, anchor in zip(
             self._keys, self._layouts, self._estimates, distances, anchors, strict=True
@@ -173,7 +174,7 @@ class GuidedSearch:
                 unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
                 expected = math.log(e.tokens_per_s) + anchor * RESIDUAL_KEPT ** int(distance)
                 scored.append((expected + optimism * unc, e, unc))
-            elif layout == self.leader and refine is not None:
+            elif layout == leader and refine is not None:
                 # NCCL settings refine the measured leader: its measurement, moved by the
                 # model's predicted change, plus what NCCL's choice may leave on the table.
                 # Kept only while it could beat the leader by the threshold at the stop rule's
