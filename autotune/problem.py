@@ -122,10 +122,16 @@ def load_problem(
     return _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
 
 
-def _derived(space: SearchSpace, problem: Problem, workload: Workload | None = None) -> SearchSpace:
-    return derive_space(
-        space, problem.engine.knobs, workload or problem.workload, problem.cluster
-    )
+def _derived(
+    space: SearchSpace,
+    problem: Problem,
+    workload: Workload | None = None,
+    knobs: frozenset[str] | None = None,
+) -> SearchSpace:
+    """The layout knobs the space leaves out, derived (`space.derive`): of the engine's knobs,
+    or only those a user's command takes from a trial."""
+    takes = problem.engine.knobs if knobs is None else problem.engine.knobs & knobs
+    return derive_space(space, takes, workload or problem.workload, problem.cluster)
 
 
 def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: bool) -> Problem:
@@ -148,7 +154,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         space = _derived(space, problem, workload)
     elif job.framework == "deepspeed":
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
-        space = _derived(space, problem, workload)
+        space = _derived(space, problem, workload, DEEPSPEED_KNOBS)
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
         reads_model = not model_given
     else:
@@ -161,7 +167,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         workload = load_workload(preset) if preset else workload
         batch, seq = torchtitan_job.batch_and_sequence(job.command, Path(job.workdir), world)
         workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
-        space = _derived(space, problem, workload)
+        space = _derived(space, problem, workload, torchtitan_job.KNOBS)
         space = job_space(space, torchtitan_job.KNOBS, workload, world, derive_mbs=default_space)
         space = torchtitan_job.without_zero1(space)
     return dataclasses.replace(
@@ -183,7 +189,6 @@ def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:
         cluster=spec.cluster,
         space=load_space(default_space_path(engine.name), engine.name, engine.knobs),
     )
-    problem = dataclasses.replace(problem, space=_derived(problem.space, problem))
     broken = first_violation(spec.config, spec.workload, spec.cluster, engine.rules)
     if broken is not None:
         raise InputError(f"{path}: config breaks rule {broken.name}: {broken.reason}")

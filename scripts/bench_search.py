@@ -39,7 +39,7 @@ from autotune.space import TrainConfig, config_key
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
-from autotune.trial.result import TrialResult
+from autotune.trial.result import Source, TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +65,10 @@ class World:
     """Config key -> true tokens/s, or None for a config that fails."""
     wall: dict[str, float]
     launcher_factory: Callable[[], Launcher]
+    noise: float = 0.0
+    """Between-trial noise: each trial measures its config's truth times exp(N(0, noise)),
+    drawn afresh per trial, as a shared cluster moves one launch of a config from the next."""
+    seed: int = 0
 
     @property
     def best(self) -> float:
@@ -79,6 +83,8 @@ class PerturbedLauncher(Launcher):
 
     def __init__(self, world: World) -> None:
         self.world = world
+        if world.noise:  # a noisy world stands for a measured cluster (see `run`)
+            self.source = "measured"
 
     def command(self, request: LaunchRequest) -> list[str]:
         return ["echo", "simulated world"]
@@ -91,9 +97,16 @@ class PerturbedLauncher(Launcher):
             return LaunchOutcome(
                 kind="oom", error="simulated out of memory", wall_s=self.world.wall[key]
             )
+        source: Source = "simulated"
+        if self.world.noise:
+            draw = random.Random(f"{self.world.seed}:{request.folder.name}:{key}")
+            tps *= math.exp(draw.gauss(0.0, self.world.noise))
+            # A noisy world stands for a measured cluster: the study is told so, and treats
+            # the trial's between-trial noise as unknown until repeats measure it.
+            source = "measured"
         step = spec.workload.tokens_per_step / tps
         result = TrialResult(
-            source="simulated", step_time_s=step, tokens_per_s=tps, tflops_per_device=0.0, mfu=None
+            source=source, step_time_s=step, tokens_per_s=tps, tflops_per_device=0.0, mfu=None
         )
         result.write(request.folder)
         return LaunchOutcome(kind="ok", error=None, wall_s=self.world.wall[key], result=result)

@@ -97,11 +97,10 @@ class StepMeter:
         if not self.warmed_up:
             ended = self._agreed(_warmup_end(self.warmup, self.plan))
             self.warmed_up = ended != NOT_YET
-            if ended == STABLE:  # its settled window is steady state already: keep it
+            if ended in (STABLE, ROSE):  # its settled window is steady state already: keep it
                 plan = self.plan
-                self.carried = max(
-                    0, min(plan.settle_window, plan.min_measured - 1, plan.measured_steps - 1)
-                )
+                window = plan.settle_window if ended == STABLE else 1
+                self.carried = max(0, min(window, plan.min_measured - 1, plan.measured_steps - 1))
                 self.measured = self.warmup[len(self.warmup) - self.carried :]
                 del self.warmup[len(self.warmup) - self.carried :]
         else:
@@ -205,9 +204,11 @@ def trial_result(
     )
 
 
-NOT_YET, CAPPED, STABLE = 0, 1, 2
-"""How warm-up stands after a step: going on, ended at its cap, or ended with its last
-`settle_window` steps steady (those then count as the first measured ones)."""
+NOT_YET, CAPPED, STABLE, ROSE = 0, 1, 2, 3
+"""How warm-up stands after a step: going on; ended at its cap; ended with its last
+`settle_window` steps steady (those then count as the first measured ones); or ended by a
+step slower than the ones before it by more than the tolerance (only that one counts: the
+step before may still have been warming up)."""
 
 
 def _warmup_end(times: list[float], plan: StepPlan) -> int:
@@ -217,10 +218,14 @@ def _warmup_end(times: list[float], plan: StepPlan) -> int:
     if len(times) < plan.min_warmup:
         return NOT_YET
     before = times[-plan.settle_window : -1]
-    if len(times) >= plan.settle_window and (
-        not before or times[-1] >= (1 - plan.settle_tolerance) * statistics.median(before)
-    ):
-        return STABLE
+    if len(times) >= plan.settle_window:
+        if not before:
+            return STABLE
+        level = statistics.median(before)
+        if times[-1] > (1 + plan.settle_tolerance) * level:
+            return ROSE
+        if times[-1] >= (1 - plan.settle_tolerance) * level:
+            return STABLE
     if len(times) >= plan.max_warmup or sum(times) >= plan.max_warmup_s:
         return CAPPED
     return NOT_YET

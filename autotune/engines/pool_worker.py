@@ -96,11 +96,12 @@ def _device(spec: TrialSpec) -> torch.device:
 
 
 def _release_memory(device: torch.device) -> None:
-    """Give back what the trial's engine held, so the next trial's peak starts low. What
-    survives the collection (modules an engine imported lazily, its caches) stays for the
-    pool's life: frozen, no later collection walks it again (0.1 s each, here, during the
-    next trial's initialisation too). A cycle freed only later is kept until the pool is
-    recycled (`warm_pool.MAX_TRIALS`)."""
+    """Give back what the trial's engine held, so the next trial's peak starts low. A full
+    collection (frozen objects too: an engine's module globals may have let go of the last
+    trial's state only now) runs here, after the answer, while the tuner takes in the result;
+    what survives it is frozen again, so the collections during the next trial's
+    initialisation skip it (DeepSpeed ZeRO-3 initialises in 0.08 s instead of 0.2 s here)."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
     if device.type == "cuda":

@@ -18,7 +18,6 @@ memory reserved since the last log (`memory: X GiB`).
 from __future__ import annotations
 
 import dataclasses
-
 import re
 import tomllib
 from collections.abc import Sequence

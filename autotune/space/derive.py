@@ -5,7 +5,7 @@ pipeline leaves a data-parallel size the batch cannot split) and miss layouts (p
 layers). So the structural knobs come from the model, the batch and the world size, each list
 bounded by a named limit, and `autotune space` shows where each came from:
 
-- tp: divisors of gcd(heads, KV heads) that divide the world, up to a node's devices;
+- tp: divisors of gcd(heads, KV heads) that divide the world and a node's devices;
 - pp: divisors of the world size that divide the layers;
 - vpp: divisors of each pipeline stage's layers, up to `MAX_VPP` virtual stages per rank;
 - mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
@@ -28,7 +28,6 @@ each more adds a round of pipeline sends per micro-batch."""
 MAX_MBS = 8
 """Sequences per micro-batch: the published runs of these models use 1 to 4; past 8 a step's
 matrices are long past efficient sizes, and every extra value multiplies the space."""
-DERIVED = ("tp", "pp", "vpp", "mbs")
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -47,11 +46,11 @@ def derive_space(
     if "tp" in knobs and "tp" not in values:
         heads = math.gcd(workload.num_attention_heads, workload.num_query_groups)
         tp = values["tp"] = tuple(
-            d for d in divisors(heads) if d <= cluster.devices_per_node and world % d == 0
+            d for d in divisors(heads) if cluster.devices_per_node % d == 0 and world % d == 0
         )
         origins["tp"] = (
             f"divisors of gcd(heads {workload.num_attention_heads}, KV heads "
-            f"{workload.num_query_groups}) dividing the world size {world}, up to a node's "
+            f"{workload.num_query_groups}) dividing the world size {world} and a node's "
             f"{cluster.devices_per_node} devices"
         )
     pp = values.get("pp", (1,)) if "pp" in knobs else (1,)
@@ -73,7 +72,9 @@ def derive_space(
         replicas = {world // (t * p) for t in tp for p in pp if world % (t * p) == 0}
         batch = workload.global_batch_size
         values["mbs"] = _union(
-            (m for m in divisors(batch // dp) if m <= MAX_MBS) for dp in replicas if batch % dp == 0
+            (m for m in divisors(batch // dp) if m <= MAX_MBS)
+            for dp in replicas
+            if batch % dp == 0
         ) or (1,)
         origins["mbs"] = (
             f"divisors of each data-parallel replica's share of the global batch {batch}, "

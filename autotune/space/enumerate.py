@@ -10,6 +10,8 @@ fraction of a second instead of building and checking every combination.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -48,12 +50,22 @@ def build_config(values: dict[str, Any], world_size: int) -> TrainConfig:
 
 
 class _Reading(TrainConfig):
-    """A config that records which knobs are read from it (methods' reads included)."""
+    """A config that records which knobs are read from it (methods' reads included; a copy
+    made by `dataclasses.replace` reads every field of this one). It equals the TrainConfig
+    with the same knobs. A rule must read knobs as attributes (not `vars(c)`)."""
 
     def __getattribute__(self, name: str) -> Any:
         if name in KNOBS:
-            object.__getattribute__(self, "_read").add(name)
+            with contextlib.suppress(AttributeError):  # a copy has no record of its own
+                object.__getattribute__(self, "_read").add(name)
         return object.__getattribute__(self, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TrainConfig) and dataclasses.astuple(self) == (
+            dataclasses.astuple(other)
+        )
+
+    __hash__ = TrainConfig.__hash__
 
 
 def enumerate_space(
@@ -82,7 +94,11 @@ def enumerate_space(
                 return
         if not still:  # every completion is valid
             for rest in itertools.product(*options[depth:]):
-                valid.append(build_config({**assigned, **dict(zip(names[depth:], rest))}, world))
+                valid.append(
+                    build_config(
+                        {**assigned, **dict(zip(names[depth:], rest, strict=True))}, world
+                    )
+                )
             return
         for value in options[depth]:
             visit(depth + 1, {**assigned, names[depth]: value}, tuple(still))

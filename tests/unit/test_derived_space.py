@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.estimate.ranking import memory_verdicts
 from autotune.calibration.saved import load_calibration
+from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import load_problem
 from autotune.space.derive import divisors
 

@@ -83,14 +83,23 @@ def test_a_settled_warm_up_window_counts_as_measured() -> None:
 
 
 def test_warm_up_keeps_a_falling_transient_out_and_ends_at_the_first_steady_step() -> None:
-    """Steps falling 4x, 2x, then noisy at steady state (+-15%): the falling ones are warm-up,
-    and warm-up ends at the first step that is not faster, even a noisy one, instead of
-    waiting for two noisy steps to agree."""
+    """Steps falling 4x, 2x, then steady: the falling ones are warm-up, and warm-up ends at
+    the first step that is not faster (a noisy one 9% faster included), instead of waiting
+    for two noisy steps to agree within 10%."""
     meter = StepMeter(PLAN, torch.device("cpu"), None, collective=False)
-    for seconds in (4.0, 2.0, 1.0, 1.15):
+    for seconds in (4.0, 2.0, 1.1, 1.0):
         assert not meter.warmed_up
         meter.record(seconds)
-    assert meter.warmup == [4.0, 2.0] and meter.measured == [1.0, 1.15]
+    assert meter.warmup == [4.0, 2.0] and meter.measured == [1.1, 1.0]
+
+
+def test_a_step_slower_than_the_one_before_ends_warm_up_and_alone_counts() -> None:
+    """A rise is not warm-up any more, but the step before it may have been: only the slower
+    step is measured."""
+    meter = StepMeter(PLAN, torch.device("cpu"), None, collective=False)
+    for seconds in (1.0, 2.0):
+        meter.record(seconds)
+    assert meter.warmed_up and meter.warmup == [1.0] and meter.measured == [2.0]
 
 
 def test_warm_up_ends_at_its_time_cap_when_steps_never_settle() -> None:

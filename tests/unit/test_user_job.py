@@ -178,6 +178,9 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
         load_problem("megatron", "tiny", "local:2", command=command)
     with pytest.raises(InputError, match="list the ones it applies"):
         load_problem("torch", "tiny", "local:2", command=command)
+    (workdir / "space.yaml").write_text("engine: deepspeed\nknobs:\n  zero: [0, 1]\n")
+    narrowed = load_problem("deepspeed", "tiny", "local:2", "space.yaml", command=command)
+    assert narrowed.space.values["zero"] == (0, 1)  # what it lists; pp is not derived for it
     (workdir / "space.yaml").write_text("engine: deepspeed\nknobs:\n  pp: [1, 2]\n  zero: [0]\n")
     with pytest.raises(InputError, match="sets pp in its own code"):
         load_problem("deepspeed", "tiny", "local:2", "space.yaml", command=command)
