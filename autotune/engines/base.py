@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from autotune.engines.traits import EngineTraits
 from autotune.space import GENERIC_RULES, Rule
+from autotune.space.rules import pipeline_rule
 from autotune.specs import Cluster
 from autotune.trial.spec import JobFramework, TrialSpec
 
@@ -56,7 +57,7 @@ class Engine(ABC):
 
     @property
     def rules(self) -> tuple[Rule, ...]:
-        return GENERIC_RULES + self.engine_rules
+        return GENERIC_RULES + (pipeline_rule(self.traits.pipeline_split),) + self.engine_rules
 
     def worker(self, spec: TrialSpec) -> str:
         """The module torchrun starts for this trial: the hook around the user's command,

@@ -19,6 +19,7 @@ from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, Engine
 from autotune.engines.traits import EngineTraits
 from autotune.errors import InputError
 from autotune.space import Rule, TrainConfig
+from autotune.space.pipeline import PipelineSplit, split_layers
 from autotune.specs import Cluster, Workload
 from autotune.trial.spec import TrialSpec
 
@@ -41,9 +42,21 @@ class PyExpr:
 DTYPES = {"bf16": PyExpr("torch.bfloat16"), "fp16": PyExpr("torch.float16")}
 
 
+def _split(c: TrainConfig, w: Workload) -> PipelineSplit | None:
+    return split_layers(w.num_layers, c.pp, c.vpp, "megatron")
+
+
 def _chunk_layers(c: TrainConfig, w: Workload) -> int:
-    """Layers in one model chunk: a pipeline stage, or a virtual stage when interleaved."""
-    return w.num_layers // (c.pp * c.vpp)
+    """Layers in the smallest model chunk (a pipeline stage, or a virtual stage when
+    interleaved); 0 where Megatron cannot place the layers."""
+    split = _split(c, w)
+    return min(split.chunks) if split is not None else 0
+
+
+def _placement(c: TrainConfig, w: Workload) -> PipelineSplit:
+    split = _split(c, w)
+    assert split is not None, "the pipeline_places_layers rule refuses such configs"
+    return split
 
 
 def _micro_batches(c: TrainConfig, w: Workload) -> int:
@@ -54,6 +67,7 @@ class MegatronEngine(Engine):
     name = "megatron"
     worker_module = "autotune.engines.megatron_worker"
     traits = EngineTraits(
+        pipeline_split="megatron",
         fp32_master="always",
         fp32_main_grads=True,
         reduces_bf16_grads_in_fp32=True,
@@ -86,7 +100,9 @@ class MegatronEngine(Engine):
         "tp": "--tensor-model-parallel-size",
         "pp": "--pipeline-model-parallel-size",
         "vpp": "model chunks per pipeline rank: --num-layers-per-virtual-pipeline-stage "
-        "num_layers/(pp*vpp)",
+        "num_layers/(pp*vpp), or --num-virtual-stages-per-pipeline-rank where the stages are "
+        "uneven (--account-for-embedding/loss-in-pipeline-split or "
+        "--decoder-first/last-pipeline-num-layers)",
         "sp": "--sequence-parallel",
         "zero": "0 plain DDP; 1 --use-distributed-optimizer (optimizer states and fp32 master "
         "weights sharded over data-parallel ranks)",
@@ -199,12 +215,28 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         "tensor_model_parallel_size": c.tp,
         "pipeline_model_parallel_size": c.pp,
         "virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
+        **_uneven_split_kwargs(_placement(c, w)),
         "sequence_parallel": c.sp,
         "recompute_granularity": None if c.recompute == "none" else c.recompute,
         "recompute_method": c.recompute_method if full else None,
         "recompute_num_layers": c.recompute_num_layers if full else None,
         "deallocate_pipeline_outputs": True,
     }
+
+
+def _uneven_split_kwargs(split: PipelineSplit) -> dict[str, Any]:
+    """TransformerConfig's fields for layers that pp·vpp does not divide (none when it does)."""
+    if split.placement == "embedding_and_loss":
+        return {
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+        }
+    if split.placement == "first_last":
+        return {
+            "num_layers_in_first_pipeline_stage": split.first_layers,
+            "num_layers_in_last_pipeline_stage": split.last_layers,
+        }
+    return {}
 
 
 def ddp_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
@@ -254,8 +286,21 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
         f"--tensor-model-parallel-size {c.tp}",
         f"--pipeline-model-parallel-size {c.pp}",
     ]
-    if c.vpp > 1:
+    split = _placement(c, w)
+    if c.vpp > 1 and split.placement == "even":
         layout.append(f"--num-layers-per-virtual-pipeline-stage {_chunk_layers(c, w)}")
+    elif c.vpp > 1:  # the per-stage layer count flag cannot be combined with uneven stages
+        layout.append(f"--num-virtual-stages-per-pipeline-rank {c.vpp}")
+    if split.placement == "embedding_and_loss":
+        layout += [
+            "--account-for-embedding-in-pipeline-split",
+            "--account-for-loss-in-pipeline-split",
+        ]
+    elif split.placement == "first_last":
+        layout += [
+            f"--decoder-first-pipeline-num-layers {split.first_layers}",
+            f"--decoder-last-pipeline-num-layers {split.last_layers}",
+        ]
     if c.sp:
         layout.append("--sequence-parallel")
     if c.zero == 1:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from autotune.space.pipeline import split_layers
 from autotune.specs import Workload
 
 
@@ -129,10 +130,14 @@ class Decoder(nn.Module):
         return x
 
 
-def stage_layers(num_layers: int, stages: int, stage: int) -> range:
-    """Contiguous layers of one pipeline stage (equal split; rules ensure divisibility)."""
-    per = num_layers // stages
-    return range(stage * per, (stage + 1) * per)
+def stage_layers(num_layers: int, pp: int, vpp: int, stage: int) -> range:
+    """Contiguous layers of one pipeline stage (chunk `stage` in model order), placed as
+    `space.pipeline` says for the uniform style: the first stages a layer longer where
+    pp·vpp does not divide the layers."""
+    split = split_layers(num_layers, pp, vpp, "uniform")
+    assert split is not None, "the pipeline_places_layers rule refuses such configs"
+    start = sum(split.chunks[:stage])
+    return range(start, start + split.chunks[stage])
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,7 @@ class TorchSession:
             Decoder(
                 w,
                 c.recompute,
-                layers=stage_layers(w.num_layers, n_stages, s),
+                layers=stage_layers(w.num_layers, c.pp, c.vpp, s),
                 first=s == 0,
                 last=s == n_stages - 1,
             ).to(self.device)

@@ -45,3 +45,7 @@ class EngineTraits:
     parameter gather with `overlap_param_gather` (Megatron-LM)."""
     script_hint: str
     """How a user's own training script uses this engine's exported config (train.sh)."""
+    pipeline_split: Literal["uniform", "megatron"] = "uniform"
+    """How layers that pp·vpp does not divide are placed (space/pipeline.py): contiguous
+    chunks, the first ones a layer longer (DeepSpeed's PipelineModule, the torch worker), or
+    Megatron's embedding-and-loss accounting or first/last stage counts."""

@@ -26,7 +26,9 @@ import math
 from dataclasses import dataclass
 
 from autotune.engines import EngineTraits, traits_of
+from autotune.estimate.stages import stage_split
 from autotune.space import TrainConfig
+from autotune.space.pipeline import PipelineSplit
 from autotune.specs import Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
@@ -53,25 +55,34 @@ def layer_parameters(w: Workload, tp: int) -> int:
     return sharded // tp + 2 * h
 
 
-def rank_parameters(w: Workload, tp: int, pp: int) -> int:
-    """Parameters held by the most loaded rank: a pipeline stage's layers plus the input
-    embedding (first stage) or final norm and output layer (last stage), split over tp."""
+def rank_parameters(
+    w: Workload, tp: int, pp: int, rank_layers: tuple[int, ...] | None = None
+) -> int:
+    """Parameters held by the most loaded rank: a pipeline stage's layers (`rank_layers`, an
+    even split when not given) plus the input embedding (first stage) or final norm and
+    output layer (last stage), split over tp."""
     h = w.hidden_size
     per_layer = layer_parameters(w, tp)
-    layers = w.num_layers // pp
+    layers = rank_layers or (w.num_layers // pp,) * pp
     embedding = w.vocab_size * h // tp
     head = w.vocab_size * h // tp + h
     stages = [
-        layers * per_layer + (embedding if s == 0 else 0) + (head if s == pp - 1 else 0)
-        for s in range(pp)
+        n * per_layer + (embedding if s == 0 else 0) + (head if s == pp - 1 else 0)
+        for s, n in enumerate(layers)
     ]
     return max(stages)
+
+
+def config_parameters(w: Workload, config: TrainConfig, engine: str | EngineTraits) -> int:
+    """`rank_parameters` of this config, its layers placed as the engine places them."""
+    split = stage_split(w, config, engine)
+    return rank_parameters(w, config.tp, config.pp, split.rank_layers)
 
 
 def model_states(w: Workload, config: TrainConfig, engine: str | EngineTraits) -> ModelStates:
     """Bytes of parameters, gradients and optimizer states on the most loaded rank."""
     t = traits_of(engine)
-    psi = rank_parameters(w, config.tp, config.pp)
+    psi = config_parameters(w, config, engine)
     n = config.dp
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
@@ -149,11 +160,11 @@ def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
     return s * b * h * (10 + (8 + mlp) / t) * scale
 
 
-def recomputed_layers(w: Workload, config: TrainConfig) -> float:
-    """Layers of one pipeline stage whose forward pass runs again in backward (full
-    recomputation): all of them (uniform), or the first `recompute_num_layers` of each model
-    chunk (block)."""
-    layers = w.num_layers / config.pp
+def recomputed_layers(w: Workload, config: TrainConfig, layers: float | None = None) -> float:
+    """Layers of one pipeline stage (of `layers`, an even share when not given) whose forward
+    pass runs again in backward (full recomputation): all of them (uniform), or the first
+    `recompute_num_layers` of each model chunk (block)."""
+    layers = w.num_layers / config.pp if layers is None else layers
     if config.recompute != "full":
         return 0.0
     if config.recompute_method == "block":
@@ -161,35 +172,40 @@ def recomputed_layers(w: Workload, config: TrainConfig) -> float:
     return layers
 
 
-def stage_activation_bytes(w: Workload, config: TrainConfig) -> tuple[float, float]:
-    """(kept per micro-batch in flight, rebuilt once at a time in backward) on one stage.
+def stage_activation_bytes(
+    w: Workload, config: TrainConfig, layers: float | None = None
+) -> tuple[float, float]:
+    """(kept per micro-batch in flight, rebuilt once at a time in backward) on a stage of
+    `layers` (an even share when not given).
 
     Full recomputation keeps each recompute unit's input and rebuilds one unit when its
     backward pass comes: uniform units of `recompute_num_layers` layers, block units of one
     layer with the rest of the chunk kept whole."""
-    layers = w.num_layers / config.pp
+    layers = w.num_layers / config.pp if layers is None else layers
     if config.recompute != "full":
         return layers * layer_activation_bytes(w, config), 0.0
     whole = layer_activation_bytes(w, dataclasses.replace(config, recompute="none"))
     unit_input = layer_activation_bytes(w, config)
-    recomputed = recomputed_layers(w, config)
+    recomputed = recomputed_layers(w, config, layers)
     if config.recompute_method == "block":
         return recomputed * unit_input + (layers - recomputed) * whole, whole
     units = math.ceil(layers / config.vpp / config.recompute_num_layers) * config.vpp
     return units * unit_input, config.recompute_num_layers * whole
 
 
-def activation_bytes(w: Workload, config: TrainConfig) -> float:
+def activation_bytes(w: Workload, config: TrainConfig, split: PipelineSplit) -> float:
     """Worst stage: the first holds the micro-batches in flight of the 1F1B warm-up (more when
-    interleaved), the last holds the fp32 logits for the loss."""
+    interleaved), the last holds the fp32 logits for the loss; each of its own layers."""
     micro = config.grad_accum(w.global_batch_size)
     pp, vpp = config.pp, config.vpp
     in_flight = 1 if pp == 1 else min(micro, pp) * (1 + (pp - 1) / (pp * vpp))
-    kept, rebuilt = stage_activation_bytes(w, config)
     logits = config.mbs * w.seq_length * w.vocab_size / config.tp * 4
+    kept, rebuilt = stage_activation_bytes(w, config, split.first_layers)
     first = kept * in_flight + rebuilt
-    last = kept + rebuilt + logits
-    return max(first, last) if pp > 1 else first + logits
+    if pp == 1:
+        return first + logits
+    kept, rebuilt = stage_activation_bytes(w, config, split.last_layers)
+    return max(first, kept + rebuilt + logits)
 
 
 def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
@@ -197,17 +213,14 @@ def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
     width = BYTES_PER_ELEMENT[w.precision]
     t = traits_of(engine)
     if t.zero_bucket_buffers and config.dp > 1:
+        psi = config_parameters(w, config, engine)
         if config.zero in (1, 2):
             buckets = 2 if config.overlap_comm else 1
-            psi = rank_parameters(w, config.tp, config.pp)
             return (
                 min(config.reduce_bucket, psi) * buckets + min(config.allgather_bucket, psi)
             ) * width
         if config.zero == 3:
-            return (
-                min(config.reduce_bucket, rank_parameters(w, config.tp, config.pp))
-                + ZERO3_PREFETCH_ELEMENTS
-            ) * width
+            return (min(config.reduce_bucket, psi) + ZERO3_PREFETCH_ELEMENTS) * width
     if t.zero3_resident_layers and config.zero == 3:
         return t.zero3_resident_layers * layer_parameters(w, config.tp) * width
     return 0.0
@@ -222,7 +235,7 @@ def memory_breakdown(
         weights=states.params,
         gradients=states.grads,
         optimizer=states.optimizer,
-        activations=activation_bytes(w, config),
+        activations=activation_bytes(w, config, stage_split(w, config, engine)),
         comm_buffers=comm_buffer_bytes(w, config, engine),
         overhead=overhead,
     )

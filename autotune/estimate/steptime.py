@@ -20,6 +20,7 @@ from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import rank_parameters, recomputed_layers
+from autotune.estimate.stages import head_forward_flops, layer_forward_flops, stage_split
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -108,20 +109,6 @@ class StepTime:
         return max(parts, key=parts.__getitem__).removesuffix("_s")
 
 
-def layer_forward_flops(w: Workload, micro_batch: int) -> float:
-    """Forward FLOPs of one layer for one micro-batch, the per-layer part of Megatron's
-    formula: 2·b·s·(2h² + 2h²g/a + glu·2hf... ) written out term by term."""
-    s, h, f = w.seq_length, w.hidden_size, w.ffn_hidden_size
-    kv = w.num_query_groups * w.head_dim
-    linear = 2 * h * h + 2 * h * kv + (3 if w.swiglu else 2) * h * f
-    attention = 2 * s * h  # QK^T and AV, full (non-causal) as Megatron counts
-    return 2 * micro_batch * s * (linear + attention)
-
-
-def head_forward_flops(w: Workload, micro_batch: int) -> float:
-    return 2 * micro_batch * w.seq_length * w.hidden_size * w.vocab_size
-
-
 def achievable_flops(
     w: Workload, config: TrainConfig, cluster: Cluster, cal: Calibration
 ) -> float:
@@ -146,12 +133,18 @@ def step_time(
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
     rate = achievable_flops(w, c, cluster, cal)
-    layers = w.num_layers / c.pp
+    split = stage_split(w, c, engine)
 
-    # Compute of the most loaded stage (the last: its layers plus the output layer).
-    fwd = (layers * layer_forward_flops(w, c.mbs) + head_forward_flops(w, c.mbs)) / c.tp
+    # Compute of the most loaded stage: its layers, plus the output layer on the last one.
+    per_layer, head = layer_forward_flops(w, c.mbs), head_forward_flops(w, c.mbs)
+    loads = [
+        n * per_layer + (head if r == c.pp - 1 else 0.0) for r, n in enumerate(split.rank_layers)
+    ]
+    paced = max(range(c.pp), key=loads.__getitem__)
+    layers = split.rank_layers[paced]
+    fwd = loads[paced] / c.tp
     recompute_fwd = 0.0
-    rebuilt = recomputed_layers(w, c)
+    rebuilt = recomputed_layers(w, c, layers)
     if c.recompute == "full":
         recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / c.tp
     elif c.recompute == "selective":
@@ -186,8 +179,10 @@ def step_time(
         * (link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
     )
 
-    dp_comm, dp_exposed = _data_parallel(w, c, cluster, engine, cal, micro, per_micro_compute)
-    psi = rank_parameters(w, c.tp, c.pp) / (c.dp if c.zero >= 1 else 1)
+    dp_comm, dp_exposed = _data_parallel(
+        w, c, cluster, engine, cal, micro, per_micro_compute, split.rank_layers
+    )
+    psi = rank_parameters(w, c.tp, c.pp, split.rank_layers) / (c.dp if c.zero >= 1 else 1)
     optimizer = psi * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
 
     return StepTime(
@@ -210,6 +205,7 @@ def _data_parallel(
     cal: Calibration,
     micro: int,
     per_micro_compute: float,
+    rank_layers: tuple[int, ...],
 ) -> tuple[float, float]:
     """(all data-parallel communication, the part not hidden behind the backward pass)."""
     if c.dp == 1:
@@ -219,7 +215,7 @@ def _data_parallel(
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":
         width = 4
-    grad_bytes = rank_parameters(w, c.tp, c.pp) * width
+    grad_bytes = rank_parameters(w, c.tp, c.pp, rank_layers) * width
     bucket = c.reduce_bucket * width if t.bucket_unit == "elements" else c.ddp_bucket_mb * 2**20
     n_buckets = max(1, math.ceil(grad_bytes / bucket))
     if t.one_bucket_without_overlap and not c.overlap_comm:

@@ -15,6 +15,7 @@ from autotune.study.confirm import (
     ratio_interval,
     separated,
     standings,
+    unselected,
 )
 from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import CONFIG
@@ -29,24 +30,28 @@ class NcclVerdict:
 
 
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
-    """Keep the winner's NCCL settings only when it is faster than the same layout with
-    NCCL's defaults at the confirmation's confidence, between-trial noise included (the
-    confirmation repeats both, interleaved); else export the best layout with NCCL's
-    defaults."""
+    """Keep the winner's NCCL settings only when its repeats are faster than the same layout
+    with NCCL's defaults at the confirmation's confidence, between-trial noise included (the
+    confirmation repeats both, interleaved, a fixed number of times; the trial that made the
+    winner lead is left out, as it was chosen for reading fast); else export the best layout
+    with NCCL's defaults."""
     config = TrainConfig(**best.user_attrs[CONFIG])
     if config == nccl_default(config):
         return NcclVerdict(best, None)
     ranked = [s for s in standings(study) if CONFIG in s.trial.user_attrs]
-    winner = next((s for s in ranked if s.trial.number == best.number), None)
-    baseline = nccl_baseline(winner, ranked) if winner is not None else None
+    leader = next((s for s in ranked if s.trial.number == best.number), None)
+    baseline = nccl_baseline(leader, ranked) if leader is not None else None
+    winner = unselected(leader) if leader is not None else None
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"
-    if winner is not None and baseline is not None:
+    if leader is not None and baseline is not None and winner is None:
+        why = "it was not repeated against NCCL's default"
+    elif winner is not None and baseline is not None:
         between = study_spread(study)
         level = 2 * CONFIDENCE - 1  # two-sided, so that its lower end is the one-sided bound
         ratio, low, high = ratio_interval(winner, baseline, between, level)
         measured = (
             f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; {level:.0%} "
-            f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} and "
+            f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} repeats and "
             f"{len(baseline.values)} measurements)"
         )
         if separated(winner, baseline, between):

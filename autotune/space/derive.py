@@ -6,8 +6,8 @@ layers). So the structural knobs come from the model, the batch and the world si
 bounded by a named limit, and `autotune space` shows where each came from:
 
 - tp: divisors of gcd(heads, KV heads) that divide the world and a node's devices;
-- pp: divisors of the world size that divide the layers;
-- vpp: divisors of each pipeline stage's layers, up to `MAX_VPP` virtual stages per rank;
+- pp: divisors of the world size, up to the layers (stages may be uneven: space/pipeline.py);
+- vpp: up to `MAX_VPP` virtual stages per rank, each holding a layer at least;
 - mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
 
 A knob the space file lists keeps the file's values: a file narrows.
@@ -55,18 +55,17 @@ def derive_space(
         )
     pp = values.get("pp", (1,)) if "pp" in knobs else (1,)
     if "pp" in knobs and "pp" not in values:
-        pp = values["pp"] = tuple(d for d in divisors(world) if workload.num_layers % d == 0)
+        pp = values["pp"] = tuple(d for d in divisors(world) if d <= workload.num_layers)
         origins["pp"] = (
-            f"divisors of the world size {world} that divide the {workload.num_layers} layers"
+            f"divisors of the world size {world}, up to the {workload.num_layers} layers "
+            "(stages need not hold equal layers: space/pipeline.py)"
         )
     if "vpp" in knobs and "vpp" not in values:
         values["vpp"] = _union(
-            (v for v in divisors(workload.num_layers // p) if v <= MAX_VPP)
-            for p in pp
-            if p > 1 and workload.num_layers % p == 0
+            range(1, min(MAX_VPP, workload.num_layers // p) + 1) for p in pp if p > 1
         ) or (1,)
         origins["vpp"] = (
-            f"divisors of each pipeline stage's layers, up to {MAX_VPP} virtual stages per rank"
+            f"up to {MAX_VPP} virtual stages per pipeline rank, each with a layer at least"
         )
     if "mbs" in knobs and "mbs" not in values:
         replicas = {world // (t * p) for t in tp for p in pp if world % (t * p) == 0}

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autotune.space.config import TrainConfig
+from autotune.space.pipeline import Style, split_layers, style_rule_reason
 from autotune.specs import Cluster, Workload
 
 Check = Callable[[TrainConfig, Workload, Cluster], bool]
@@ -49,11 +50,6 @@ GENERIC_RULES: tuple[Rule, ...] = (
         lambda c, _w, _k: c.vpp == 1 or c.pp > 1,
     ),
     Rule(
-        "layers_divisible_by_pp_vpp",
-        "layers must divide evenly into pp·vpp stages",
-        lambda c, w, _: w.num_layers % (c.pp * c.vpp) == 0,
-    ),
-    Rule(
         "batch_divisible_by_mbs_dp",
         "the global batch must divide into mbs·dp micro-batches",
         _batch_fits,
@@ -82,6 +78,15 @@ GENERIC_RULES: tuple[Rule, ...] = (
         ),
     ),
 )
+
+
+def pipeline_rule(style: Style) -> Rule:
+    """The layers can be placed on pp·vpp chunks the engine's way (space/pipeline.py)."""
+    return Rule(
+        "pipeline_places_layers",
+        style_rule_reason(style),
+        lambda c, w, _: split_layers(w.num_layers, c.pp, c.vpp, style) is not None,
+    )
 
 
 def first_violation(

@@ -66,6 +66,21 @@ WORKLOADS: dict[str, Workload] = {
             global_batch_size=128,
             swiglu=True,
         ),
+        # Llama 3.1 405B (Llama 3 paper, Table 3): 126 layers, which pp·vpp does not divide;
+        # its published recipes (Megatron-Bridge, NeMo) run pp 8 with the embedding and loss
+        # counted as layers. Batch: the paper's 16M tokens of 8,192.
+        Workload(
+            name="llama3.1-405b",
+            num_layers=126,
+            hidden_size=16384,
+            num_attention_heads=128,
+            num_query_groups=8,
+            ffn_hidden_size=53248,
+            vocab_size=128256,
+            seq_length=8192,
+            global_batch_size=2048,
+            swiglu=True,
+        ),
         Workload(
             name="gpt3-175b",
             num_layers=96,

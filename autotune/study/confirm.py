@@ -154,8 +154,14 @@ def contenders(study: optuna.Study) -> list[Standing]:
     best = ranked[0]
     close = [s for s in ranked[1:CONTENDERS] if not _settled(best, s, between)]
     baseline = nccl_baseline(best, ranked)
-    if baseline is not None and baseline not in close and not separated(best, baseline, between):
-        close.append(baseline)  # an NCCL setting is kept only when surely faster
+    if (
+        baseline is not None
+        and baseline not in close
+        and min(best.repeats, baseline.repeats) < (REPEATS)
+    ):
+        # An NCCL setting is kept only when its repeats show it faster (export/nccl_verdict):
+        # a fixed number of them, so that stopping once it looks faster cannot make it so.
+        close.append(baseline)
     if not close:
         return []
     running = _repeats_running(study)
@@ -164,6 +170,17 @@ def contenders(study: optuna.Study) -> list[Standing]:
 
 def _settled(best: Standing, other: Standing, between: Spread | None) -> bool:
     return separated(best, other, between) or equivalent(best, other, between)
+
+
+def unselected(standing: Standing) -> Standing | None:
+    """A measured config's repeats without the trial that made it lead (that one was chosen
+    for being fast, so it reads high: testing on it finds gains that are not there); None
+    without repeats. A prediction (simulated) has no noise to select on: all of it."""
+    if standing.trial.user_attrs.get(SOURCE) != "measured":
+        return standing
+    if standing.repeats < 1:
+        return None
+    return Standing(standing.first, standing.trial, standing.values[1:])
 
 
 def nccl_baseline(best: Standing, ranked: list[Standing]) -> Standing | None:

@@ -58,6 +58,8 @@ LAYOUTS = [
     ("torch", "tp=2,sp=true,mbs=4", "local:2"),
     ("torch", "tp=2,zero=3,mbs=4", "cpu4"),
     ("torch", "pp=2,mbs=2", "cpu4"),
+    ("torch", "pp=3,mbs=2", "local:3"),  # 4 layers on 3 stages: 2, 1, 1
+    ("deepspeed", "pp=3,mbs=2", "local:3"),
 ]
 
 
@@ -71,7 +73,7 @@ def test_real_trial_measures_and_matches_predicted_model_states(
         tmp_path, engine, config, str(tiny_cluster_file) if cluster == "cpu4" else cluster
     )
     r = record["result"]
-    world = 4 if cluster == "cpu4" else 2
+    world = 4 if cluster == "cpu4" else int(cluster.split(":")[1])
     assert r["world_size"] == world and len(r["model_state_bytes_per_rank"]) == world
     assert r["step_time_s"] > 0 and r["tokens_per_s"] == pytest.approx(
         TINY.tokens_per_step / r["step_time_s"]

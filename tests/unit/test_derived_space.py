@@ -28,7 +28,7 @@ def test_bloom_on_384_a100s_plans_bigscience_layout_among_the_best(tmp_path: Pat
         "  overlap_param_gather: [true]\n  recompute: [none, full]\n"
     )
     problem = load_problem("megatron", str(DATA / "bloom-72l.yaml"), "dgx-a100:48", str(space))
-    assert problem.space.values["pp"] == (1, 2, 3, 4, 6, 8, 12, 24)
+    assert problem.space.values["pp"] == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
     assert "layers" in problem.space.origins["pp"]
     cal, _ = load_calibration(tmp_path, problem.cluster)  # none saved: the default
     ranked, _ = memory_verdicts(problem, problem.enumerate().require_some().valid, cal)
@@ -39,31 +39,27 @@ def test_bloom_on_384_a100s_plans_bigscience_layout_among_the_best(tmp_path: Pat
 @pytest.mark.parametrize(
     ("engine", "model", "cluster"),
     [
-        ("megatron", "gpt3-175b", "dgx-h100:96"),
+        ("megatron", "llama3-70b", "dgx-h100:48"),
+        ("megatron", "llama3-70b", "dgx-h100:96"),
         ("megatron", "gpt3-175b", "dgx-a100:48"),
-        ("torch", "gpt3-175b", "dgx-a100:12"),
+        ("torch", "llama3-8b", "dgx-h100:12"),
         ("deepspeed", "gpt-1.3b", "dgx-a100:6"),
     ],
 )
 def test_clusters_that_are_not_powers_of_two_find_valid_configs(
     engine: str, model: str, cluster: str
 ) -> None:
-    """The factor 3 goes where the model and batch allow it: pp (96 or 24 layers) or dp (a
-    batch of 1536). (llama3-70b's 80 layers and batch of 128 leave it nowhere on 384 GPUs
-    until uneven pipeline stages are searched.)"""
+    """The factor 3 goes where the model allows it; with a batch of 128 that is a pipeline
+    of 3, 6, 12 or 24 stages, uneven over 80 or 32 layers (space/pipeline.py)."""
     found = load_problem(engine, model, cluster).enumerate().require_some()
     assert any(c.pp % 3 == 0 for c in found.valid)
 
 
-def test_100_nodes_plan_when_the_batch_splits_over_them(tmp_path: Path) -> None:
-    """800 GPUs = 2^5 x 5^2: a batch of 1600 splits into 100 replicas of tp 8."""
-    model = tmp_path / "gpt3.yaml"
-    model.write_text(
-        "name: gpt3-175b-b1600\nnum_layers: 96\nhidden_size: 12288\nnum_attention_heads: 96\n"
-        "ffn_hidden_size: 49152\nvocab_size: 51200\nseq_length: 2048\nglobal_batch_size: 1600\n"
-    )
-    found = load_problem("megatron", str(model), "dgx-h100:100").enumerate().require_some()
-    assert {(c.tp, c.dp) for c in found.valid} >= {(8, 100)}
+def test_100_nodes_plan_with_uneven_pipeline_stages() -> None:
+    """800 GPUs = 2^5 x 5^2 and a batch of 128: tp 8, pp 25 (80 layers, Megatron's first and
+    last stages shorter), dp 4."""
+    found = load_problem("megatron", "llama3-70b", "dgx-h100:100").enumerate().require_some()
+    assert {(c.tp, c.pp, c.dp) for c in found.valid} >= {(8, 25, 4)}
 
 
 def test_a_space_file_narrows_a_derived_knob(tmp_path: Path) -> None:

@@ -49,7 +49,13 @@ NEMO_LIKE = TrainConfig(
 RECOMPUTING = TrainConfig(
     tp=2, pp=2, dp=8, mbs=2, recompute="full", recompute_method="block", recompute_num_layers=3
 )
-CASES = {"nemo_like": NEMO_LIKE, "recomputing": RECOMPUTING}
+# 80 layers on 6 stages: Megatron's first and last stages given their own counts.
+UNEVEN = TrainConfig(tp=8, pp=6, dp=1, sp=True, mbs=1)
+CASES = {"nemo_like": NEMO_LIKE, "recomputing": RECOMPUTING, "uneven_stages": UNEVEN}
+LLAMA405 = load_workload("llama3.1-405b")
+# Megatron-Bridge's Llama 3.1 405B layout (perf_recipes/llama/h100/llama31.py, without CP):
+# 126 layers, the embedding and loss counted as layers: 128 = 8 ranks x 8 chunks x 2.
+BRIDGE_405B = TrainConfig(tp=8, pp=8, vpp=8, dp=16, sp=True, zero=1, mbs=1)
 
 
 def megatron_flags() -> dict[str, bool]:
@@ -110,6 +116,34 @@ def test_every_flag_is_one_megatron_lm_defines(name: str) -> None:
             flag, *values = line.split()
             assert flag in known, f"Megatron-LM has no {flag}"
             assert len(values) == (1 if known[flag] else 0), f"{line}: wrong number of values"
+
+
+def test_uneven_stages_are_placed_and_exported_as_megatron_does() -> None:
+    """Megatron-core itself accepts the placements (its TransformerConfig checks them), and
+    the flags are Megatron-LM's."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from autotune.engines.megatron_worker import resolve
+
+    flags = args_text(LLAMA405, BRIDGE_405B)
+    assert "--account-for-embedding-in-pipeline-split" in flags
+    assert "--account-for-loss-in-pipeline-split" in flags
+    assert "--num-virtual-stages-per-pipeline-rank 8" in flags
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags
+    known = megatron_flags()
+    for _comment, lines in pretrain_gpt_flags(LLAMA405, BRIDGE_405B):
+        assert all(line.split()[0] in known for line in lines)
+    bridge = TransformerConfig(**resolve(transformer_config_kwargs(LLAMA405, BRIDGE_405B)))
+    assert bridge.account_for_embedding_in_pipeline_split
+    uneven = TransformerConfig(**resolve(transformer_config_kwargs(LLAMA70, UNEVEN)))
+    assert (
+        uneven.num_layers_in_first_pipeline_stage,
+        uneven.num_layers_in_last_pipeline_stage,
+    ) == (
+        11,
+        13,
+    )  # 11 + 4 x 14 + 13 = 80: the middle stages set the pace, as evenly as Megatron allows
+    assert "--decoder-first-pipeline-num-layers 11" in args_text(LLAMA70, UNEVEN)
 
 
 def test_bucket_flag_counts_parameters_and_is_left_out_without_overlap() -> None:

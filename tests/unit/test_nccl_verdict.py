@@ -6,6 +6,7 @@ import optuna
 
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.space import TrainConfig
+from autotune.study.trial_attrs import CONFIRMS
 
 A = TrainConfig(dp=8)
 A_RING = TrainConfig(dp=8, nccl_algo="Ring")
@@ -49,3 +50,45 @@ def test_nccls_own_choices_winning_needs_no_note() -> None:
     study = study_of((A, 100.0), (A_RING, 90.0))
     verdict = nccl_verdict(study, best(study))
     assert verdict.trial.number == 0 and verdict.note is None
+
+
+def measured_study(*trials: tuple[TrainConfig, float, int | None]) -> optuna.Study:
+    """Measured trials; the third item is the trial a repeat repeats (None: a search trial)."""
+    study = optuna.create_study(direction="maximize")
+    for config, tokens, repeats in trials:
+        attrs: dict[str, object] = {"config": config.as_dict(), "source": "measured"}
+        attrs |= {"step_time_s": 1.0, "step_time_stdev_s": 0.01}
+        if repeats is not None:
+            attrs[CONFIRMS] = repeats
+        study.add_trial(optuna.trial.create_trial(value=tokens, user_attrs=attrs))
+    return study
+
+
+def test_the_trial_that_made_a_setting_lead_does_not_vote_for_it() -> None:
+    """Its search trial read 15% fast (why it led); its repeats match NCCL's default: the
+    interleaved repeats decide, and nothing is set."""
+    study = measured_study(
+        (A, 100.0, None),
+        (A_RING, 115.0, None),
+        *((A_RING, t, 1) for t in (100.0, 101.0, 99.0)),
+        *((A, t, 0) for t in (101.0, 99.0, 100.0)),
+    )
+    verdict = nccl_verdict(study, study.trials[4])
+    assert (
+        verdict.note is not None and "is not kept" in verdict.note and "3 repeats" in verdict.note
+    )
+    study = measured_study(
+        (A, 100.0, None),
+        (A_RING, 111.0, None),
+        *((A_RING, t, 1) for t in (110.0, 111.0, 109.0)),
+        *((A, t, 0) for t in (101.0, 99.0, 100.0)),
+    )
+    verdict = nccl_verdict(study, study.trials[4])
+    assert verdict.note is not None and verdict.note.startswith("Measured gain")
+
+
+def test_a_measured_setting_never_repeated_is_not_kept() -> None:
+    study = measured_study((A, 100.0, None), (A_RING, 120.0, None))
+    verdict = nccl_verdict(study, study.trials[1])
+    assert verdict.trial.number == 0
+    assert verdict.note is not None and "not repeated against NCCL's default" in verdict.note

@@ -52,7 +52,7 @@ CASES = {
         TrainConfig(vpp=2, dp=2),
         TrainConfig(pp=2, vpp=2, dp=1),
     ),
-    "layers_divisible_by_pp_vpp": (
+    "pipeline_places_layers": (  # a chunk without layers; Megatron's ways: test_pipeline.py
         "torch",
         TINY,
         LOCAL8,
@@ -228,7 +228,7 @@ def all_rules() -> set[str]:
     """Every rule of every registered engine: a new engine's rules need cases here."""
     names = {r.name for r in GENERIC_RULES}
     for engine in ENGINES.values():
-        names |= {r.name for r in engine.engine_rules}
+        names |= {r.name for r in engine.rules}
     return names
 
 

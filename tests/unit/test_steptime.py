@@ -6,13 +6,8 @@ import pytest
 
 from autotune.estimate.comm import Group, seconds
 from autotune.estimate.memory import activation_bytes, layer_activation_bytes
-from autotune.estimate.steptime import (
-    Calibration,
-    achievable_flops,
-    head_forward_flops,
-    layer_forward_flops,
-    step_time,
-)
+from autotune.estimate.stages import head_forward_flops, layer_forward_flops, stage_split
+from autotune.estimate.steptime import Calibration, achievable_flops, step_time
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 
@@ -27,11 +22,11 @@ def test_forward_flops_add_up_to_megatrons_formula() -> None:
 
 
 def test_pipeline_bubble_and_p2p_by_hand() -> None:
-    c = TrainConfig(pp=4, vpp=2, dp=2, mbs=2)
+    c = TrainConfig(pp=2, vpp=2, dp=4, mbs=2)  # 4 layers: one per chunk
     st = step_time(W, c, C8, "torch", CAL)
-    micro = 32 // (2 * 2)
+    micro = 32 // (2 * 4)
     per_micro = (st.compute_s + st.tp_comm_s) / micro
-    assert st.pp_bubble_s == pytest.approx((4 - 1) / 2 * per_micro)
+    assert st.pp_bubble_s == pytest.approx((2 - 1) / 2 * per_micro)
     link = C8.intra_link
     activation = 2 * W.seq_length * W.hidden_size * 4  # fp32
     assert st.pp_p2p_s == pytest.approx(
@@ -92,7 +87,7 @@ def test_activation_memory_terms_by_hand() -> None:
     full = dataclasses.replace(none, recompute="full")
     assert layer_activation_bytes(W, full) == pytest.approx(2 * s * b * h * scale)
     logits = b * s * W.vocab_size / 2 * 4
-    assert activation_bytes(W, none) == pytest.approx(
+    assert activation_bytes(W, none, stage_split(W, none, "torch")) == pytest.approx(
         W.num_layers * layer_activation_bytes(W, none) + logits
     )
 
@@ -101,4 +96,4 @@ def test_pipeline_first_stage_holds_micro_batches_in_flight() -> None:
     c = TrainConfig(pp=4, dp=2, mbs=1)
     per_layer = layer_activation_bytes(W, c)
     first = per_layer * (W.num_layers / 4) * 4 * (1 + 3 / 4)
-    assert activation_bytes(W, c) == pytest.approx(first)
+    assert activation_bytes(W, c, stage_split(W, c, "torch")) == pytest.approx(first)

@@ -1,0 +1,53 @@
+"""Layers on pipeline stages when pp·vpp does not divide them, each engine's way."""
+
+import pytest
+
+from autotune.engines import get_engine
+from autotune.space import TrainConfig, first_violation
+from autotune.space.pipeline import split_layers
+from autotune.specs import load_cluster, load_workload
+
+
+def test_even_layers_split_evenly_for_every_style() -> None:
+    for style in ("uniform", "megatron"):
+        split = split_layers(80, 4, 5, style)  # type: ignore[arg-type]
+        assert split is not None and split.placement == "even" and split.chunks == (4,) * 20
+
+
+def test_uniform_gives_the_first_chunks_a_layer_more_as_deepspeed_does() -> None:
+    """DeepSpeed's partition of 70 blocks on 12 stages, measured: 6 x 10, then 5, 5."""
+    split = split_layers(70, 12, 1, "uniform")
+    assert split is not None and split.rank_layers == (6,) * 10 + (5, 5)
+    assert split_layers(4, 2, 3, "uniform") is None  # 6 chunks, 4 layers
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "placement", "ranks"),
+    [
+        # Llama 3.1 405B as Megatron-Bridge runs it: 126 + embedding + loss = 8 x 8 x 2
+        (126, 8, 8, "embedding_and_loss", (15,) + (16,) * 6 + (15,)),
+        (70, 12, 1, "embedding_and_loss", (5,) + (6,) * 10 + (5,)),
+        # 80 layers on 6: no even or accounted split; the middle ranks' 14 is the least load
+        (80, 6, 1, "first_last", (11, 14, 14, 14, 14, 13)),
+        (80, 6, 5, "first_last", (10, 15, 15, 15, 15, 10)),  # every count a multiple of vpp
+    ],
+)
+def test_megatron_places_uneven_layers_its_own_ways(
+    layers: int, pp: int, vpp: int, placement: str, ranks: tuple[int, ...]
+) -> None:
+    split = split_layers(layers, pp, vpp, "megatron")
+    assert split is not None and split.placement == placement and split.rank_layers == ranks
+    assert sum(split.chunks) == layers and len(split.chunks) == pp * vpp
+
+
+def test_megatron_refuses_what_it_cannot_place() -> None:
+    assert split_layers(10, 3, 3, "megatron") is None  # every count a multiple of 3: no
+    assert split_layers(10, 1, 1, "megatron") is not None  # one stage: even
+
+
+def test_the_rule_says_why_in_the_engines_terms() -> None:
+    rules = get_engine("megatron").rules
+    w, cluster = load_workload("tiny"), load_cluster("local:8")
+    broken = first_violation(TrainConfig(pp=4, vpp=2, dp=2), w, cluster, rules)
+    assert broken is not None and broken.name == "pipeline_places_layers"
+    assert "first/last stage counts" in broken.reason
