@@ -1,0 +1,45 @@
+"""Refit the step-time model's GPU defaults to the published runs and print them as
+`DEFAULT_CALIBRATION` states them in autotune/estimate/steptime.py.
+
+Each generation's four parameters (compute efficiency, the GEMM width at which it halves, the
+bandwidth scale, overlap) are fitted from `Calibration()`'s generic values to every usable row
+of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's). With
+--check it exits 1 when the code's constants differ from the fit (tests/unit/
+test_costmodel_fit.py runs the same check). scripts/validate_costmodel.py reports the fit's
+error per source, and held out by source.
+
+    .venv/bin/python scripts/fit_costmodel.py [--check] [--data FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from autotune.calibration.published import DATA, fitted_defaults
+from autotune.estimate.steptime import DEFAULT_CALIBRATION
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the code differs")
+    args = parser.parse_args()
+    fitted = fitted_defaults(args.data)
+    for generation, cal in fitted.items():
+        print(
+            f'    "{generation}": Calibration(\n'
+            f"        compute_efficiency={cal.compute_efficiency}, "
+            f"gemm_half_size={cal.gemm_half_size}, bandwidth_scale={cal.bandwidth_scale}, "
+            f"overlap={cal.overlap}\n    ),"
+        )
+    differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]
+    if differ:
+        print(f"the code's defaults differ from the fit for: {', '.join(differ)}", file=sys.stderr)
+        if args.check:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""The model's GPU defaults are what refitting them to the published runs gives: a change to
+the model that moves the fit fails here until the constants (scripts/fit_costmodel.py) follow."""
+
+from autotune.calibration.published import Case, cases, fitted_defaults
+from autotune.estimate.steptime import DEFAULT_CALIBRATION
+
+
+def test_the_code_states_the_fit_of_the_published_runs() -> None:
+    fitted = fitted_defaults()
+    assert set(fitted) == {"ampere", "hopper"}
+    for generation, cal in fitted.items():
+        assert DEFAULT_CALIBRATION[generation] == cal, generation
+
+
+def test_every_row_left_out_says_why() -> None:
+    reasons = [c for c in cases() if not isinstance(c, Case)]
+    used = sum(isinstance(c, Case) for c in cases())
+    assert used >= 200 and all(isinstance(r, str) and r for r in reasons)
+    assert any("offload" in r for r in reasons)  # DeepSpeed's ZeRO-Offload rows (S15)
