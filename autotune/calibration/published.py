@@ -20,6 +20,7 @@ from autotune.engines import get_engine
 from autotune.estimate.calibrate import Observation, fit
 from autotune.estimate.steptime import Calibration
 from autotune.space import TrainConfig
+from autotune.space.config import Recompute
 from autotune.space.pipeline import split_layers
 from autotune.specs import Workload, load_cluster
 
@@ -90,7 +91,7 @@ def case(r: pd.Series) -> Case | str:
     tp, pp = int(r.tp), int(r.pp)
     dp = int(r.num_gpus) // (tp * pp)
     recompute = str(r.act_recompute).lower()
-    mode = (
+    mode: Recompute = (
         "selective"
         if "selective" in recompute
         else "full"
