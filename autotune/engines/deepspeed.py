@@ -36,7 +36,9 @@ class DeepSpeedEngine(Engine):
         | NCCL_KNOBS
     )
     knob_meanings = {
-        "pp": "PipelineModule(num_stages=pp) with DeepSpeed's pipeline engine",
+        "pp": "PipelineModule(num_stages=pp, partition_method='type:<block class>') with "
+        "DeepSpeed's pipeline engine (the first stages a block more where pp does not divide "
+        "the layers)",
         "zero": "zero_optimization.stage: 0 none, 1 optimizer states, 2 + gradients, "
         "3 + parameters partitioned",
         "mbs": "train_micro_batch_size_per_gpu (gradient accumulation keeps the global batch)",

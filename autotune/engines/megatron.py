@@ -46,11 +46,14 @@ def _split(c: TrainConfig, w: Workload) -> PipelineSplit | None:
     return split_layers(w.num_layers, c.pp, c.vpp, "megatron")
 
 
-def _chunk_layers(c: TrainConfig, w: Workload) -> int:
-    """Layers in the smallest model chunk (a pipeline stage, or a virtual stage when
-    interleaved); 0 where Megatron cannot place the layers."""
+def _recompute_layers_fit(c: TrainConfig, w: Workload, _: Cluster) -> bool:
+    if c.recompute != "full":
+        return True
     split = _split(c, w)
-    return min(split.chunks) if split is not None else 0
+    if split is None or not 1 <= c.recompute_num_layers <= min(split.chunks):
+        return False
+    n = c.recompute_num_layers
+    return c.recompute_method == "block" or all(chunk % n == 0 for chunk in split.chunks)
 
 
 def _placement(c: TrainConfig, w: Workload) -> PipelineSplit:
@@ -158,10 +161,10 @@ class MegatronEngine(Engine):
         ),
         Rule(
             "megatron_recompute_layers_fit",
-            "recompute_num_layers must lie between 1 and the layers of one model chunk",
-            lambda c, w, _k: (
-                c.recompute != "full" or 1 <= c.recompute_num_layers <= _chunk_layers(c, w)
-            ),
+            "recompute_num_layers must lie between 1 and the layers of every model chunk, and "
+            "divide them with the uniform method (megatron-core checkpoints layers i to i+n "
+            "and runs past a chunk's end otherwise)",
+            _recompute_layers_fit,
         ),
     )
 
@@ -288,7 +291,7 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
     ]
     split = _placement(c, w)
     if c.vpp > 1 and split.placement == "even":
-        layout.append(f"--num-layers-per-virtual-pipeline-stage {_chunk_layers(c, w)}")
+        layout.append(f"--num-layers-per-virtual-pipeline-stage {split.chunks[0]}")
     elif c.vpp > 1:  # the per-stage layer count flag cannot be combined with uneven stages
         layout.append(f"--num-virtual-stages-per-pipeline-rank {c.vpp}")
     if split.placement == "embedding_and_loss":

@@ -194,18 +194,23 @@ def stage_activation_bytes(
 
 
 def activation_bytes(w: Workload, config: TrainConfig, split: PipelineSplit) -> float:
-    """Worst stage: the first holds the micro-batches in flight of the 1F1B warm-up (more when
-    interleaved), the last holds the fp32 logits for the loss; each of its own layers."""
+    """Worst stage, each with its own layers: under 1F1B rank r holds the activations of
+    min(micro-batches, pp - r) micro-batches in flight (more when interleaved), the last
+    rank also the fp32 logits for the loss. With even stages the first rank is the worst;
+    with uneven ones (Megatron's first stage a layer short) the second may be."""
     micro = config.grad_accum(w.global_batch_size)
     pp, vpp = config.pp, config.vpp
-    in_flight = 1 if pp == 1 else min(micro, pp) * (1 + (pp - 1) / (pp * vpp))
     logits = config.mbs * w.seq_length * w.vocab_size / config.tp * 4
-    kept, rebuilt = stage_activation_bytes(w, config, split.first_layers)
-    first = kept * in_flight + rebuilt
     if pp == 1:
-        return first + logits
+        kept, rebuilt = stage_activation_bytes(w, config, split.first_layers)
+        return kept + rebuilt + logits
+    interleaved = 1 + (pp - 1) / (pp * vpp)
+    worst = 0.0
+    for rank, layers in enumerate(split.rank_layers[:-1]):
+        kept, rebuilt = stage_activation_bytes(w, config, layers)
+        worst = max(worst, kept * min(micro, pp - rank) * interleaved + rebuilt)
     kept, rebuilt = stage_activation_bytes(w, config, split.last_layers)
-    return max(first, kept + rebuilt + logits)
+    return max(worst, kept + rebuilt + logits)
 
 
 def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:

@@ -137,22 +137,6 @@ def step_time(
     rate = achievable_flops(w, c, cluster, cal)
     split = stage_split(w, c, engine)
 
-    # Compute of the most loaded stage: its layers, plus the output layer on the last one.
-    per_layer, head = layer_forward_flops(w, c.mbs), head_forward_flops(w, c.mbs)
-    loads = [
-        n * per_layer + (head if r == c.pp - 1 else 0.0) for r, n in enumerate(split.rank_layers)
-    ]
-    paced = max(range(c.pp), key=loads.__getitem__)
-    layers = split.rank_layers[paced]
-    fwd = loads[paced] / c.tp
-    recompute_fwd = 0.0
-    rebuilt = recomputed_layers(w, c, layers)
-    if c.recompute == "full":
-        recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / c.tp
-    elif c.recompute == "selective":
-        recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / c.tp
-    per_micro_compute = (3 * fwd + recompute_fwd) / rate
-
     tp_group = comm.place(c.tp, 1, dpn)
     activation = c.mbs * w.seq_length * w.hidden_size * width
     per_collective = comm.seconds(
@@ -165,8 +149,13 @@ def step_time(
         cal.bandwidth_scale,
         cal.collectives,
     )
-    per_micro_tp = (4 * layers + 2 * rebuilt) * per_collective
-
+    # The pipeline moves at the pace of its slowest rank: its layers' compute and tensor-
+    # parallel collectives, plus the output layer on the last rank.
+    paces = [
+        _rank_pace(w, c, layers, r == c.pp - 1, rate, per_collective)
+        for r, layers in enumerate(split.rank_layers)
+    ]
+    per_micro_compute, recompute_fwd, per_micro_tp = max(paces, key=lambda p: p[0] + p[2])
     per_micro = per_micro_compute + per_micro_tp
     bubble = (c.pp - 1) / c.vpp * per_micro
     pp_group = comm.place(c.pp, c.tp * c.dp, dpn)
@@ -196,6 +185,31 @@ def step_time(
         dp_comm_s=dp_comm,
         dp_exposed_s=dp_exposed,
         optimizer_s=optimizer,
+    )
+
+
+def _rank_pace(
+    w: Workload,
+    c: TrainConfig,
+    layers: int,
+    last: bool,
+    rate: float,
+    per_collective: float,
+) -> tuple[float, float, float]:
+    """One micro-batch on a pipeline rank of `layers`: (compute seconds, of which the FLOPs
+    of recomputation, tensor-parallel collective seconds)."""
+    fwd = layers * layer_forward_flops(w, c.mbs) + (head_forward_flops(w, c.mbs) if last else 0)
+    fwd /= c.tp
+    recompute_fwd = 0.0
+    rebuilt = recomputed_layers(w, c, layers)
+    if c.recompute == "full":
+        recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / c.tp
+    elif c.recompute == "selective":
+        recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / c.tp
+    return (
+        (3 * fwd + recompute_fwd) / rate,
+        recompute_fwd,
+        (4 * layers + 2 * rebuilt) * per_collective,
     )
 
 

@@ -43,15 +43,19 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     baseline = nccl_baseline(leader, ranked) if leader is not None else None
     winner = unselected(leader) if leader is not None else None
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"
-    if leader is not None and baseline is not None and winner is None:
-        why = "it was not repeated against NCCL's default"
+    if baseline is not None and (winner is None or unselected(baseline) is None):
+        why = (
+            "it was not repeated against NCCL's default (no confirmation: --no-confirm, "
+            "or the time or repeat budget ran out)"
+        )
     elif winner is not None and baseline is not None:
         between = study_spread(study)
         level = 2 * CONFIDENCE - 1  # two-sided, so that its lower end is the one-sided bound
         ratio, low, high = ratio_interval(winner, baseline, between, level)
         measured = (
             f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; {level:.0%} "
-            f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} repeats and "
+            f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} "
+            f"{'measurements' if winner is leader else 'repeats'} and "
             f"{len(baseline.values)} measurements)"
         )
         if separated(winner, baseline, between):
@@ -59,7 +63,7 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
             return NcclVerdict(best, f"Measured gain of {settings}: {measured}, NCCL {version}.")
         why = f"{measured} is not a gain at {CONFIDENCE:.0%} confidence"
     else:
-        why = "it was never measured against NCCL's default"
+        why = "it was never measured against NCCL's default (or that measurement failed)"
     plain = [s for s in ranked if s.config == nccl_default(s.config)]
     fallback = plain[0].trial if plain else best
     return NcclVerdict(

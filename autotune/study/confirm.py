@@ -165,6 +165,8 @@ def contenders(study: optuna.Study) -> list[Standing]:
     if not close:
         return []
     running = _repeats_running(study)
+    if baseline in close:  # right after the best: a repeat limit cuts runners-up first
+        close = [baseline, *(s for s in close if s is not baseline)]
     return [s for s in [best, *close] if s.repeats < REPEATS and s.first not in running]
 
 

@@ -1,5 +1,7 @@
 """Layers on pipeline stages when pp·vpp does not divide them, each engine's way."""
 
+import dataclasses
+
 import pytest
 
 from autotune.engines import get_engine
@@ -51,3 +53,31 @@ def test_the_rule_says_why_in_the_engines_terms() -> None:
     broken = first_violation(TrainConfig(pp=4, vpp=2, dp=2), w, cluster, rules)
     assert broken is not None and broken.name == "pipeline_places_layers"
     assert "first/last stage counts" in broken.reason
+
+
+def test_the_rank_holding_most_activations_sets_the_memory() -> None:
+    """30 layers on 8 Megatron stages: 3, 4 x 6, 3. Rank 0 holds 8 micro-batches of 3 layers
+    (24 layer-activations), rank 1 7 of 4 (28): rank 1 is the worst, not the first."""
+    from autotune.estimate.memory import activation_bytes, stage_activation_bytes
+    from autotune.estimate.stages import stage_split
+
+    w = dataclasses.replace(load_workload("llama3-8b"), num_layers=30, global_batch_size=64)
+    c = TrainConfig(tp=8, pp=8, dp=1, mbs=1)
+    split = stage_split(w, c, "megatron")
+    assert split.rank_layers == (3, 4, 4, 4, 4, 4, 4, 3)
+    per_layer, _ = stage_activation_bytes(w, c, 1)
+    assert activation_bytes(w, c, split) == pytest.approx(per_layer * 28 * (1 + 7 / 8))
+
+
+def test_megatrons_uniform_recompute_needs_chunks_its_group_divides() -> None:
+    """megatron-core checkpoints layers i to i+n: a chunk of 20 takes n = 4 or 5, not 3."""
+    rules = get_engine("megatron").rules
+    w, cluster = load_workload("llama3-70b"), load_cluster("dgx-h100:4")
+    full = TrainConfig(tp=8, pp=4, dp=1, recompute="full")
+    for n, ok in ((3, False), (4, True), (5, True)):
+        config = TrainConfig(**{**full.as_dict(), "recompute_num_layers": n})
+        assert (first_violation(config, w, cluster, rules) is None) == ok, n
+    block = TrainConfig(
+        **{**full.as_dict(), "recompute_method": "block", "recompute_num_layers": 3}
+    )
+    assert first_violation(block, w, cluster, rules) is None
