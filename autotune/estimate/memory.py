@@ -206,7 +206,10 @@ def activation_bytes(w: Workload, config: TrainConfig, split: PipelineSplit) -> 
         return kept + rebuilt + logits
     interleaved = 1 + (pp - 1) / (pp * vpp)
     worst = 0.0
+    first_rank: dict[int, int] = {}  # per layer count, its first rank: the most in flight
     for rank, layers in enumerate(split.rank_layers[:-1]):
+        first_rank.setdefault(layers, rank)
+    for layers, rank in first_rank.items():
         kept, rebuilt = stage_activation_bytes(w, config, layers)
         worst = max(worst, kept * min(micro, pp - rank) * interleaved + rebuilt)
     kept, rebuilt = stage_activation_bytes(w, config, split.last_layers)

@@ -151,10 +151,8 @@ def step_time(
     )
     # The pipeline moves at the pace of its slowest rank: its layers' compute and tensor-
     # parallel collectives, plus the output layer on the last rank.
-    paces = [
-        _rank_pace(w, c, layers, r == c.pp - 1, rate, per_collective)
-        for r, layers in enumerate(split.rank_layers)
-    ]
+    kinds = {(layers, r == c.pp - 1) for r, layers in enumerate(split.rank_layers)}
+    paces = [_rank_pace(w, c, layers, last, rate, per_collective) for layers, last in kinds]
     per_micro_compute, recompute_fwd, per_micro_tp = max(paces, key=lambda p: p[0] + p[2])
     per_micro = per_micro_compute + per_micro_tp
     bubble = (c.pp - 1) / c.vpp * per_micro
