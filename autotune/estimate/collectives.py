@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache, lru_cache
 from typing import Literal
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
@@ -209,6 +210,7 @@ def _col(nodes: int) -> int:
     return min(nodes - 1, 2) if nodes <= 2 else 2
 
 
+@cache  # a pure function of a few small values, asked for every collective of every config
 def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> Choice | None:
     """NCCL's (latency, algorithm bandwidth) for one algorithm and protocol, or None."""
     p = PROTOS.index(proto)
@@ -282,6 +284,7 @@ def nccl_bytes(op: Op, per_rank_bytes: float, n: int) -> float:
     return per_rank_bytes * n if op in ("all_gather", "reduce_scatter") else per_rank_bytes
 
 
+@lru_cache(maxsize=1 << 16)  # configs of a plan share most of their collectives
 def collective_time(
     op: Op,
     per_rank_bytes: float,
@@ -318,6 +321,7 @@ def collective_time(
     return best
 
 
+@cache
 def _offered(op: Op, n: int, nodes: int, f: Fabric, algo: str, proto: str) -> bool:
     return any(
         candidate(op, a, p, n, nodes, f) is not None

@@ -21,7 +21,6 @@ exists. Engine facts, measured on real tensors by the workers:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -150,11 +149,17 @@ def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
     Table 2, in Megatron's code form `s·b·h·(18 + 4·f/h)` for a 4h MLP; SwiGLU keeps three
     f-wide tensors instead of two). Attention runs fused (flash), so the 5·a·s² score term
     is never stored; selective recomputation therefore saves nothing more here."""
+    if config.recompute == "full":
+        s, b, h, t = w.seq_length, config.mbs, w.hidden_size, config.tp
+        return 2 * s * b * h / (t if config.sp else 1) * BYTES_PER_ELEMENT[w.precision] / 2
+    return _whole_layer_bytes(w, config)
+
+
+def _whole_layer_bytes(w: Workload, config: TrainConfig) -> float:
+    """A layer's activations when none is recomputed."""
     s, b, h, t = w.seq_length, config.mbs, w.hidden_size, config.tp
     scale = BYTES_PER_ELEMENT[w.precision] / 2
     mlp = 4 * w.ffn_hidden_size / h * (1.5 if w.swiglu else 1.0)
-    if config.recompute == "full":
-        return 2 * s * b * h / (t if config.sp else 1) * scale
     if config.sp:
         return s * b * h * (18 + mlp) / t * scale
     return s * b * h * (10 + (8 + mlp) / t) * scale
@@ -184,7 +189,7 @@ def stage_activation_bytes(
     layers = w.num_layers / config.pp if layers is None else layers
     if config.recompute != "full":
         return layers * layer_activation_bytes(w, config), 0.0
-    whole = layer_activation_bytes(w, dataclasses.replace(config, recompute="none"))
+    whole = _whole_layer_bytes(w, config)
     unit_input = layer_activation_bytes(w, config)
     recomputed = recomputed_layers(w, config, layers)
     if config.recompute_method == "block":
@@ -220,7 +225,7 @@ def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
     """Bucket buffers the engine allocates beside the gradients."""
     width = BYTES_PER_ELEMENT[w.precision]
     t = traits_of(engine)
-    if t.zero_bucket_buffers and config.dp > 1:
+    if t.zero_bucket_buffers and config.dp > 1 and config.zero >= 1:
         psi = config_parameters(w, config, engine)
         if config.zero in (1, 2):
             buckets = 2 if config.overlap_comm else 1

@@ -22,7 +22,7 @@ sizes that do not divide the layers. Each engine places them its own way:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from typing import Literal
 
 Style = Literal["uniform", "megatron"]
@@ -37,7 +37,7 @@ class PipelineSplit:
     """Transformer layers of each model chunk in model order; chunk v·pp + r is pipeline rank
     r's v-th virtual stage."""
 
-    @property
+    @cached_property
     def rank_layers(self) -> tuple[int, ...]:
         return tuple(sum(self.chunks[r :: self.pp]) for r in range(self.pp))
 
@@ -59,9 +59,11 @@ class PipelineSplit:
         return max(loads)
 
 
+@cache
 def split_layers(layers: int, pp: int, vpp: int, style: Style) -> PipelineSplit | None:
     """How `style` places `layers` on pp ranks of vpp chunks each; None where it cannot (a
-    chunk without layers, or no Megatron placement fits)."""
+    chunk without layers, or no Megatron placement fits). Cached: a plan asks for the same
+    few splits for every one of its configs."""
     n = pp * vpp
     if layers % n == 0:
         return PipelineSplit("even", pp, (layers // n,) * n)
@@ -73,7 +75,6 @@ def split_layers(layers: int, pp: int, vpp: int, style: Style) -> PipelineSplit 
     return _megatron(layers, pp, vpp)
 
 
-@cache
 def _megatron(layers: int, pp: int, vpp: int) -> PipelineSplit | None:
     if pp == 1:
         return None

@@ -84,6 +84,8 @@ class GuidedSearch:
     """Predictions for the current calibration, made once per refit."""
     _layouts: list[str] = field(init=False, repr=False)
     """Each candidate's key with NCCL's own choices: the config NCCL knobs would refine."""
+    _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
+    """The trials the last fit used: a pass that lost a claim refits nothing."""
     leader_measured: tuple[TrainConfig, float] | None = None
     """The best measured config and its tokens/s, which NCCL variants are scored against."""
 
@@ -107,6 +109,15 @@ class GuidedSearch:
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
         """Refit the model to the measured trials; tighten memory after out-of-memory ones."""
+        learned_from = tuple(
+            t.number
+            for t in trials
+            if (t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s"))
+            or t.user_attrs.get(KIND) == "oom"
+        )
+        if learned_from == self._learned_from:  # nothing new measured: the fit stands
+            return
+        self._learned_from = learned_from
         w, cluster, engine = self.problem.workload, self.problem.cluster, self.problem.engine
         data = [
             Observation(

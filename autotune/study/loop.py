@@ -171,6 +171,10 @@ class _Search:
         self.seen = verdicts(study)
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start = 0, 0, time.monotonic()
+        self.deferred: set[str] = set()
+        """Configs this worker gave way on to an earlier trial: left out of its next proposal,
+        so the earliest of workers that collided takes the config alone instead of all of
+        them colliding on it again in step."""
 
     def _users_config(self) -> TrainConfig | None:
         """The config the user's command runs today, when it is in the space and predicted
@@ -230,6 +234,8 @@ class _Search:
         self.misses = 0
         owner = claim(self.study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
+            if owner < trial.number:
+                self.deferred.add(key)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
         record = self.measure(trial, config, key)
@@ -280,19 +286,25 @@ class _Search:
         return record
 
     def next_config(self) -> tuple[TrainConfig | None, str | None]:
-        """The guided or grid proposal; (None, why) when there is none."""
+        """The guided or grid proposal; (None, why) when there is none. A config deferred
+        after a collision is proposed only when nothing else is left."""
         claimed = set(self.seen) | running_keys(self.study)
-        if self.baseline is not None and config_key(self.baseline) not in claimed:
+        avoided = claimed | self.deferred
+        self.deferred = set()
+        if self.baseline is not None and config_key(self.baseline) not in avoided:
             return self.baseline, None
         if self.guide is not None:
             self.guide.learn(self.study.get_trials(deepcopy=False))
             why = self.guide.converged(claimed, best_value(self.study))
             if why:
                 return None, why
-            config = self.guide.propose(claimed)
+            config = self.guide.propose(avoided) or self.guide.propose(claimed)
         else:
-            config = next((c for c in self.in_order if config_key(c) not in claimed), None)
+            config = self._first_in_order(avoided) or self._first_in_order(claimed)
         return config, None if config else "search space exhausted: every config is claimed"
+
+    def _first_in_order(self, excluded: set[str]) -> TrainConfig | None:
+        return next((c for c in self.in_order if config_key(c) not in excluded), None)
 
     def refreshed(self) -> str | None:
         """Every worker's verdicts read again, and whether the budget is spent."""

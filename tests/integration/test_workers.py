@@ -180,5 +180,6 @@ def test_three_guided_workers_on_a_large_space_all_finish(storage: str, tmp_path
         for t in study.trials
         if "claimed by" in t.user_attrs.get("pruned_reason", "")
     )
-    # Three workers proposing at once may each take the same config: two lose it, once.
-    assert not lost or max(lost.values()) <= 2, lost.most_common(3)
+    # Three workers proposing at once may each take the same config and each give way, once;
+    # then the earliest of them proposes it alone while the others move on.
+    assert not lost or max(lost.values()) <= len(workers), lost.most_common(3)
