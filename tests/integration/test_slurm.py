@@ -71,16 +71,16 @@ def test_submitted_study_tabulates_like_local_and_its_sbatch_export_trains(
 ) -> None:
     for launcher in ("slurm", "local"):
         done = autotune(
-            "run", *STUDY, "--launcher", launcher, "--trials", "3",
+            "run", *STUDY, "--launcher", launcher, "--trials", "2",
             "--results", str(tmp_path / launcher),
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
     slurm_rows, local_rows = table(tmp_path / "slurm"), table(tmp_path / "local")
-    assert [r["kind"] for r in slurm_rows] == ["ok"] * 3
+    assert [r["kind"] for r in slurm_rows] == ["ok"] * 2
     assert {r["label"] for r in slurm_rows} == {r["label"] for r in local_rows}
     assert [list(r) for r in slurm_rows] == [list(r) for r in local_rows]
     jobs = job_ids(tmp_path / "slurm")
-    assert len(jobs) == 3 and all(sacct_state(j) == "COMPLETED" for j in jobs)
+    assert len(jobs) == 2 and all(sacct_state(j) == "COMPLETED" for j in jobs)
 
     best = tmp_path / "slurm" / "s" / "best"
     torchrun = str(Path(sys.executable).with_name("torchrun"))
