@@ -18,19 +18,24 @@ from autotune.specs import Cluster
 class Group:
     size: int
     nodes: int
+    """NVLink domains the group spans (a node each, but for rack-scale NVLink)."""
 
 
-def place(size: int, stride: int, devices_per_node: int) -> Group:
-    """A group of `size` ranks spaced `stride` apart: how many nodes it spans."""
-    per_node = max(1, min(size, devices_per_node // stride)) if stride < devices_per_node else 1
-    return Group(size=size, nodes=math.ceil(size / per_node))
+def place(size: int, stride: int, domain_size: int) -> Group:
+    """A group of `size` ranks spaced `stride` apart: how many NVLink domains (nodes, or
+    racks of an NVL72) it spans; inside one, it talks over NVLink."""
+    per_domain = max(1, min(size, domain_size // stride)) if stride < domain_size else 1
+    return Group(size=size, nodes=math.ceil(size / per_domain))
 
 
 def fabric(cluster: Cluster) -> Fabric | None:
-    if cluster.backend != "nccl" or cluster.device.generation not in ("ampere", "hopper"):
+    """NCCL's view of the cluster; Blackwell is priced with Hopper's tuning constants on its
+    own links until NCCL's SM100 tables are in (both have NVSwitch and NVLink SHARP)."""
+    generation = cluster.device.generation
+    if cluster.backend != "nccl" or generation not in ("ampere", "hopper", "blackwell"):
         return None
     return Fabric(
-        generation=cluster.device.generation,  # type: ignore[arg-type]
+        generation="ampere" if generation == "ampere" else "hopper",
         nvlink_gbps=cluster.intra_link.bandwidth_bytes_per_s / 1e9,
         nic_gbps=cluster.inter_link.bandwidth_bytes_per_s / 1e9,
     )

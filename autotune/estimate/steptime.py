@@ -131,13 +131,13 @@ def step_time(
     w: Workload, config: TrainConfig, cluster: Cluster, engine: str, cal: Calibration | None = None
 ) -> StepTime:
     cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
-    c, dpn = config, cluster.devices_per_node
+    c, domain = config, cluster.domain_size
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
     rate = achievable_flops(w, c, cluster, cal)
     split = stage_split(w, c, engine)
 
-    tp_group = comm.place(c.tp, 1, dpn)
+    tp_group = comm.place(c.tp, 1, domain)
     activation = c.mbs * w.seq_length * w.hidden_size * width
     per_collective = comm.seconds(
         "all_reduce",
@@ -156,7 +156,7 @@ def step_time(
     per_micro_compute, recompute_fwd, per_micro_tp = max(paces, key=lambda p: p[0] + p[2])
     per_micro = per_micro_compute + per_micro_tp
     bubble = (c.pp - 1) / c.vpp * per_micro
-    pp_group = comm.place(c.pp, c.tp * c.dp, dpn)
+    pp_group = comm.place(c.pp, c.tp * c.dp, domain)
     link = cluster.intra_link if pp_group.nodes == 1 else cluster.inter_link
     p2p_bytes = activation / (c.tp if c.tp > 1 else 1)
     p2p = (
@@ -224,7 +224,7 @@ def _data_parallel(
     """(all data-parallel communication, the part not hidden behind the backward pass)."""
     if c.dp == 1:
         return 0.0, 0.0
-    group = comm.place(c.dp, c.tp, cluster.devices_per_node)
+    group = comm.place(c.dp, c.tp, cluster.domain_size)
     t = traits_of(engine)
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":

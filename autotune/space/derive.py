@@ -5,7 +5,8 @@ pipeline leaves a data-parallel size the batch cannot split) and miss layouts (p
 layers). So the structural knobs come from the model, the batch and the world size, each list
 bounded by a named limit, and `autotune space` shows where each came from:
 
-- tp: divisors of gcd(heads, KV heads) that divide the world and a node's devices;
+- tp: divisors of gcd(heads, KV heads) that divide the world and an NVLink domain's devices
+  (a node's, or an NVL72 rack's 72);
 - pp: divisors of the world size, up to the layers (stages may be uneven: space/pipeline.py);
 - vpp: up to `MAX_VPP` virtual stages per rank, each holding a layer at least;
 - mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
@@ -46,12 +47,12 @@ def derive_space(
     if "tp" in knobs and "tp" not in values:
         heads = math.gcd(workload.num_attention_heads, workload.num_query_groups)
         tp = values["tp"] = tuple(
-            d for d in divisors(heads) if cluster.devices_per_node % d == 0 and world % d == 0
+            d for d in divisors(heads) if cluster.domain_size % d == 0 and world % d == 0
         )
         origins["tp"] = (
             f"divisors of gcd(heads {workload.num_attention_heads}, KV heads "
-            f"{workload.num_query_groups}) dividing the world size {world} and a node's "
-            f"{cluster.devices_per_node} devices"
+            f"{workload.num_query_groups}) dividing the world size {world} and an NVLink "
+            f"domain's {cluster.domain_size} devices"
         )
     pp = values.get("pp", (1,)) if "pp" in knobs else (1,)
     if "pp" in knobs and "pp" not in values:

@@ -30,9 +30,9 @@ GENERIC_RULES: tuple[Rule, ...] = (
         lambda c, _, k: c.tp * c.pp * c.dp == k.world_size,
     ),
     Rule(
-        "tp_within_node",
-        "a tensor-parallel group must fit inside one node",
-        lambda c, _, k: c.tp <= k.devices_per_node and k.devices_per_node % c.tp == 0,
+        "tp_within_nvlink_domain",
+        "a tensor-parallel group must fit inside one NVLink domain (a node, or an NVL72 rack)",
+        lambda c, _, k: c.tp <= k.domain_size and k.domain_size % c.tp == 0,
     ),
     Rule(
         "heads_divisible_by_tp",

@@ -19,7 +19,8 @@ class DeviceKind:
     memory_bandwidth_bytes_per_s: float = 2.0e12
     """Device memory bandwidth: bounds the optimizer step, which reads and writes every state."""
     generation: str = "hopper"
-    """NCCL's GPU generation for its cost model: ampere or hopper (cpu for gloo hosts)."""
+    """NCCL's GPU generation for its cost model: ampere, hopper or blackwell (cpu for gloo
+    hosts)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +60,15 @@ class Cluster:
     backend: Backend = "nccl"
     slurm: SlurmSettings = SlurmSettings()
     """Where the slurm launcher submits this cluster's trials."""
+    nvlink_domain: int | None = None
+    """Devices that share one NVLink domain, a multiple of `devices_per_node` (GB200 NVL72:
+    72, over 18 trays of 4); None: each node is its own domain."""
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices_per_node
+
+    @property
+    def domain_size(self) -> int:
+        """Devices one NVLink domain holds: groups are placed by domain, not by node."""
+        return min(self.nvlink_domain or self.devices_per_node, self.world_size)

@@ -66,6 +66,9 @@ class ClusterFile(_Strict):
     inter_link: LinkFile | None = None
     backend: Literal["nccl", "gloo"] = "nccl"
     slurm: SlurmFile | None = None
+    nvlink_domain: PositiveInt | None = Field(
+        default=None, description="devices in one NVLink domain, a multiple of a node's"
+    )
 
 
 def load_workload(value: str) -> Workload:
@@ -93,23 +96,30 @@ def load_workload(value: str) -> Workload:
 
 
 def load_cluster(value: str) -> Cluster:
-    """`local`, `local:N` (N gloo processes), `dgx-h100:16` (16 nodes), or a cluster YAML file."""
+    """`local`, `local:N` (N gloo processes), `dgx-h100:16` (16 nodes), `gb200-nvl72:2` (2
+    racks), or a cluster YAML file."""
     kind, _, count = value.partition(":")
     if kind == "local" or kind in CLUSTER_KINDS:
         nodes = _count(value, count)
         if kind == "local":
             return _local(nodes, explicit=bool(count))
-        device, per_node, intra, inter = CLUSTER_KINDS[kind]
+        preset = CLUSTER_KINDS[kind]
         return Cluster(
             name=value if count else f"{kind}:1",
-            nodes=nodes,
-            devices_per_node=per_node,
-            device=DEVICES[device],
-            intra_link=intra,
-            inter_link=inter,
+            nodes=nodes * preset.nodes_per_count,
+            devices_per_node=preset.devices_per_node,
+            device=DEVICES[preset.device],
+            intra_link=preset.intra_link,
+            inter_link=preset.inter_link,
+            nvlink_domain=preset.nvlink_domain,
         )
     path = _existing_file(value, "cluster", ["local", *(f"{k}:N" for k in CLUSTER_KINDS)])
     spec = _validate(ClusterFile, read_yaml_mapping(path), path)
+    if spec.nvlink_domain is not None and spec.nvlink_domain % spec.devices_per_node:
+        raise InputError(
+            f"{path}: nvlink_domain {spec.nvlink_domain} is not a multiple of "
+            f"devices_per_node {spec.devices_per_node}"
+        )
     intra = _link(spec.intra_link)
     return Cluster(
         name=spec.name or path.stem,
@@ -119,6 +129,7 @@ def load_cluster(value: str) -> Cluster:
         intra_link=intra,
         inter_link=_link(spec.inter_link) if spec.inter_link else intra,
         backend=spec.backend,
+        nvlink_domain=spec.nvlink_domain,
         slurm=SlurmSettings(
             **{**spec.slurm.model_dump(), "extra_sbatch": tuple(spec.slurm.extra_sbatch)}
         )

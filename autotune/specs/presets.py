@@ -2,12 +2,15 @@
 
 Link figures are what NCCL's own topology model assigns (see shared research
 comm_cost_model.md §1.6 and §4): per-GPU NVLink bandwidth 240 GB/s on DGX-A100
-(12 links x 20 GB/s) and 370.8 GB/s on DGX-H100/H200 (18 x 20.6); one HDR (25 GB/s)
-or NDR (50 GB/s) NIC per GPU between nodes. Latencies are first guesses that the
-estimator's calibration replaces with fitted values.
+(12 links x 20 GB/s), 370.8 GB/s on DGX-H100/H200 (18 x 20.6) and 721.8 GB/s on Blackwell
+(18 x 40.1, NCCL src/graph/topo.h SM100_NVLINK_BW); one HDR (25 GB/s) or NDR (50 GB/s) NIC
+per GPU between nodes (DGX B200 and GB200 NVL72 trays: ConnectX-7, 400 Gb/s per GPU).
+Latencies are first guesses that the estimator's calibration replaces with fitted values.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from autotune.specs.cluster import DeviceKind, Link
 from autotune.specs.workload import Workload
@@ -112,6 +115,22 @@ DEVICES: dict[str, DeviceKind] = {
             peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
             memory_bandwidth_bytes_per_s=3.35e12,
         ),
+        # Blackwell dense peaks: NVIDIA's DGX B200 and GB200 NVL72 datasheets (4.5 and 5 PFLOP/s
+        # dense FP8 per GPU; bf16 half that); memory 180 GB and 186 GB (13.4 TB over 72).
+        DeviceKind(
+            name="b200",
+            memory_bytes=180 * 10**9,
+            peak_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 1.125e15},
+            memory_bandwidth_bytes_per_s=8e12,
+            generation="blackwell",
+        ),
+        DeviceKind(
+            name="gb200",
+            memory_bytes=186 * 10**9,
+            peak_flops={"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 1.25e15},
+            memory_bandwidth_bytes_per_s=8e12,
+            generation="blackwell",
+        ),
         DeviceKind(
             name="h200",
             memory_bytes=143771 * 2**20,
@@ -126,9 +145,26 @@ NVLINK4 = Link(bandwidth_bytes_per_s=370.8e9, latency_s=1e-6)
 HDR_IB = Link(bandwidth_bytes_per_s=25e9, latency_s=5e-6)
 NDR_IB = Link(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
 
-# name -> (device kind, devices per node, intra-node link, inter-node link)
-CLUSTER_KINDS: dict[str, tuple[str, int, Link, Link]] = {
-    "dgx-a100": ("a100-80gb", 8, NVLINK3, HDR_IB),
-    "dgx-h100": ("h100-sxm", 8, NVLINK4, NDR_IB),
-    "dgx-h200": ("h200", 8, NVLINK4, NDR_IB),
+NVLINK5 = Link(bandwidth_bytes_per_s=721.8e9, latency_s=1e-6)
+
+
+@dataclass(frozen=True)
+class ClusterKind:
+    """A preset `name:N`: N counts nodes, or for rack-scale systems whole NVLink domains."""
+
+    device: str
+    devices_per_node: int
+    intra_link: Link
+    inter_link: Link
+    nodes_per_count: int = 1
+    nvlink_domain: int | None = None
+
+
+CLUSTER_KINDS: dict[str, ClusterKind] = {
+    "dgx-a100": ClusterKind("a100-80gb", 8, NVLINK3, HDR_IB),
+    "dgx-h100": ClusterKind("h100-sxm", 8, NVLINK4, NDR_IB),
+    "dgx-h200": ClusterKind("h200", 8, NVLINK4, NDR_IB),
+    "dgx-b200": ClusterKind("b200", 8, NVLINK5, NDR_IB),
+    # N racks of 18 compute trays x 4 GPUs, the 72 GPUs of a rack in one NVLink domain.
+    "gb200-nvl72": ClusterKind("gb200", 4, NVLINK5, NDR_IB, nodes_per_count=18, nvlink_domain=72),
 }

@@ -24,7 +24,7 @@ CASES = {
         TrainConfig(tp=2, dp=2, zero=2),
         TrainConfig(tp=2, dp=1),
     ),
-    "tp_within_node": (
+    "tp_within_nvlink_domain": (
         "torch",
         dataclasses.replace(TINY, num_attention_heads=32, num_query_groups=16, hidden_size=512),
         H100,

@@ -123,3 +123,24 @@ def test_cluster_file_with_unknown_device(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match="unknown device 'tpu9'"):
         load_cluster(str(path))
+
+
+def test_an_nvl72_preset_counts_racks_of_trays_in_one_nvlink_domain() -> None:
+    c = load_cluster("gb200-nvl72:2")
+    assert (c.nodes, c.devices_per_node, c.world_size, c.domain_size) == (36, 4, 144, 72)
+    assert c.device.generation == load_cluster("dgx-b200:1").device.generation == "blackwell"
+
+
+def test_a_cluster_file_names_its_nvlink_domain(tmp_path: Path) -> None:
+    lab = (
+        "nodes: 18\ndevices_per_node: 4\ndevice: gb200\n"
+        "intra_link: {bandwidth_gbps: 721.8, latency_us: 1}\n"
+    )
+    path = tmp_path / "nvl.yaml"
+    path.write_text(lab + "nvlink_domain: 72\n")
+    assert load_cluster(str(path)).domain_size == 72
+    path.write_text(lab + "nvlink_domain: 30\n")
+    with pytest.raises(
+        InputError, match="nvlink_domain 30 is not a multiple of devices_per_node 4"
+    ):
+        load_cluster(str(path))
