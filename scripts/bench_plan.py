@@ -85,6 +85,7 @@ def command(engine: str, model: str, cluster: str) -> tuple[float, float]:
         cwd=REPO, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     _, status, usage = os.wait4(plan.pid, 0)
+    plan.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     assert status == 0, f"plan {engine} {model} {cluster} failed"
     return time.perf_counter() - start, usage.ru_maxrss / 2**20
 

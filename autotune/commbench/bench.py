@@ -48,6 +48,12 @@ def nccl_variants(op: str) -> list[dict[str, str]]:
 def parse_groups(text: str, cluster: Cluster) -> list[str]:
     """`intra` (a node's ranks), `intra:K` (blocks of K adjacent ranks in a node, as TP of
     size K) and `inter` (the same local rank on every node, as DP across nodes)."""
+    if cluster.domain_size > cluster.devices_per_node:
+        raise InputError(
+            f"commbench measures groups by node; {cluster.name}'s NVLink domain spans "
+            f"{cluster.domain_size // cluster.devices_per_node} nodes, where its fits would "
+            "price NVLink groups as network ones"
+        )
     groups = [g.strip() for g in text.split(",") if g.strip()]
     if not groups:
         raise InputError(f"--groups: none given; groups: {', '.join(GROUPS)} or intra:K")

@@ -86,6 +86,7 @@ class MegatronEngine(Engine):
                 "tp",
                 "pp",
                 "vpp",
+                "cp",
                 "sp",
                 "zero",
                 "mbs",
@@ -106,6 +107,8 @@ class MegatronEngine(Engine):
         "num_layers/(pp*vpp), or --num-virtual-stages-per-pipeline-rank where the stages are "
         "uneven (--account-for-embedding/loss-in-pipeline-split or "
         "--decoder-first/last-pipeline-num-layers)",
+        "cp": "--context-parallel-size (Transformer Engine attention; the gradients are "
+        "reduced, and the distributed optimizer sharded, over dp·cp ranks)",
         "sp": "--sequence-parallel",
         "zero": "0 plain DDP; 1 --use-distributed-optimizer (optimizer states and fp32 master "
         "weights sharded over data-parallel ranks)",
@@ -120,6 +123,12 @@ class MegatronEngine(Engine):
         **NCCL_MEANINGS,
     }
     engine_rules = (
+        Rule(
+            "megatron_cp_splits_the_sequence",
+            "context parallelism cuts each sequence into 2·cp equal chunks (causal load "
+            "balancing, Megatron-LM get_batch_on_this_cp_rank): seq_length must divide by 2·cp",
+            lambda c, w, _k: w.seq_length % (2 * c.cp) == 0,
+        ),
         Rule(
             "megatron_zero_is_distributed_optimizer",
             "Megatron has plain DDP (zero 0) or the distributed optimizer (zero 1)",
@@ -142,8 +151,9 @@ class MegatronEngine(Engine):
         ),
         Rule(
             "megatron_overlap_needs_dp",
-            "with one data-parallel rank there is no gradient reduction to overlap",
-            lambda c, _w, _k: c.dp > 1 or not (c.overlap_comm or c.overlap_param_gather),
+            "with one data-parallel rank (and no context parallelism) there is no gradient "
+            "reduction to overlap",
+            lambda c, _w, _k: c.dp * c.cp > 1 or not (c.overlap_comm or c.overlap_param_gather),
         ),
         Rule(
             "megatron_bucket_needs_overlap",
@@ -218,6 +228,7 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         "tensor_model_parallel_size": c.tp,
         "pipeline_model_parallel_size": c.pp,
         "virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
+        **({"context_parallel_size": c.cp} if c.cp > 1 else {}),
         **_uneven_split_kwargs(_placement(c, w)),
         "sequence_parallel": c.sp,
         "recompute_granularity": None if c.recompute == "none" else c.recompute,
@@ -304,6 +315,8 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
             f"--decoder-first-pipeline-num-layers {split.first_layers}",
             f"--decoder-last-pipeline-num-layers {split.last_layers}",
         ]
+    if c.cp > 1:
+        layout.append(f"--context-parallel-size {c.cp}")
     if c.sp:
         layout.append("--sequence-parallel")
     if c.zero == 1:

@@ -30,6 +30,7 @@ from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.transformer.module import Float16Module  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from megatron.core.utils import get_batch_on_this_cp_rank  # noqa: E402
 
 from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.megatron import (  # noqa: E402
@@ -53,14 +54,20 @@ def resolve(kwargs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def layer_spec() -> ModuleSpec:
-    """Transformer Engine's layers where installed (what Megatron users run on GPUs), else
-    megatron-core's local ones."""
+def has_transformer_engine() -> bool:
     try:
         import transformer_engine  # noqa: F401
     except ImportError:
-        return get_gpt_layer_local_spec(normalization="RMSNorm")
-    return get_gpt_layer_with_transformer_engine_spec()
+        return False
+    return True
+
+
+def layer_spec() -> ModuleSpec:
+    """Transformer Engine's layers where installed (what Megatron users run on GPUs), else
+    megatron-core's local ones."""
+    if has_transformer_engine():
+        return get_gpt_layer_with_transformer_engine_spec()
+    return get_gpt_layer_local_spec(normalization="RMSNorm")
 
 
 def init_model_parallel(c: TrainConfig) -> None:
@@ -68,6 +75,7 @@ def init_model_parallel(c: TrainConfig) -> None:
         tensor_model_parallel_size=c.tp,
         pipeline_model_parallel_size=c.pp,
         virtual_pipeline_model_parallel_size=c.vpp if c.vpp > 1 else None,
+        context_parallel_size=c.cp,
     )
 
 
@@ -77,6 +85,11 @@ def build_chunks(spec: TrialSpec, on_cpu: bool = False) -> list[GPTModel]:
     `on_cpu` (for tests on machines without GPUs) initialises weights on the CPU and leaves
     out rotary embeddings, whose frequencies megatron-core moves to CUDA at every forward."""
     w, c = spec.workload, spec.config
+    if c.cp > 1 and not has_transformer_engine():
+        raise RuntimeError(
+            "context parallelism needs Transformer Engine's attention; megatron-core's local "
+            "attention has none (install transformer-engine)"
+        )
     config = TransformerConfig(
         **resolve(transformer_config_kwargs(w, c)), use_cpu_initialization=on_cpu
     )
@@ -152,10 +165,15 @@ class MegatronSession:
         self.micro_batches = c.grad_accum(w.global_batch_size)
         self.seq_length, self.mbs = w.seq_length, c.mbs
         tokens, labels = synthetic_batch(w, c.mbs, seed=0)
-        self.tokens, self.labels = tokens.to(self.device), labels.to(self.device)
-        self.position_ids = (
-            torch.arange(w.seq_length, device=self.device).unsqueeze(0).expand(c.mbs, -1)
+        position_ids = torch.arange(w.seq_length).unsqueeze(0).expand(c.mbs, -1)
+        # This rank's share of each sequence under context parallelism: chunks r and
+        # 2·cp-1-r of 2·cp, as Megatron-LM's get_batch (a no-op when cp is 1).
+        batch = get_batch_on_this_cp_rank(
+            {"tokens": tokens, "labels": labels, "position_ids": position_ids}
         )
+        self.tokens = batch["tokens"].to(self.device)
+        self.labels = batch["labels"].to(self.device)
+        self.position_ids = batch["position_ids"].to(self.device)
         self.forward_backward = get_forward_backward_func()
 
     def _forward_step(

@@ -82,7 +82,7 @@ def model_states(w: Workload, config: TrainConfig, engine: str | EngineTraits) -
     """Bytes of parameters, gradients and optimizer states on the most loaded rank."""
     t = traits_of(engine)
     psi = config_parameters(w, config, engine)
-    n = config.dp
+    n = config.dp * config.cp  # context-parallel ranks shard the optimizer with dp ones
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
     master = (
@@ -150,14 +150,14 @@ def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
     f-wide tensors instead of two). Attention runs fused (flash), so the 5·a·s² score term
     is never stored; selective recomputation therefore saves nothing more here."""
     if config.recompute == "full":
-        s, b, h, t = w.seq_length, config.mbs, w.hidden_size, config.tp
+        s, b, h, t = w.seq_length // config.cp, config.mbs, w.hidden_size, config.tp
         return 2 * s * b * h / (t if config.sp else 1) * BYTES_PER_ELEMENT[w.precision] / 2
     return _whole_layer_bytes(w, config)
 
 
 def _whole_layer_bytes(w: Workload, config: TrainConfig) -> float:
     """A layer's activations when none is recomputed."""
-    s, b, h, t = w.seq_length, config.mbs, w.hidden_size, config.tp
+    s, b, h, t = w.seq_length // config.cp, config.mbs, w.hidden_size, config.tp
     scale = BYTES_PER_ELEMENT[w.precision] / 2
     mlp = 4 * w.ffn_hidden_size / h * (1.5 if w.swiglu else 1.0)
     if config.sp:
@@ -205,7 +205,7 @@ def activation_bytes(w: Workload, config: TrainConfig, split: PipelineSplit) -> 
     with uneven ones (Megatron's first stage a layer short) the second may be."""
     micro = config.grad_accum(w.global_batch_size)
     pp, vpp = config.pp, config.vpp
-    logits = config.mbs * w.seq_length * w.vocab_size / config.tp * 4
+    logits = config.mbs * w.seq_length // config.cp * w.vocab_size / config.tp * 4
     if pp == 1:
         kept, rebuilt = stage_activation_bytes(w, config, split.first_layers)
         return kept + rebuilt + logits

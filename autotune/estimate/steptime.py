@@ -71,6 +71,8 @@ class StepTime:
     tp_comm_s: float
     pp_bubble_s: float
     pp_p2p_s: float
+    cp_comm_s: float
+    """Context-parallel key/value exchange not hidden behind attention."""
     dp_comm_s: float
     """All data-parallel communication of the step, hidden or not."""
     dp_exposed_s: float
@@ -79,7 +81,7 @@ class StepTime:
     @property
     def exposed_comm_s(self) -> float:
         """Communication the step waits for: what NCCL settings could shorten."""
-        return self.tp_comm_s + self.pp_p2p_s + self.dp_exposed_s
+        return self.tp_comm_s + self.pp_p2p_s + self.cp_comm_s + self.dp_exposed_s
 
     @property
     def total_s(self) -> float:
@@ -88,6 +90,7 @@ class StepTime:
             + self.tp_comm_s
             + self.pp_bubble_s
             + self.pp_p2p_s
+            + self.cp_comm_s
             + self.dp_exposed_s
             + self.optimizer_s
         )
@@ -99,6 +102,7 @@ class StepTime:
             "tp_comm_s": self.tp_comm_s,
             "pp_bubble_s": self.pp_bubble_s,
             "pp_p2p_s": self.pp_p2p_s,
+            "cp_comm_s": self.cp_comm_s,
             "dp_comm_s": self.dp_comm_s,
             "dp_exposed_s": self.dp_exposed_s,
             "optimizer_s": self.optimizer_s,
@@ -115,7 +119,7 @@ def achievable_flops(
     w: Workload, config: TrainConfig, cluster: Cluster, cal: Calibration
 ) -> float:
     width = w.hidden_size / config.tp
-    tokens = config.mbs * w.seq_length
+    tokens = config.mbs * w.seq_length / config.cp
     peak = cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
     return (
         peak
@@ -138,7 +142,7 @@ def step_time(
     split = stage_split(w, c, engine)
 
     tp_group = comm.place(c.tp, 1, domain)
-    activation = c.mbs * w.seq_length * w.hidden_size * width
+    activation = c.mbs * w.seq_length // c.cp * w.hidden_size * width
     per_collective = comm.seconds(
         "all_reduce",
         activation,
@@ -156,7 +160,7 @@ def step_time(
     per_micro_compute, recompute_fwd, per_micro_tp = max(paces, key=lambda p: p[0] + p[2])
     per_micro = per_micro_compute + per_micro_tp
     bubble = (c.pp - 1) / c.vpp * per_micro
-    pp_group = comm.place(c.pp, c.tp * c.dp, domain)
+    pp_group = comm.place(c.pp, c.tp * c.cp * c.dp, domain)
     link = cluster.intra_link if pp_group.nodes == 1 else cluster.inter_link
     p2p_bytes = activation / (c.tp if c.tp > 1 else 1)
     p2p = (
@@ -168,10 +172,13 @@ def step_time(
         * (link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
     )
 
+    busiest = max(split.rank_layers)
+    cp = micro * busiest * _context_parallel(w, c, cluster, cal, rate)
     dp_comm, dp_exposed = _data_parallel(
         w, c, cluster, engine, cal, micro, per_micro_compute, split.rank_layers
     )
-    psi = rank_parameters(w, c.tp, c.pp, split.rank_layers) / (c.dp if c.zero >= 1 else 1)
+    shards = c.dp * c.cp if c.zero >= 1 else 1
+    psi = rank_parameters(w, c.tp, c.pp, split.rank_layers) / shards
     optimizer = psi * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
 
     return StepTime(
@@ -180,6 +187,7 @@ def step_time(
         tp_comm_s=micro * per_micro_tp,
         pp_bubble_s=bubble,
         pp_p2p_s=p2p,
+        cp_comm_s=cp,
         dp_comm_s=dp_comm,
         dp_exposed_s=dp_exposed,
         optimizer_s=optimizer,
@@ -197,18 +205,43 @@ def _rank_pace(
     """One micro-batch on a pipeline rank of `layers`: (compute seconds, of which the FLOPs
     of recomputation, tensor-parallel collective seconds)."""
     fwd = layers * layer_forward_flops(w, c.mbs) + (head_forward_flops(w, c.mbs) if last else 0)
-    fwd /= c.tp
+    fwd /= c.tp * c.cp
     recompute_fwd = 0.0
     rebuilt = recomputed_layers(w, c, layers)
     if c.recompute == "full":
-        recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / c.tp
+        recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / (c.tp * c.cp)
     elif c.recompute == "selective":
-        recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / c.tp
+        recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / (c.tp * c.cp)
     return (
         (3 * fwd + recompute_fwd) / rate,
         recompute_fwd,
         (4 * layers + 2 * rebuilt) * per_collective,
     )
+
+
+def _context_parallel(
+    w: Workload, c: TrainConfig, cluster: Cluster, cal: Calibration, rate: float
+) -> float:
+    """Exposed seconds of one layer's context-parallel ring for one micro-batch: cp - 1 steps
+    that pass a rank's keys and values on (forward), and keys, values and their gradients
+    (backward), each hidden behind the attention block the step computes (Transformer
+    Engine's p2p context parallelism)."""
+    if c.cp == 1:
+        return 0.0
+    kv_heads = max(1, w.num_query_groups // c.tp)
+    kv_bytes = 2 * c.mbs * (w.seq_length // c.cp) * kv_heads * w.head_dim
+    kv_bytes *= BYTES_PER_ELEMENT[w.precision]
+    group = comm.place(c.cp, c.tp, cluster.domain_size)
+    link = cluster.intra_link if group.nodes == 1 else cluster.inter_link
+
+    def send(nbytes: float) -> float:
+        return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale)
+
+    # Attention FLOPs of one block (this rank's queries against one rank's keys), forward.
+    block = 2 * c.mbs * w.seq_length * 2 * w.seq_length * w.hidden_size / (c.tp * c.cp * c.cp)
+    forward = max(0.0, send(kv_bytes) - block / rate)
+    backward = max(0.0, send(2 * kv_bytes) - 2 * block / rate)
+    return (c.cp - 1) * (forward + backward)
 
 
 def _data_parallel(
@@ -221,10 +254,13 @@ def _data_parallel(
     per_micro_compute: float,
     rank_layers: tuple[int, ...],
 ) -> tuple[float, float]:
-    """(all data-parallel communication, the part not hidden behind the backward pass)."""
-    if c.dp == 1:
+    """(all data-parallel communication, the part not hidden behind the backward pass).
+    Context-parallel ranks hold the same weights: gradients are reduced, and optimizer
+    states sharded, over dp·cp ranks (Megatron's data-parallel group with cp)."""
+    replicas = c.dp * c.cp
+    if replicas == 1:
         return 0.0, 0.0
-    group = comm.place(c.dp, c.tp, cluster.domain_size)
+    group = comm.place(replicas, c.tp, cluster.domain_size)
     t = traits_of(engine)
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":
@@ -238,7 +274,7 @@ def _data_parallel(
     def bucketed(op: Op, total: float) -> float:
         return n_buckets * comm.seconds(
             op,
-            total / n_buckets / (c.dp if op != "all_reduce" else 1),
+            total / n_buckets / (replicas if op != "all_reduce" else 1),
             group,
             cluster,
             c.nccl_algo,

@@ -21,6 +21,9 @@ class TrainConfig:
     pp: int = 1
     vpp: int = 1
     """Virtual pipeline stages per rank (interleaved schedule when > 1)."""
+    cp: int = 1
+    """Context parallel (Megatron --context-parallel-size): each sequence split over cp ranks,
+    which exchange keys and values around a ring in attention."""
     dp: int = 1
     zero: int = 0
     """ZeRO stage 0-3 (DeepSpeed; FSDP for torch); Megatron: 1 = distributed optimizer."""
@@ -122,6 +125,15 @@ def parse_overrides(text: str) -> dict[str, Any]:
 _KNOB_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 
+_KEYED_WHEN_SET = {"cp": 1}
+"""Knobs added after studies were stored: left out of the key at their default, so that a
+study from before them resumes with its configs still known."""
+
+
 def config_key(config: TrainConfig) -> str:
     """A config's identity in a study and in tables: its knobs as sorted JSON."""
-    return json.dumps(config.as_dict(), sort_keys=True)
+    knobs = config.as_dict()
+    for name, default in _KEYED_WHEN_SET.items():
+        if knobs[name] == default:
+            del knobs[name]
+    return json.dumps(knobs, sort_keys=True)

@@ -8,6 +8,8 @@ bounded by a named limit, and `autotune space` shows where each came from:
 - tp: divisors of gcd(heads, KV heads) that divide the world and an NVLink domain's devices
   (a node's, or an NVL72 rack's 72);
 - pp: divisors of the world size, up to the layers (stages may be uneven: space/pipeline.py);
+- cp: divisors of the world size that leave each rank `MIN_CP_TOKENS` of the sequence, in
+  the 2·cp chunks Megatron's causal load balancing cuts;
 - vpp: up to `MAX_VPP` virtual stages per rank, each holding a layer at least;
 - mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
 
@@ -26,6 +28,10 @@ from autotune.specs import Cluster, Workload
 MAX_VPP = 8
 """Virtual pipeline stages per rank: published recipes go up to 8 (Llama 3.1 405B, Mixtral);
 each more adds a round of pipeline sends per micro-batch."""
+MIN_CP_TOKENS = 4096
+"""Tokens of a sequence each context-parallel rank keeps: with fewer, its attention is too
+short to hide the key/value exchange (published recipes: Llama 3 70B at 8K tokens with CP2,
+at 64K with CP8; Llama 3.1 405B at 8K with CP2)."""
 MAX_MBS = 8
 """Sequences per micro-batch: the published runs of these models use 1 to 4; past 8 a step's
 matrices are long past efficient sizes, and every extra value multiplies the space."""
@@ -61,6 +67,18 @@ def derive_space(
             f"divisors of the world size {world}, up to the {workload.num_layers} layers "
             "(stages need not hold equal layers: space/pipeline.py)"
         )
+    cp = values.get("cp", (1,)) if "cp" in knobs else (1,)
+    if "cp" in knobs and "cp" not in values:
+        seq = workload.seq_length
+        cp = values["cp"] = (1,) + tuple(
+            d
+            for d in divisors(world)
+            if d > 1 and seq % (2 * d) == 0 and seq // d >= MIN_CP_TOKENS
+        )
+        origins["cp"] = (
+            f"divisors of the world size {world} that split the {seq}-token sequence into 2·cp "
+            f"equal chunks of at least {MIN_CP_TOKENS // 2} tokens"
+        )
     if "vpp" in knobs and "vpp" not in values:
         values["vpp"] = _union(
             range(1, min(MAX_VPP, workload.num_layers // p) + 1) for p in pp if p > 1
@@ -69,7 +87,9 @@ def derive_space(
             f"up to {MAX_VPP} virtual stages per pipeline rank, each with a layer at least"
         )
     if "mbs" in knobs and "mbs" not in values:
-        replicas = {world // (t * p) for t in tp for p in pp if world % (t * p) == 0}
+        replicas = {
+            world // (t * p * k) for t in tp for p in pp for k in cp if world % (t * p * k) == 0
+        }
         batch = workload.global_batch_size
         values["mbs"] = _union(
             (m for m in divisors(batch // dp) if m <= MAX_MBS)

@@ -44,9 +44,8 @@ class Enumeration:
 
 
 def build_config(values: dict[str, Any], world_size: int) -> TrainConfig:
-    """A config from knob values, with dp derived as world // (tp·pp)."""
-    tp, pp = values.get("tp", 1), values.get("pp", 1)
-    return TrainConfig(**{**values, "dp": max(1, world_size // (tp * pp))})
+    """A config from knob values, with dp derived as world // (tp·pp·cp)."""
+    return TrainConfig(**{**values, "dp": max(1, world_size // _model_parallel(values))})
 
 
 class _Reading(TrainConfig):
@@ -80,7 +79,7 @@ def enumerate_space(
 
     def visit(depth: int, assigned: dict[str, Any], pending: tuple[Rule, ...]) -> None:
         unset = set(names[depth:])
-        if unset & {"tp", "pp"}:
+        if unset & {"tp", "pp", "cp"}:
             unset.add("dp")  # derived from them
         config = _Reading(**{**assigned, "dp": max(1, world // _model_parallel(assigned))})
         still: list[Rule] = []
@@ -108,4 +107,4 @@ def enumerate_space(
 
 
 def _model_parallel(values: dict[str, Any]) -> int:
-    return int(values.get("tp", 1)) * int(values.get("pp", 1))
+    return int(values.get("tp", 1)) * int(values.get("pp", 1)) * int(values.get("cp", 1))

@@ -26,8 +26,8 @@ def _batch_fits(c: TrainConfig, w: Workload, _: Cluster) -> bool:
 GENERIC_RULES: tuple[Rule, ...] = (
     Rule(
         "world_size",
-        "tp·pp·dp must equal the world size",
-        lambda c, _, k: c.tp * c.pp * c.dp == k.world_size,
+        "tp·pp·cp·dp must equal the world size",
+        lambda c, _, k: c.tp * c.pp * c.cp * c.dp == k.world_size,
     ),
     Rule(
         "tp_within_nvlink_domain",
@@ -57,8 +57,9 @@ GENERIC_RULES: tuple[Rule, ...] = (
     Rule("zero_stage", "zero is a ZeRO stage, 0 to 3", lambda c, _w, _k: 0 <= c.zero <= 3),
     Rule(
         "zero_needs_dp",
-        "sharding over one data-parallel rank is no sharding (zero > 0 needs dp > 1)",
-        lambda c, _w, _k: c.zero == 0 or c.dp > 1,
+        "sharding over one data-parallel rank is no sharding (zero > 0 needs dp·cp > 1: "
+        "context-parallel ranks share the shards)",
+        lambda c, _w, _k: c.zero == 0 or c.dp * c.cp > 1,
     ),
     Rule(
         "sp_needs_tp",

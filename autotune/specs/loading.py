@@ -120,6 +120,12 @@ def load_cluster(value: str) -> Cluster:
             f"{path}: nvlink_domain {spec.nvlink_domain} is not a multiple of "
             f"devices_per_node {spec.devices_per_node}"
         )
+    world = spec.nodes * spec.devices_per_node
+    domain = spec.nvlink_domain
+    if domain is not None and domain < world and world % domain:
+        raise InputError(
+            f"{path}: {world} devices are not whole NVLink domains of {spec.nvlink_domain}"
+        )
     intra = _link(spec.intra_link)
     return Cluster(
         name=spec.name or path.stem,

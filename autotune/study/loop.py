@@ -234,7 +234,7 @@ class _Search:
         self.misses = 0
         owner = claim(self.study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
-            if owner < trial.number:
+            if owner < trial.number and self.settings.strategy in ENQUEUEING:
                 self.deferred.add(key)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
@@ -298,7 +298,11 @@ class _Search:
             why = self.guide.converged(claimed, best_value(self.study))
             if why:
                 return None, why
-            config = self.guide.propose(avoided) or self.guide.propose(claimed)
+            # A deferred config comes back when nothing else could still win.
+            config = None
+            if self.guide.converged(avoided, best_value(self.study)) is None:
+                config = self.guide.propose(avoided)
+            config = config or self.guide.propose(claimed)
         else:
             config = self._first_in_order(avoided) or self._first_in_order(claimed)
         return config, None if config else "search space exhausted: every config is claimed"

@@ -92,10 +92,13 @@ def problem_attrs(problem: Problem) -> dict[str, Any]:
 
 def _identity(value: Any) -> Any:
     """What must match to resume a study: stored JSON, without where SLURM jobs are sent
-    (a resume may use another partition or account)."""
+    (a resume may use another partition or account), nor an NVLink domain left unset (studies
+    stored before clusters had one)."""
     plain = json.loads(json.dumps(value))
     if isinstance(plain, dict):
         plain.pop("slurm", None)
+        if plain.get("nvlink_domain", 0) is None:
+            del plain["nvlink_domain"]
     return plain
 
 

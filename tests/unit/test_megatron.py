@@ -3,6 +3,7 @@ exported Megatron-LM flags are ones its parser defines, and the exports match go
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -51,7 +52,14 @@ RECOMPUTING = TrainConfig(
 )
 # 80 layers on 6 stages: Megatron's first and last stages given their own counts.
 UNEVEN = TrainConfig(tp=8, pp=6, dp=1, sp=True, mbs=1)
-CASES = {"nemo_like": NEMO_LIKE, "recomputing": RECOMPUTING, "uneven_stages": UNEVEN}
+# NeMo's llama3_70b recipe itself, with context parallelism: TP4 PP4 CP2 VPP5 on 64 GPUs.
+CONTEXT_PARALLEL = dataclasses.replace(NEMO_LIKE, cp=2)
+CASES = {
+    "nemo_like": NEMO_LIKE,
+    "recomputing": RECOMPUTING,
+    "uneven_stages": UNEVEN,
+    "context_parallel": CONTEXT_PARALLEL,
+}
 LLAMA405 = load_workload("llama3.1-405b")
 # Megatron-Bridge's Llama 3.1 405B layout (perf_recipes/llama/h100/llama31.py, without CP):
 # 126 layers, the embedding and loss counted as layers: 128 = 8 ranks x 8 chunks x 2.
@@ -230,14 +238,16 @@ def test_simulated_70b_study_picks_and_exports_a_megatron_style_layout(tmp_path:
     record = yaml.safe_load((best / "best.yaml").read_text())
     assert record["source"] == "simulated"
     c = TrainConfig(**record["config"])
-    # What Megatron users run for 70B on H100 nodes: tensor parallel over a whole NVLink
-    # node with sequence parallelism, and beside data parallelism the distributed optimizer
-    # with both overlaps (as NeMo's llama3_70b recipe).
-    assert c.tp == 8 and c.sp
+    # What Megatron users run for 70B on H100 nodes: tensor and context parallel together
+    # over a whole NVLink node (NeMo's llama3_70b recipe: TP4 CP2, with sequence parallelism,
+    # which the model prices as a tie where memory allows), and beside data parallelism the
+    # distributed optimizer with both overlaps.
+    assert c.tp * c.cp == 8
     assert c.dp == 1 or (c.zero == 1 and c.overlap_comm and c.overlap_param_gather)
     args = (best / "megatron_args.txt").read_text()
     assert args.startswith("# SIMULATED")
     known = megatron_flags()
     flags = [line.split()[0] for line in args.splitlines() if not line.startswith("#")]
     assert flags and all(flag in known for flag in flags)
-    assert "--tensor-model-parallel-size 8" in args
+    assert f"--tensor-model-parallel-size {c.tp}" in args
+    assert (f"--context-parallel-size {c.cp}" in args) == (c.cp > 1)

@@ -109,3 +109,16 @@ def test_full_recomputation_methods_by_hand(
         mbs=1, recompute="full", recompute_method=method, recompute_num_layers=layers
     )  # type: ignore[arg-type]
     assert stage_activation_bytes(SMALL, config) == (kept, rebuilt)
+
+
+def test_context_parallel_memory_by_hand() -> None:
+    """Each context-parallel rank keeps its half of the sequence's activations; the
+    distributed optimizer shards over dp·cp ranks (Megatron's data-parallel group with cp)."""
+    assert stage_activation_bytes(SMALL, TrainConfig(mbs=1), 1) == (1088, 0.0)
+    assert stage_activation_bytes(SMALL, TrainConfig(mbs=1, cp=2), 1) == (544, 0.0)  # 4 tokens
+    full = TrainConfig(mbs=1, cp=2, recompute="full")  # uniform, a layer a unit
+    assert stage_activation_bytes(SMALL, full, 4) == (4 * 32, 544)
+    bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
+    psi = rank_parameters(bf16, 1, 1)
+    sharded = model_states(bf16, TrainConfig(dp=2, cp=2, zero=1), "megatron")
+    assert sharded.total == pytest.approx((6 + 12 / 4) * psi)

@@ -193,12 +193,19 @@ CASES = {
         TrainConfig(tp=8, dp=4, overlap_comm=True, overlap_param_gather=True),
         TrainConfig(tp=8, dp=4, zero=1, overlap_comm=True, overlap_param_gather=True),
     ),
+    "megatron_cp_splits_the_sequence": (
+        "megatron",
+        dataclasses.replace(LLAMA70, seq_length=8196),  # 8196 = 4 x 2049
+        H100x4,
+        TrainConfig(tp=8, cp=4, dp=1),
+        TrainConfig(tp=8, cp=2, dp=2),
+    ),
     "megatron_overlap_needs_dp": (
         "megatron",
         LLAMA70,
         H100x4,
         TrainConfig(tp=8, pp=4, dp=1, overlap_comm=True),
-        TrainConfig(tp=8, dp=4, overlap_comm=True),
+        TrainConfig(tp=8, pp=2, cp=2, dp=1, overlap_comm=True),  # cp ranks reduce gradients
     ),
     "megatron_bucket_needs_overlap": (
         "megatron",
