@@ -28,6 +28,7 @@ from autotune.trial.spec import TrialSpec
 TUNED = {
     "--tensor-model-parallel-size": 1,
     "--pipeline-model-parallel-size": 1,
+    "--context-parallel-size": 1,
     "--num-layers-per-virtual-pipeline-stage": 1,
     "--num-virtual-stages-per-pipeline-rank": 1,
     "--sequence-parallel": 0,
@@ -69,7 +70,6 @@ RUN_LENGTH = {
 """What a trial sets itself: its length, a log line per iteration, no evaluation, no
 checkpoint written to or read from the user's folders, the steady global batch."""
 NOT_YET = {
-    "--context-parallel-size": "context parallelism",
     "--num-experts": "mixture of experts",
     "--expert-model-parallel-size": "expert parallelism",
 }

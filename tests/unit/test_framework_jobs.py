@@ -130,8 +130,8 @@ def test_megatron_model_is_read_from_the_users_flags() -> None:
     without_batch = [a for a in PRETRAIN if a not in ("--global-batch-size", "256")]
     with pytest.raises(InputError, match="must give --global-batch-size"):
         megatron_job.workload_from_command(without_batch, "x")
-    with pytest.raises(InputError, match="context parallelism"):
-        megatron_job.workload_from_command([*PRETRAIN, "--context-parallel-size", "2"], "x")
+    with pytest.raises(InputError, match="expert parallelism"):
+        megatron_job.workload_from_command([*PRETRAIN, "--expert-model-parallel-size", "2"], "x")
 
 
 def test_megatron_trial_command_is_one_megatron_lm_parses_with_the_trials_config() -> None:
@@ -159,6 +159,16 @@ def test_megatron_trial_command_is_one_megatron_lm_parses_with_the_trials_config
     )
     for flag in ("--tensor-model-parallel-size", "--micro-batch-size", "--train-iters"):
         assert argv.count(flag) == 1, f"{flag} given twice"
+
+
+def test_a_megatron_command_with_context_parallelism_is_tuned_with_the_trials_cp() -> None:
+    command = [*PRETRAIN, "--context-parallel-size", "2"]
+    for cp in (1, 4):
+        config = TrainConfig(tp=2, cp=cp, dp=8 // cp, mbs=1)
+        argv = megatron_job.trial_argv(megatron_spec(config, command))
+        args = megatron_parser().parse_args(argv[1:])
+        assert args.context_parallel_size == (str(cp) if cp > 1 else None)
+        assert argv.count("--context-parallel-size") == (cp > 1)
 
 
 def test_megatron_export_keeps_the_users_run_and_checkpoints() -> None:
