@@ -11,12 +11,11 @@ results/bench/plan_speed.md.
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from peak_memory import run_measured
 
 from autotune.estimate.collectives import _offered as offered
 from autotune.estimate.collectives import candidate, collective_time
@@ -78,16 +77,9 @@ def timed(engine: str, model: str, cluster: str) -> dict[str, float]:
 
 def command(engine: str, model: str, cluster: str) -> tuple[float, float]:
     """Seconds and peak resident GiB of `autotune plan` as a command."""
-    start = time.perf_counter()
-    plan = subprocess.Popen(
-        [sys.executable, "-m", "autotune", "plan", "--engine", engine, "--model", model,
-         "--cluster", cluster, "--json"],
-        cwd=REPO, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    _, status, usage = os.wait4(plan.pid, 0)
-    plan.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    assert status == 0, f"plan {engine} {model} {cluster} failed"
-    return time.perf_counter() - start, usage.ru_maxrss / 2**20
+    return run_measured(
+        ["plan", "--engine", engine, "--model", model, "--cluster", cluster, "--json"], REPO
+    )
 
 
 def main() -> None:

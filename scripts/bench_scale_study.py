@@ -12,17 +12,14 @@ are the model's predictions, not measurements. Writes results/bench/scale_study.
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
 import optuna
 import yaml
+from peak_memory import run_measured
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL, ENGINE, TRIALS = "llama3.1-405b", "megatron", 12
@@ -31,17 +28,13 @@ NODES = (1024, 2048)
 
 def study(nodes: int, results: Path) -> list[str]:
     cluster = f"dgx-h100:{nodes}"
-    start_wall, start = datetime.now(), time.perf_counter()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "autotune", "run", "--engine", ENGINE, "--model", MODEL,
-         "--cluster", cluster, "--launcher", "simulate", "--trials", str(TRIALS),
-         "--study", "scale", "--results", str(results)],
-        cwd=REPO, stdout=subprocess.DEVNULL,
+    start_wall = datetime.now()
+    wall, gib = run_measured(
+        ["run", "--engine", ENGINE, "--model", MODEL, "--cluster", cluster,
+         "--launcher", "simulate", "--trials", str(TRIALS), "--study", "scale",
+         "--results", str(results)],
+        REPO,
     )  # fmt: skip
-    _, status, usage = os.wait4(run.pid, 0)
-    run.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    wall = time.perf_counter() - start
-    assert status == 0, f"the study on {cluster} failed"
     folder = results / "scale"
     trials = optuna.load_study(
         study_name="scale", storage=f"sqlite:///{folder / 'study.db'}"
@@ -58,7 +51,7 @@ def study(nodes: int, results: Path) -> list[str]:
     layout = f"TP{c['tp']} PP{c['pp']} VPP{c['vpp']} CP{c['cp']} DP{c['dp']}"
     exported = sorted(p.name for p in (folder / "best").iterdir())
     return [
-        f"| {nodes * 8:,} | {len(trials)} | {wall:.1f} | {usage.ru_maxrss / 2**20:.2f} | "
+        f"| {nodes * 8:,} | {len(trials)} | {wall:.1f} | {gib:.2f} | "
         f"{plan:.1f} | {statistics.median(gaps):.2f} | {max(gaps):.2f} | {layout} | "
         f"{best['source']} | {', '.join(exported)} |"
     ]

@@ -41,10 +41,17 @@ class Estimate:
 
 
 def estimate(
-    w: Workload, config: TrainConfig, cluster: Cluster, engine: str, cal: Calibration | None = None
+    w: Workload,
+    config: TrainConfig,
+    cluster: Cluster,
+    engine: str,
+    cal: Calibration | None = None,
+    memory: MemoryBreakdown | None = None,
 ) -> Estimate:
+    """Step time and memory of one config; `memory`, which no calibration changes, may come
+    from an earlier estimate of the same config (a search re-predicts after every fit)."""
     step = step_time(w, config, cluster, engine, cal)
-    memory = memory_breakdown(w, config, engine, cluster.device.generation)
+    memory = memory or memory_breakdown(w, config, engine, cluster.device.generation)
     rate = throughput(w, cluster, step.total_s)
     return Estimate(
         config=config,

@@ -25,6 +25,7 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
+from autotune.estimate.memory import MemoryBreakdown
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
@@ -82,6 +83,8 @@ class GuidedSearch:
     the measured configs for a hundred thousand candidates are one array comparison."""
     _estimates: list[Estimate] | None = field(default=None, init=False, repr=False)
     """Predictions for the current calibration, made once per refit."""
+    _estimates_before: list[Estimate] | None = field(default=None, init=False, repr=False)
+    """The last predictions: their memory, which no fit changes, is not computed again."""
     _layouts: list[str] = field(init=False, repr=False)
     """Each candidate's key with NCCL's own choices: the config NCCL knobs would refine."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
@@ -166,7 +169,12 @@ class GuidedSearch:
     ) -> list[tuple[float, Estimate, float]]:
         """(optimistic log tokens/s, estimate, uncertainty) for every config still open."""
         if self._estimates is None:
-            self._estimates = [self._estimate(c) for c in self.candidates]
+            before = self._estimates_before
+            self._estimates = [
+                self._estimate(c, before[i].memory if before else None)
+                for i, c in enumerate(self.candidates)
+            ]
+            self._estimates_before = self._estimates
         distances, anchors = self._nearest()
         refine = self._refinement_anchor()
         bar = (
@@ -234,9 +242,9 @@ class GuidedSearch:
         config, measured = self.leader_measured
         return math.log(measured / self._estimate(config).tokens_per_s)
 
-    def _estimate(self, config: TrainConfig) -> Estimate:
+    def _estimate(self, config: TrainConfig, memory: MemoryBreakdown | None = None) -> Estimate:
         p = self.problem
-        return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
+        return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration, memory)
 
     def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: how many knobs it differs by from its nearest measured config, and
