@@ -88,8 +88,8 @@ class Problem:
         if "dp" in overrides and overrides["dp"] != config.dp:
             raise InputError(
                 f"--config: dp={overrides['dp']} but the world size "
-                f"{self.cluster.world_size} with tp={config.tp}, pp={config.pp} "
-                f"gives dp={config.dp}"
+                f"{self.cluster.world_size} with tp={config.tp}, pp={config.pp}, "
+                f"cp={config.cp} gives dp={config.dp}"
             )
         broken = first_violation(config, self.workload, self.cluster, self.rules)
         if broken is not None:
@@ -152,6 +152,12 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
     if job.framework == "megatron":
         workload = megatron_job.workload_from_command(job.command, job.name)
         space = _derived(space, problem, workload)
+        if megatron_job.runs_local_attention(job.command):
+            space = dataclasses.replace(
+                space,
+                values={**space.values, "cp": (1,)},
+                origins={**space.origins, "cp": "--transformer-impl local: no context parallel"},
+            )
     elif job.framework == "deepspeed":
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
         space = _derived(space, problem, workload, DEEPSPEED_KNOBS)

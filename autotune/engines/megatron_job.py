@@ -113,6 +113,12 @@ def _int_flag(argv: Sequence[str], flag: str, default: int | None = None) -> int
         raise InputError(f"{flag} {value!r}: expected a whole number") from None
 
 
+def runs_local_attention(argv: Sequence[str]) -> bool:
+    """`--transformer-impl local`: megatron-core's own attention, which has no context
+    parallelism."""
+    return flag_value(argv, "--transformer-impl") == "local"
+
+
 def workload_from_command(argv: Sequence[str], name: str) -> Workload:
     """The model and global batch the command trains, as Megatron-LM's arguments.py reads
     them (its default MLP width included)."""
@@ -121,6 +127,13 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
             raise InputError(
                 f"{flag}: tuning {what} in a Megatron-LM command is not supported yet"
             )
+    if has_flag(argv, "--hierarchical-context-parallel-sizes") or flag_value(
+        argv, "--cp-comm-type"
+    ) not in (None, "p2p"):
+        raise InputError(
+            "--cp-comm-type/--hierarchical-context-parallel-sizes: autotune tunes cp with "
+            "Megatron's default p2p ring; drop them from the command"
+        )
     hidden = _int_flag(argv, "--hidden-size")
     heads = _int_flag(argv, "--num-attention-heads")
     swiglu = has_flag(argv, "--swiglu")

@@ -1,7 +1,7 @@
 """Collective time on a cluster: NCCL's model on GPU fabrics, alpha-beta rings on gloo hosts.
 
-Groups are placed as Megatron orders ranks (tp innermost, then dp, then pp), so a group's
-stride decides how many of its ranks share a node.
+Groups are placed as Megatron orders ranks (tp innermost, then cp, dp, then pp), so a group's
+stride decides how many of its ranks share an NVLink domain.
 """
 
 from __future__ import annotations

@@ -237,8 +237,9 @@ def _context_parallel(
     def send(nbytes: float) -> float:
         return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale)
 
-    # Attention FLOPs of one block (this rank's queries against one rank's keys), forward.
-    block = 2 * c.mbs * w.seq_length * 2 * w.seq_length * w.hidden_size / (c.tp * c.cp * c.cp)
+    # Attention FLOPs of one ring step, forward: this rank's s/cp queries against another's
+    # s/cp keys (QK^T and AV), half of them masked under causal load balancing.
+    block = 2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.hidden_size / c.tp
     forward = max(0.0, send(kv_bytes) - block / rate)
     backward = max(0.0, send(2 * kv_bytes) - 2 * block / rate)
     return (c.cp - 1) * (forward + backward)

@@ -69,7 +69,10 @@ def trial_note(
             "communication",
             _seconds(profile.get("comm_s")),
             _seconds(
-                sum(step.get(k, 0.0) for k in ("tp_comm_s", "pp_p2p_s", "dp_exposed_s"))
+                sum(
+                    step.get(k, 0.0)
+                    for k in ("tp_comm_s", "pp_p2p_s", "cp_comm_s", "dp_exposed_s")
+                )
                 if step
                 else None
             ),

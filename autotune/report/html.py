@@ -251,7 +251,12 @@ def _time_split(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.
         if profile:
             rows.append((f"#{n} measured", profile["compute_s"], profile["comm_s"], 0.0))
         if predicted:
-            comm = predicted["tp_comm_s"] + predicted["pp_p2p_s"] + predicted["dp_exposed_s"]
+            comm = (
+                predicted["tp_comm_s"]
+                + predicted["pp_p2p_s"]
+                + predicted.get("cp_comm_s", 0.0)  # studies from before context parallelism
+                + predicted["dp_exposed_s"]
+            )
             rows.append(
                 (f"#{n} predicted", predicted["compute_s"], comm, predicted["pp_bubble_s"])
             )

@@ -68,8 +68,9 @@ GENERIC_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "sp_seq_divisible_by_tp",
-        "sequence parallelism needs the sequence length divisible by tp",
-        lambda c, w, _: not c.sp or w.seq_length % c.tp == 0,
+        "sequence parallelism needs each context-parallel rank's share of the sequence "
+        "divisible by tp",
+        lambda c, w, _: not c.sp or (w.seq_length // c.cp) % c.tp == 0,
     ),
     Rule(
         "nccl_knobs_need_nccl",

@@ -49,7 +49,7 @@ def load_space(path: Path, engine: str, engine_knobs: Collection[str]) -> Search
         if name not in KNOBS:
             raise InputError(f"{where}: unknown knob; knobs: {', '.join(KNOBS)}")
         if name == "dp":
-            raise InputError(f"{where}: dp is derived from the world size, tp and pp; drop it")
+            raise InputError(f"{where}: dp is derived from the world size, tp, pp and cp; drop it")
         if name not in engine_knobs:
             raise InputError(f"{where}: the {engine} engine does not use this knob")
         options = options if isinstance(options, list) else [options]

@@ -161,6 +161,12 @@ def test_megatron_trial_command_is_one_megatron_lm_parses_with_the_trials_config
         assert argv.count(flag) == 1, f"{flag} given twice"
 
 
+def test_a_megatron_command_with_another_cp_communication_is_refused() -> None:
+    for extra in (["--cp-comm-type", "a2a"], ["--hierarchical-context-parallel-sizes", "2", "2"]):
+        with pytest.raises(InputError, match="p2p ring"):
+            megatron_job.workload_from_command([*PRETRAIN, *extra], "x")
+
+
 def test_a_megatron_command_with_context_parallelism_is_tuned_with_the_trials_cp() -> None:
     command = [*PRETRAIN, "--context-parallel-size", "2"]
     for cp in (1, 4):

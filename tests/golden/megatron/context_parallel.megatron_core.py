@@ -3,6 +3,10 @@ DistributedDataParallel and get_megatron_optimizer in your training script.
 Under bf16 or fp16, wrap each GPTModel in
 megatron.core.transformer.module.Float16Module(transformer_config, model) before
 DistributedDataParallel, as Megatron-LM's get_model does: the measured trials did.
+Context parallel: call parallel_state.initialize_model_parallel(...,
+context_parallel_size=2) and give each rank its share of every batch
+with megatron.core.utils.get_batch_on_this_cp_rank, as Megatron-LM's
+get_batch does; attention must be Transformer Engine's.
 """
 
 import torch
