@@ -153,11 +153,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         workload = megatron_job.workload_from_command(job.command, job.name)
         space = _derived(space, problem, workload)
         if megatron_job.runs_local_attention(job.command):
-            space = dataclasses.replace(
-                space,
-                values={**space.values, "cp": (1,)},
-                origins={**space.origins, "cp": "--transformer-impl local: no context parallel"},
-            )
+            space = space.pinned("cp", 1, "--transformer-impl local: no context parallel")
     elif job.framework == "deepspeed":
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
         space = _derived(space, problem, workload, DEEPSPEED_KNOBS)

@@ -281,11 +281,19 @@ def nemo_grid(world: World, budget: int) -> list[str]:
 
 
 # --- scoring -----------------------------------------------------------------------------
+REGRET_AT = (5, 10, 12, 20)
+STOP_REGRET = 0.03
+"""A search that stops on its own rule with more regret than this stopped too soon."""
+
+
 @dataclass(frozen=True)
 class Score:
     trials_to_2pct: float
     seconds_to_2pct: float
     regret: dict[int, float]
+    stopped_regret: float | None
+    """The regret when the strategy stopped before its budget (its own stop rule); None when
+    it ran the whole budget."""
 
 
 def score(world: World, ran: list[str], budget: int) -> Score:
@@ -296,12 +304,12 @@ def score(world: World, ran: list[str], budget: int) -> Score:
         running_best = max(running_best, world.truth.get(key) or 0.0)
         if found_at == math.inf and running_best >= best * 0.98:
             found_at, at_found = i, seconds
-        for n in (5, 10, 20):
-            if i == n:
-                regret[n] = 1 - running_best / best
-    for n in (5, 10, 20):
-        regret.setdefault(n, 1 - running_best / best)  # a strategy that stopped early
-    return Score(found_at, at_found, regret)
+        if i in REGRET_AT:
+            regret[i] = 1 - running_best / best
+    final = 1 - running_best / best
+    for n in REGRET_AT:
+        regret.setdefault(n, final)  # a strategy that stopped early
+    return Score(found_at, at_found, regret, final if len(ran) < budget else None)
 
 
 def main() -> None:
@@ -349,6 +357,10 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
+def _stopped_above(scores: list[Score]) -> int:
+    return sum(x.stopped_regret is not None and x.stopped_regret > STOP_REGRET for x in scores)
+
+
 def _median(values: list[float]) -> str:
     m = statistics.median(values)
     return "never" if m == math.inf else f"{m:.0f}" if m >= 10 else f"{m:.1f}"
@@ -374,18 +386,20 @@ def report(rows: list[tuple[str, int, dict[str, list[Score]]]], args: argparse.N
         lines += [
             f"## {name}: {size} configs",
             "",
-            "| strategy | trials to 2% | trial-seconds to 2% | regret @5 | @10 | @20 |",
-            "|---|---|---|---|---|---|",
+            "| strategy | trials to 2% | trial-seconds to 2% | regret @5 | @10 | @12 | @20 "
+            f"| stopped above {STOP_REGRET:.0%} regret |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for strategy, s in scores.items():
             lines.append(
                 f"| {strategy} | {_median([x.trials_to_2pct for x in s])} | "
                 f"{_median([x.seconds_to_2pct for x in s])} | "
-                + " | ".join(
-                    f"{statistics.median(x.regret[n] for x in s):.1%}" for n in (5, 10, 20)
-                )
-                + " |"
+                + " | ".join(f"{statistics.median(x.regret[n] for x in s):.1%}" for n in REGRET_AT)
+                + f" | {_stopped_above(s)} of {len(s)} |"
             )
+        guided_12 = statistics.median(x.regret[12] for x in scores["guided"])
+        tpe_12 = statistics.median(x.regret[12] for x in scores["tpe"])
+        stopped = _stopped_above(scores["guided"])
         guided = statistics.median(x.trials_to_2pct for x in scores["guided"])
         tpe = statistics.median(x.trials_to_2pct for x in scores["tpe"])
         rnd = statistics.median(x.trials_to_2pct for x in scores["random"])
@@ -398,6 +412,12 @@ def report(rows: list[tuple[str, int, dict[str, list[Score]]]], args: argparse.N
                 ""
                 if "replayed" in name
                 else f"; guided <= 12: {'met' if guided <= 12 else 'not met'}"
+                f"; guided's median regret after 12 trials <= {STOP_REGRET:.0%} and below "
+                f"TPE's ({guided_12:.1%} vs {tpe_12:.1%}): "
+                f"{'met' if guided_12 <= STOP_REGRET and guided_12 < tpe_12 else 'not met'}"
+                f"; guided stops above {STOP_REGRET:.0%} regret in at most 1 of "
+                f"{len(scores['guided'])} seeds ({stopped}): "
+                f"{'met' if stopped <= 1 else 'not met'}"
             )
             + ".",
             "",

@@ -11,6 +11,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Everything a test starts (autotune, an exported train.sh, a SLURM job) finds this Python's
+# tools first, as in an activated venv: DeepSpeed compiles its CPU ops with the ninja on PATH,
+# and a system ninja of another version would rebuild them (2 minutes on 2 cores) each time
+# the tests switched from one to the other.
+os.environ["PATH"] = os.pathsep.join(
+    filter(None, [str(Path(sys.executable).parent), os.environ.get("PATH")])
+)
+
 
 def autotune(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600

@@ -158,8 +158,11 @@ def step_time(
     kinds = {(layers, r == c.pp - 1) for r, layers in enumerate(split.rank_layers)}
     paces = [_rank_pace(w, c, layers, last, rate, per_collective) for layers, last in kinds]
     per_micro_compute, recompute_fwd, per_micro_tp = max(paces, key=lambda p: p[0] + p[2])
-    per_micro = per_micro_compute + per_micro_tp
-    bubble = (c.pp - 1) / c.vpp * per_micro
+    busiest = max(split.rank_layers)
+    per_micro_cp = busiest * _context_parallel(w, c, cluster, cal, rate)
+    # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
+    # context-parallel exchange included.
+    bubble = (c.pp - 1) / c.vpp * (per_micro_compute + per_micro_tp + per_micro_cp)
     pp_group = comm.place(c.pp, c.tp * c.cp * c.dp, domain)
     link = cluster.intra_link if pp_group.nodes == 1 else cluster.inter_link
     p2p_bytes = activation / (c.tp if c.tp > 1 else 1)
@@ -172,8 +175,7 @@ def step_time(
         * (link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
     )
 
-    busiest = max(split.rank_layers)
-    cp = micro * busiest * _context_parallel(w, c, cluster, cal, rate)
+    cp = micro * per_micro_cp
     dp_comm, dp_exposed = _data_parallel(
         w, c, cluster, engine, cal, micro, per_micro_compute, split.rank_layers
     )

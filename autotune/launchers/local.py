@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.launchers.warm_pool import WarmPool, pool_key
+from autotune.problem import Problem
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 POLL_S = 0.5
 """How often a running trial's time limit is checked (its exit wakes the wait at once)."""
+
+
+def has_transformer_engine() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
 
 
 class LocalLauncher(Launcher):
@@ -29,6 +33,14 @@ class LocalLauncher(Launcher):
 
     def __init__(self) -> None:
         self._pool: WarmPool | None = None
+
+    def narrow(self, problem: Problem) -> Problem:
+        """Without Transformer Engine here, no context parallelism: megatron-core's own
+        attention has none, so every cp > 1 trial would crash."""
+        if has_transformer_engine():
+            return problem
+        why = "this host has no Transformer Engine, which context parallelism needs"
+        return dataclasses.replace(problem, space=problem.space.pinned("cp", 1, why))
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [
@@ -84,12 +96,4 @@ def launch_environment(trial_env: dict[str, str]) -> dict[str, str]:
     """This process's environment without NCCL settings of its own, this Python's tools
     first, and the trial's variables."""
     inherited = {k: v for k, v in os.environ.items() if k not in NCCL_TUNED}
-    return {**inherited, "PATH": python_bin_first(inherited.get("PATH", "")), **trial_env}
-
-
-def python_bin_first(path: str) -> str:
-    """PATH with this Python's scripts folder first, so every trial compiles engine ops with
-    the same tools (DeepSpeed's ninja from its own dependencies, not the system's): ninja
-    versions hash commands differently, and alternating them rebuilt DeepSpeed's CPU ops
-    (30-60 s here) in every trial."""
-    return os.pathsep.join(filter(None, [str(Path(sys.executable).parent), path]))
+    return {**inherited, "PATH": torchrun.python_bin_first(inherited.get("PATH", "")), **trial_env}

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.errors import InputError
+from autotune.launchers import torchrun
 from autotune.launchers.base import (
     LOG_FILE,
     Launcher,
@@ -139,7 +140,11 @@ class SlurmLauncher(Launcher):
     def _run_once(self, request: LaunchRequest) -> LaunchOutcome:
         heartbeat = request.folder / HEARTBEAT_FILE
         heartbeat.touch()
-        env = {**os.environ, LAUNCH_EPOCH_ENV: repr(time.time())}
+        env = {
+            **os.environ,
+            "PATH": torchrun.python_bin_first(os.environ.get("PATH", "")),
+            LAUNCH_EPOCH_ENV: repr(time.time()),
+        }
         submitted = time.monotonic()
         started: float | None = None
         proc: subprocess.Popen[bytes] | None = None

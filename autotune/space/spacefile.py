@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,14 @@ class SearchSpace:
     source: str = ""
     origins: dict[str, str] = field(default_factory=dict, hash=False)
     """Where a knob's values came from when not from `source` (`space.derive`)."""
+
+    def pinned(self, knob: str, value: Any, why: str) -> SearchSpace:
+        """This space with `knob` held at `value` where it offered more, and why."""
+        if self.values.get(knob, (value,)) == (value,):
+            return self
+        return replace(
+            self, values={**self.values, knob: (value,)}, origins={**self.origins, knob: why}
+        )
 
 
 def default_space_path(engine: str) -> Path:

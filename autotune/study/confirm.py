@@ -152,7 +152,13 @@ def contenders(study: optuna.Study) -> list[Standing]:
         return []
     between = study_spread(study)
     best = ranked[0]
-    close = [s for s in ranked[1:CONTENDERS] if not _settled(best, s, between)]
+    if between is None and best.repeats == 0:
+        # Nothing yet says how far launches of one config differ: a lead of any size may be
+        # one lucky launch. The first round measures that spread on the best two.
+        close = ranked[1:2]
+    else:
+        unsettled = [s for s in ranked[1:] if not _settled(best, s, between)]
+        close = unsettled[: CONTENDERS - 1]
     baseline = nccl_baseline(best, ranked)
     if (
         baseline is not None

@@ -25,6 +25,7 @@ from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import confirm
 from autotune.study.guided import GuidedSearch
+from autotune.study.noise import early_stop_margin
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.storage import (
     StudyRef,
@@ -65,7 +66,8 @@ class Budget:
     timeout_per_trial_s: float = 600.0
     early_stop_margin: float | None = 0.10
     """Stop measuring a trial once its step time is surely slower than the best so far by
-    this fraction (`trial.length`); None turns early stopping off."""
+    this fraction, or by what two launches differ by where that is more
+    (`noise.early_stop_margin`, `trial.length`); None turns early stopping off."""
     confirm: bool = True
     """Re-measure leaders within noise of each other with longer trials before naming one."""
 
@@ -274,7 +276,11 @@ class _Search:
         steps = dataclasses.replace(
             self.settings.steps,
             best_s=best_step_time(self.study),
-            margin=self.budget.early_stop_margin,
+            margin=(
+                early_stop_margin(self.budget.early_stop_margin, self.study)
+                if self.budget.early_stop_margin is not None
+                else None
+            ),
         )
         record = run_one(
             p, self.ref, self.study, trial, config, key, self.launcher, steps,

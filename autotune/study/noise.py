@@ -27,6 +27,10 @@ UNKNOWN_BETWEEN = 0.05
 shared machine shows (results/bench/repeatability.md); a trial's own spread is far smaller."""
 PRIOR_DOF = 20
 """The most degrees of freedom a cluster's saved spread counts for in the next study."""
+STOP_Z = 2.33
+"""Standard deviations of the difference between two launches that early stopping allows
+for (99% one-sided): a trial is stopped as slower only beyond what launches differ by, even
+against a best that is the luckiest of a few launches."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,22 @@ def study_spread(study: optuna.Study) -> Spread | None:
     prior = Spread(**stored) if stored else None
     own = between_trials(study)
     return own.pooled(prior) if own is not None else prior
+
+
+def early_stop_margin(base: float, study: optuna.Study) -> float:
+    """How much slower than the best step time so far a trial must surely be to stop.
+
+    The trial's level and the best's each carry one launch's between-trial noise (and the
+    best, a minimum over launches, is lucky more often than not), so the margin is at least
+    what two launches of one config differ by at `STOP_Z`: with 10% between trials, 39%.
+    Before any repeat, a measured study assumes a shared machine's `UNKNOWN_BETWEEN`."""
+    known = study_spread(study)
+    if known is not None:
+        sd = known.relative
+    else:
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        sd = UNKNOWN_BETWEEN if any(t.user_attrs.get(SOURCE) == "measured" for t in trials) else 0
+    return max(base, math.expm1(STOP_Z * sd * math.sqrt(2)))
 
 
 def read_spread(path: Path) -> Spread | None:

@@ -73,4 +73,7 @@ def test_pooled_trials_are_independent_and_a_crash_starts_a_fresh_pool(
     assert first.peak_memory_bytes and after.peak_memory_bytes and wide_run.peak_memory_bytes
     grown = after.peak_memory_bytes - first.peak_memory_bytes
     assert grown < 0.25 * (wide_run.peak_memory_bytes - first.peak_memory_bytes)
-    assert 1 / 1.5 < after.step_time_s / first.step_time_s < 1.5  # this machine's noise
+    # Each trial's fastest step: what the config costs when no other process interferes
+    # (a median of a few 40 ms steps moved 1.5x on this shared machine).
+    assert first.step_time_min_s and after.step_time_min_s
+    assert 1 / 1.5 < after.step_time_min_s / first.step_time_min_s < 1.5

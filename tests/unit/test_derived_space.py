@@ -69,3 +69,19 @@ def test_a_space_file_narrows_a_derived_knob(tmp_path: Path) -> None:
     assert problem.space.values["tp"] == (2,)
     assert problem.space.origins["tp"] == str(space)
     assert problem.space.values["pp"] == (1, 2, 4, 8, 16)  # derived: divides 16 and 32
+
+
+def test_local_trials_without_transformer_engine_keep_cp_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """megatron-core's own attention has no context parallelism: on a host without Transformer
+    Engine every cp > 1 trial would crash, so the local launcher leaves them out up front."""
+    from autotune.launchers import local
+
+    problem = load_problem("megatron", "llama3-70b-64k", "dgx-h100:2")
+    assert max(problem.space.values["cp"]) > 1
+    monkeypatch.setattr(local, "has_transformer_engine", lambda: False)
+    narrowed = local.LocalLauncher().narrow(problem)
+    assert narrowed.space.values["cp"] == (1,)
+    assert "Transformer Engine" in narrowed.space.origins["cp"]
+    assert narrowed.enumerate().require_some().valid

@@ -1,0 +1,250 @@
+"""Do the study's verdicts hold when launches of one config differ by 5, 10 or 20%?
+
+Simulated worlds (scripts/bench_search.py: the model's prediction moved by a seeded,
+config-dependent error and a compute/communication bias, so the search's model is not the
+truth), measured step by step: each trial draws its launch's level (the config's truth times
+exp(N(0, noise)), afresh per trial) and then step times around it (2% jitter), and measures
+them under the worker's own rule (`trial.length.stopped_for`, with the step time to beat and
+the margin the study hands the trial), so early stopping acts as in a real trial. The study is
+the default one (guided search, 8 trials, confirmation of leaders by interleaved repeats).
+
+Per noise level, over the seeds: how often the winner's true throughput is within 2% of the
+world's best, as the study names it (its standing: the mean over the trial and repeats) and
+as the best single trial would (no confirmation: what autotune named before repeats); how
+often the world's best config, run by the search, had a trial stopped early as slower, with
+the study's noise-aware margin (`noise.early_stop_margin`) and, on the same step draws, with
+a fixed 10% margin; and the trials each verdict costs. Writes results/bench/noisy_worlds.md.
+
+    .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--noise 0.05,0.1,0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_search import World, _Quiet, simulated_world  # noqa: E402
+
+from autotune.estimate.steptime import DEFAULT_CALIBRATION  # noqa: E402
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
+from autotune.report.table import best_standing  # noqa: E402
+from autotune.space import config_key  # noqa: E402
+from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
+from autotune.study.storage import StudyRef  # noqa: E402
+from autotune.study.trial_attrs import CONFIG_KEY, CONFIRMS  # noqa: E402
+from autotune.trial.length import stopped_for  # noqa: E402
+from autotune.trial.result import TrialResult  # noqa: E402
+from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD = ("torch", "llama3-8b", "dgx-h100:4")
+WITHIN = 0.02
+"""Jitter of one step around its launch's level."""
+FIXED_MARGIN = 0.10
+"""Early stopping's margin before it took the between-trial noise into account."""
+WARMUP_STEPS = 5
+OVERHEAD_S = 90.0
+"""Launch, imports and initialisation of a real large-model trial (as bench_search)."""
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+@dataclass
+class StepwiseLauncher(Launcher):
+    """A noisy world measured step by step under the worker's stopping rule."""
+
+    world: World
+    noise: float
+    seed: int
+    stopped: dict[str, list[tuple[str | None, str | None]]] = field(default_factory=dict)
+    """Per config: (why its trial stopped, why it would have with the fixed margin)."""
+    seconds: float = 0.0
+
+    name = "stepwise"
+    source = "measured"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["echo", "simulated world, measured step by step"]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        key = config_key(spec.config)
+        truth = self.world.truth.get(key)
+        if not truth:
+            return LaunchOutcome(kind="oom", error="simulated out of memory", wall_s=OVERHEAD_S)
+        rng = random.Random(f"{self.seed}:{request.folder.name}:{key}")
+        level = spec.workload.tokens_per_step / truth * math.exp(rng.gauss(0.0, self.noise))
+        plan = spec.steps
+        fixed = replace(plan, margin=FIXED_MARGIN) if plan.margin is not None else plan
+        steps: list[float] = []
+        why = would = None
+        while why is None:
+            steps.append(level * math.exp(rng.gauss(0.0, WITHIN)))
+            why = stopped_for(steps, plan)
+            would = would or stopped_for(steps, fixed)
+        self.stopped.setdefault(key, []).append((why, would))
+        step = statistics.fmean(steps)
+        wall = OVERHEAD_S + (WARMUP_STEPS + len(steps)) * step
+        self.seconds += wall
+        result = TrialResult(
+            source="measured",
+            step_time_s=step,
+            tokens_per_s=spec.workload.tokens_per_step / step,
+            tflops_per_device=0.0,
+            mfu=None,
+            step_time_stdev_s=statistics.stdev(steps),
+            step_times_s=tuple(steps),
+            measured_steps=len(steps),
+            stopped_for=why,
+        )
+        result.write(request.folder)
+        return LaunchOutcome(kind="ok", error=None, wall_s=wall, result=result)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One seed's study in one noisy world."""
+
+    regret: float
+    """1 - the named winner's true throughput / the world's best."""
+    regret_single: float
+    """The same for the best single trial of the search (no confirmation)."""
+    best_ran: bool
+    best_stopped: bool
+    """The world's best config had a trial stopped early as slower."""
+    best_stopped_fixed: bool
+    """... or would have, with the fixed 10% margin, on the same step draws."""
+    search_trials: int
+    repeats: int
+    seconds: float
+    seconds_search: float
+
+
+def run(world: World, noise: float, seed: int) -> Outcome:
+    launcher = StepwiseLauncher(world, noise, seed)
+    study = optuna.create_study(direction="maximize")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_study(
+            world.problem,
+            study,
+            ref=StudyRef(name="bench", storage_url="memory", folder=Path(tmp)),
+            launcher=launcher,
+            progress=_Quiet(),
+            settings=SearchSettings(
+                budget=Budget(),
+                seed=seed,
+                calibration=DEFAULT_CALIBRATION[world.problem.cluster.device.generation],
+            ),
+        )
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    search = [t for t in done if CONFIRMS not in t.user_attrs and t.value]
+    repeats = [t for t in done if CONFIRMS in t.user_attrs]
+    standing = best_standing(study)
+    assert standing is not None
+    named = standing.trial.user_attrs[CONFIG_KEY]
+    single = max(search, key=lambda t: t.value or 0.0).user_attrs[CONFIG_KEY]
+    best_key = max(world.truth, key=lambda k: world.truth[k] or 0.0)
+    best_trials = launcher.stopped.get(best_key, [])
+    per_trial = launcher.seconds / max(1, len(done))
+    return Outcome(
+        regret=1 - (world.truth[named] or 0.0) / world.best,
+        regret_single=1 - (world.truth[single] or 0.0) / world.best,
+        best_ran=bool(best_trials),
+        best_stopped=any(why == "slower" for why, _ in best_trials),
+        best_stopped_fixed=any(would == "slower" for _, would in best_trials),
+        search_trials=len(search),
+        repeats=len(repeats),
+        seconds=launcher.seconds,
+        seconds_search=launcher.seconds - per_trial * len(repeats),
+    )
+
+
+def _share(flags: list[bool]) -> str:
+    return f"{sum(flags)} of {len(flags)} ({sum(flags) / len(flags):.0%})"
+
+
+def report(rows: list[tuple[float, list[Outcome]]], args: argparse.Namespace, took: float) -> str:
+    lines = [
+        "# Verdicts in noisy worlds",
+        "",
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
+        f"scripts/bench_noisy_worlds.py --seeds {args.seeds} --noise {args.noise}` in "
+        f"{took:.0f} s. Simulated, not measured: the {WORLD[1]} on {WORLD[2]} world of "
+        f"bench_search.py ({WORLD[0]} engine, its truth the model moved by a seeded "
+        "config-dependent error and a compute/communication bias), each trial a launch whose "
+        f"level is its config's truth times exp(N(0, noise)), measured step by step ({WITHIN:.0%} "
+        "jitter) under the worker's stopping rule. The default study: guided search, 8 "
+        "trials, leaders confirmed by interleaved repeats. 'Named' is the study's winner "
+        "(mean over its trial and repeats); 'single trial' the best single search trial, "
+        "what autotune named before confirmation. Early stopping: the world's best config "
+        "had a trial stopped as slower, with the study's noise-aware margin and, on the same "
+        f"step draws, with a fixed {FIXED_MARGIN:.0%} margin (counted over the seeds whose "
+        "search ran it). Trial-seconds charge "
+        f"{OVERHEAD_S:.0f} s + {WARMUP_STEPS} warm-up steps + the measured steps per trial.",
+        "",
+        "| noise | seeds | named within 2% | single trial within 2% | regret named (median, max) "
+        "| best config ran | best stopped early | with a fixed 10% margin | search trials "
+        "| repeats (median) | trial-seconds (median): with repeats / search only |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for noise, outcomes in rows:
+        ran = [o for o in outcomes if o.best_ran]
+        lines.append(
+            f"| {noise:.0%} | {len(outcomes)} "
+            f"| {_share([o.regret <= 0.02 for o in outcomes])} "
+            f"| {_share([o.regret_single <= 0.02 for o in outcomes])} "
+            f"| {statistics.median(o.regret for o in outcomes):.1%}, "
+            f"{max(o.regret for o in outcomes):.1%} "
+            f"| {len(ran)} of {len(outcomes)} "
+            f"| {_share([o.best_stopped for o in ran]) if ran else '-'} "
+            f"| {_share([o.best_stopped_fixed for o in ran]) if ran else '-'} "
+            f"| {statistics.median(o.search_trials for o in outcomes):g} "
+            f"| {statistics.median(o.repeats for o in outcomes):g} "
+            f"| {statistics.median(o.seconds for o in outcomes):,.0f} / "
+            f"{statistics.median(o.seconds_search for o in outcomes):,.0f} |"
+        )
+    ten = next((o for n, o in rows if math.isclose(n, 0.10)), None)
+    if ten is not None:
+        named = sum(o.regret <= 0.02 for o in ten) / len(ten)
+        ran = [o for o in ten if o.best_ran]
+        stopped = sum(o.best_stopped for o in ran) / len(ran) if ran else 0.0
+        lines += [
+            "",
+            f"Goals at 10% noise: the winner within 2% of the best in at least 90% of seeds: "
+            f"{named:.0%}, {'met' if named >= 0.9 else 'not met'}; the true best stopped early "
+            f"in at most 5%: {stopped:.0%}, {'met' if stopped <= 0.05 else 'not met'}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--noise", default="0.05,0.1,0.2")
+    parser.add_argument("--out", type=Path, default=REPO / "results/bench/noisy_worlds.md")
+    args = parser.parse_args()
+    started = time.monotonic()
+    rows = []
+    for noise in (float(n) for n in args.noise.split(",")):
+        outcomes = []
+        for seed in range(args.seeds):
+            outcomes.append(run(simulated_world(*WORLD, seed=seed), noise, seed))
+        rows.append((noise, outcomes))
+        print(noise, [round(o.regret, 3) for o in outcomes], flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(rows, args, time.monotonic() - started))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
