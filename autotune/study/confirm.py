@@ -217,15 +217,15 @@ def confirm(
     limit: int | None = None,
 ) -> list[int]:
     """Rounds of one repeat per contender, the order rotated each round, while contenders
-    remain, `time_left()` and fewer than `limit` repeats ran; returns the repeats' trial
-    numbers. Another worker may take the queued trial (Optuna hands out the oldest waiting
+    remain (a config leaves them at `REPEATS` repeats), `time_left()` and fewer than
+    `limit` repeats ran; returns the repeats' trial numbers. Another worker may take the queued trial (Optuna hands out the oldest waiting
     one): a trial that is not this contender's repeat is given back as pruned."""
     numbers: list[int] = []
-    for round_ in range(REPEATS):
-        group = contenders(study)
-        if not group:
-            break
-        shift = round_ % len(group)
+    round_ = 0
+    # Rounds go on while contenders have repeats left (each has at most `REPEATS`), so a
+    # config that takes the lead late, after the first leader's repeats, is repeated too.
+    while group := contenders(study):
+        shift, round_, before = round_ % len(group), round_ + 1, len(numbers)
         for standing in group[shift:] + group[:shift]:
             if not time_left() or (limit is not None and len(numbers) >= limit):
                 return numbers
@@ -240,4 +240,6 @@ def confirm(
                 continue
             run(trial, standing.config)
             numbers.append(trial.number)
+        if len(numbers) == before:  # every contender's repeat is another worker's
+            break
     return numbers

@@ -173,3 +173,24 @@ def test_a_queued_repeat_another_worker_skipped_does_not_block_one() -> None:
     skipped.set_user_attr("confirms", a)
     study.tell(skipped, state=optuna.trial.TrialState.PRUNED)
     assert firsts(study) == [a, b]
+
+
+def test_a_config_that_takes_the_lead_after_the_first_rounds_is_repeated_too() -> None:
+    """Four close configs on a cluster whose launches differ by 5%: the leader and the two
+    runners-up closest to it hold up for two rounds of repeats and fall back on the third,
+    leaving the fourth, measured once, in front; it is repeated before it is named."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
+    a, b, c, d = (measured(study, v) for v in (104.0, 101.0, 100.5, 99.0))
+    repeats = {a: [103.0, 103.0, 80.0], b: [100.0, 100.0, 92.0], c: [100.0, 100.0, 92.0]}
+    repeats[d] = [99.0] * REPEATS
+
+    def run(trial: optuna.Trial, config: TrainConfig) -> None:
+        for key, value in attrs(1.0, 0.001, config).items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, repeats[trial.user_attrs["confirms"]].pop(0))
+
+    confirm(study, lambda _: {}, {}, run)
+    winner = standings(study)[0]
+    assert winner.first == d
+    assert winner.repeats >= 1
