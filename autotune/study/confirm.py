@@ -218,8 +218,9 @@ def confirm(
 ) -> list[int]:
     """Rounds of one repeat per contender, the order rotated each round, while contenders
     remain (a config leaves them at `REPEATS` repeats), `time_left()` and fewer than
-    `limit` repeats ran; returns the repeats' trial numbers. Another worker may take the queued trial (Optuna hands out the oldest waiting
-    one): a trial that is not this contender's repeat is given back as pruned."""
+    `limit` repeats ran; returns the repeats' trial numbers. Another worker may take the
+    queued trial (Optuna hands out the oldest waiting one): a trial that is not this
+    contender's repeat is given back as pruned."""
     numbers: list[int] = []
     round_ = 0
     # Rounds go on while contenders have repeats left (each has at most `REPEATS`), so a
