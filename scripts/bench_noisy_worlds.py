@@ -1,4 +1,4 @@
-"""Do the study's verdicts hold when launches of one config differ by 5, 10 or 20%?
+"""Do the study's verdicts hold when launches of one config differ by 0, 5, 10 or 20%?
 
 Simulated worlds (scripts/bench_search.py: the model's prediction moved by a seeded,
 config-dependent error and a compute/communication bias, so the search's model is not the
@@ -15,7 +15,7 @@ often the world's best config, run by the search, had a trial stopped early as s
 the study's noise-aware margin (`noise.early_stop_margin`) and, on the same step draws, with
 a fixed 10% margin; and the trials each verdict costs. Writes results/bench/noisy_worlds.md.
 
-    .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--noise 0.05,0.1,0.2]
+    .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--noise 0,0.05,0.1,0.2]
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def report(rows: list[tuple[float, list[Outcome]]], args: argparse.Namespace, to
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--noise", default="0.05,0.1,0.2")
+    parser.add_argument("--noise", default="0,0.05,0.1,0.2")
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/noisy_worlds.md")
     args = parser.parse_args()
     started = time.monotonic()

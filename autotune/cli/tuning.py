@@ -85,7 +85,10 @@ from autotune.problem import load_problem
     default=0.10,
     show_default=True,
     type=click.FloatRange(0),
-    help="How much slower than the best a trial must be, as a fraction.",
+    help=(
+        "How much slower than the best a trial must surely be to stop early, as a fraction; "
+        "raised to what two launches of one config differ by."
+    ),
 )
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

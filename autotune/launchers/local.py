@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import time
@@ -25,7 +24,13 @@ POLL_S = 0.5
 
 
 def has_transformer_engine() -> bool:
-    return importlib.util.find_spec("transformer_engine") is not None
+    """Imported as the worker imports it: installed but broken (a CUDA or torch mismatch)
+    counts as absent."""
+    try:
+        import transformer_engine  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 
 class LocalLauncher(Launcher):

@@ -158,7 +158,9 @@ def contenders(study: optuna.Study) -> list[Standing]:
         close = ranked[1:2]
     else:
         unsettled = [s for s in ranked[1:] if not _settled(best, s, between)]
-        close = unsettled[: CONTENDERS - 1]
+        # The closest with repeats left; those out of repeats only keep the best repeating.
+        close = [s for s in unsettled if s.repeats < REPEATS][: CONTENDERS - 1]
+        close = close or unsettled[:1]
     baseline = nccl_baseline(best, ranked)
     if (
         baseline is not None
@@ -241,6 +243,6 @@ def confirm(
                 continue
             run(trial, standing.config)
             numbers.append(trial.number)
-        if len(numbers) == before:  # every contender's repeat is another worker's
+        if len(numbers) == before and round_ >= REPEATS:  # each repeat another worker's
             break
     return numbers
