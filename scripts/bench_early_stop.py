@@ -83,8 +83,9 @@ def main() -> None:
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
         f"`.venv/bin/python scripts/bench_early_stop.py --trials {args.trials}`: the tiny "
         "workload, deepspeed on 2 gloo processes, the same configs in the same (grid) order; "
-        "default margin 10%; a trial stops as slower once its median and a one-sided 99.75% "
-        "bound on its mean step time lie above the best plus the margin (trial/length.py). "
+        "default margin 10%, or what two launches differ by where more "
+        "(noise.early_stop_margin); a trial stops as slower once its median and a one-sided "
+        "99.75% bound on its mean step time lie above the best plus the margin (trial/length.py). "
         "Both runs measure each trial until its step time is within 2% (or 8 steps).",
         "",
         "| run | trials | stopped early | total trial seconds | winner | winner tokens/s |",
