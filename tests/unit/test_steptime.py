@@ -97,3 +97,18 @@ def test_pipeline_first_stage_holds_micro_batches_in_flight() -> None:
     per_layer = layer_activation_bytes(W, c)
     first = per_layer * (W.num_layers / 4) * 4 * (1 + 3 / 4)
     assert activation_bytes(W, c, stage_split(W, c, "torch")) == pytest.approx(first)
+
+
+def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> None:
+    """A rank idles (p-1)/v micro-batches of its stage's whole work: with context parallelism
+    that includes the key/value exchange, so a slower link lengthens the bubble; without it
+    (tp 1, the link carries no per-micro-batch traffic) it does not."""
+    w = dataclasses.replace(load_workload("llama3-70b-64k"), global_batch_size=8)
+    fast = load_cluster("dgx-h100:1")
+    link = dataclasses.replace(fast.intra_link, bandwidth_bytes_per_s=1e9)
+    slow = dataclasses.replace(fast, intra_link=link)
+    for cp, grows in ((2, True), (1, False)):
+        c = TrainConfig(pp=2, cp=cp, dp=4 // cp, mbs=1)
+        before = step_time(w, c, fast, "megatron").pp_bubble_s
+        after = step_time(w, c, slow, "megatron").pp_bubble_s
+        assert (after > before * 1.01) is grows, (cp, before, after)
