@@ -1,11 +1,13 @@
-"""The model of a DeepSpeed job tuned without `--model`: one short run of the user's own
-config, whose hook reads the model's shape from the module their script trains, so that the
-estimator plans for their model rather than a stand-in."""
+"""The model of a DeepSpeed job tuned without `--model`: a run of the user's own config, whose
+hook reads the model's shape from the module their script trains, so that the estimator
+plans for their model rather than a stand-in. The run measures the config in full, as the
+study's first trial would: the study takes it as that trial instead of launching it again."""
 
 from __future__ import annotations
 
 import dataclasses
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.engines.model_shape import ModelShape
@@ -13,24 +15,33 @@ from autotune.engines.user_job import ds_precision
 from autotune.errors import InputError, LaunchError
 from autotune.launchers import Launcher
 from autotune.problem import Problem
+from autotune.space import TrainConfig
+from autotune.specs.throughput import throughput
 from autotune.trial import folder as trials
-from autotune.trial.spec import StepPlan
+from autotune.trial.spec import TRIAL_FILE, StepPlan
 
-PROBE_STEPS = StepPlan(
-    min_warmup=1, max_warmup=1, settle_window=1, min_measured=1, measured_steps=1, profile=False
-)
-"""Three optimizer steps: the first (the hook's start), one of warm-up, one timed."""
+
+@dataclass(frozen=True)
+class ModelRead:
+    """The problem planned for the user's model, and the run that read it: a measured trial
+    of `config` (its figures counted for the model read), which the study may take as the
+    trial of that config."""
+
+    problem: Problem
+    shape: ModelShape
+    config: TrainConfig
+    record: trials.TrialRecord
 
 
 def read_model(
-    problem: Problem, launcher: Launcher, folder: Path, timeout_s: float
-) -> tuple[Problem, ModelShape]:
+    problem: Problem, launcher: Launcher, folder: Path, steps: StepPlan, timeout_s: float
+) -> ModelRead:
     """`problem` with the workload read from the user's script (a run in `folder`)."""
     assert problem.job is not None
     config = problem.users_config() or problem.enumerate().require_some().valid[0]
     folder.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="run-", dir=folder))  # workers of one study each
-    spec = problem.trial_spec(config, PROBE_STEPS)
+    spec = problem.trial_spec(config, steps)
     record = trials.run(spec, problem.engine, launcher, folder, timeout_s)
     if record.kind != "ok" or record.result is None:
         raise LaunchError(
@@ -46,4 +57,12 @@ def read_model(
     workload = shape.workload(
         problem.job.name, problem.workload.global_batch_size, ds_precision(problem.job)
     )
-    return dataclasses.replace(problem, workload=workload, reads_model=False), shape
+    problem = dataclasses.replace(problem, workload=workload, reads_model=False)
+    # The run's tokens/s and FLOP/s counted for the model it read, and its trial file too.
+    rate = throughput(workload, problem.cluster, record.result.step_time_s)
+    result = dataclasses.replace(record.result, **dataclasses.asdict(rate))
+    (folder / TRIAL_FILE).write_text(problem.trial_spec(config, steps).to_json())
+    result.write(folder)
+    record = dataclasses.replace(record, result=result)
+    trials.write_outcome(record)
+    return ModelRead(problem, shape, config, record)

@@ -77,15 +77,21 @@ def tune(
     ref = study_ref(
         settings.study_name or default_study_name(problem), settings.storage, settings.results
     )
+    read = None
     if problem.reads_model and launcher.source == "measured":
-        problem, shape = read_model(
-            problem, launcher, ref.folder / "model_probe", settings.budget.timeout_per_trial_s
+        read = read_model(
+            problem,
+            launcher,
+            ref.folder / "model_probe",
+            settings.steps,
+            settings.budget.timeout_per_trial_s,
         )
-        w = problem.workload
+        problem, shape, w = read.problem, read.shape, read.problem.workload
         say(
             f"model read from your script: {shape.parameters / 1e6:,.1f}M parameters, "
             f"about {w.num_layers} layers of width {w.hidden_size}, vocabulary {w.vocab_size}, "
-            f"{w.seq_length} tokens a sequence, {w.precision} (give --model to skip this run)"
+            f"{w.seq_length} tokens a sequence, {w.precision}, in a run of your config that "
+            "is its trial (--model skips reading it)"
         )
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
     say(
@@ -109,6 +115,7 @@ def tune(
                 seed=settings.seed,
                 calibration=calibration,
             ),
+            measured=(read.config, read.record) if read is not None else None,
         )
     finally:
         launcher.close()

@@ -113,10 +113,12 @@ def report(
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
         f"`.venv/bin/python scripts/bench_trial_overhead.py --repeats {repeats}`; "
         "medians over the repeats, seconds, cold and warm trials of each config interleaved "
-        "(the order alternating per repeat). Default step plan: warm-up until the last 2 "
-        "steps lie within 10% of their median (2 to 12 steps, at most 15 s), measured steps "
-        "until the step time's 95% interval is within 2% (3 to 8 steps), 1 profiled step "
-        "(in a study only a trial that could win is profiled).",
+        "(the order alternating per repeat). Default step plan: warm-up until a step is no "
+        "longer more than 10% faster than the one before (2 to 12 steps, at most 15 s; the "
+        "settled steps count as measured, and so does their time), measured steps until the "
+        "step time's 95% interval is within 2% (3 to 8 steps), 1 profiled step (in a study "
+        "only a trial that could win is profiled). A warm rank collects the frozen objects "
+        "too only when the next trial is not already waiting.",
         "",
         "| engine | config | mode | " + " | ".join(PHASES) + " | total | measured share |",
         "|---|---|---|" + "---|" * (len(PHASES) + 2),

@@ -100,7 +100,7 @@ class StepHook:
         was_warm = self.meter.warmed_up
         self.meter.record(seconds)
         if self.meter.warmed_up and not was_warm:
-            self.clock["warmed_up"] = time.time()
+            self.clock["warmed_up"] = self.meter.warmup_ended_at(time.time())
         if not self.meter.done:
             return
         self.clock["measured"] = time.time()

@@ -82,7 +82,7 @@ class LoggedRun:
         was_warm = self.meter.warmed_up
         self.meter.record(seconds)
         if self.meter.warmed_up and not was_warm:
-            self.clock["warmed_up"] = time.time()
+            self.clock["warmed_up"] = self.meter.warmup_ended_at(time.time())
         if self.meter.done:  # written now: a failure in the framework's teardown loses nothing
             self.clock["measured"] = time.time()
             self.result().write(self.folder)

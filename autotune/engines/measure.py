@@ -107,6 +107,11 @@ class StepMeter:
             self.stopped_for = length.stopped_for(self.measured, self.plan)
             self.done = self._decided(self.stopped_for is not None)
 
+    def warmup_ended_at(self, now: float) -> float:
+        """When warm-up ended, in `time.time()` terms, called as it ends: the steps it carried
+        over are measured steps, and their time is time spent measuring."""
+        return now - sum(self.measured[: self.carried])
+
     def wants_profile(self) -> bool:
         """Whether to profile one more step: asked of every rank at once, after measuring."""
         plan = self.plan

@@ -132,7 +132,7 @@ def _run(
 
     while not meter.warmed_up:
         meter.record(timed_step())
-    clock["warmed_up"] = time.time()
+    clock["warmed_up"] = meter.warmup_ended_at(time.time())
     # Model states peak at different moments per engine and stage (ZeRO-1 holds full gradients
     # during accumulation, ZeRO-2 only partitions): tally at each observed point, keep the largest.
     tally: list[StateTally] = []

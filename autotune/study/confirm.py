@@ -27,15 +27,13 @@ from autotune.study.noise import (
     spread,
     study_spread,
 )
+from autotune.study.optuna_private import ask_enqueued
 from autotune.study.storage import INTERRUPTED
 from autotune.study.trial_attrs import (
     CONFIG,
     CONFIRMS,
     KIND,
-    PRUNED_AS,
-    PRUNED_REASON,
     SOURCE,
-    Pruned,
 )
 
 CONTENDERS = 3
@@ -218,28 +216,28 @@ def confirm(
     time_left: Callable[[], bool] = lambda: True,
     limit: int | None = None,
 ) -> list[int]:
-    """Rounds of one repeat per contender, the order rotated each round, while contenders
-    remain (a config leaves them at `REPEATS` repeats), `time_left()` and fewer than
-    `limit` repeats ran; returns the repeats' trial numbers. Another worker may take the
-    queued trial (Optuna hands out the oldest waiting one): a trial that is not this
-    contender's repeat is given back as pruned."""
+    """Rounds of one repeat per contender, the order rotated each round (the best first in
+    a round the limit cuts short), while contenders remain (a config leaves them at
+    `REPEATS` repeats), `time_left()` and fewer than `limit` repeats ran; returns the
+    repeats' trial numbers. Each repeat is asked as the very trial queued for it, so seeds
+    still queued stay queued for the search."""
     numbers: list[int] = []
     round_ = 0
     # Rounds go on while contenders have repeats left (each has at most `REPEATS`), so a
     # config that takes the lead late, after the first leader's repeats, is repeated too.
     while group := contenders(study):
         shift, round_, before = round_ % len(group), round_ + 1, len(numbers)
-        for standing in group[shift:] + group[:shift]:
+        order = group[shift:] + group[:shift]
+        if limit is not None and limit - len(numbers) < len(order):  # the limit cuts it:
+            order = [group[0], *(s for s in order if s is not group[0])]  # the best first
+        for standing in order:
             if not time_left() or (limit is not None and len(numbers) >= limit):
                 return numbers
             if standing.first in _repeats_running(study):
                 continue
-            study.enqueue_trial(params_of(standing.config), user_attrs={CONFIRMS: standing.first})
-            trial = study.ask(distributions)
-            if trial.user_attrs.get(CONFIRMS) != standing.first:
-                trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED)
-                trial.set_user_attr(PRUNED_REASON, "took another worker's queued trial")
-                study.tell(trial, state=TrialState.PRUNED)
+            params = params_of(standing.config)
+            trial = ask_enqueued(study, params, {CONFIRMS: standing.first}, distributions)
+            if trial is None:  # another worker took it: it repeats this contender
                 continue
             run(trial, standing.config)
             numbers.append(trial.number)

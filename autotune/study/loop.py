@@ -117,10 +117,12 @@ def run_study(
     launcher: Launcher,
     progress: Progress,
     settings: SearchSettings,
+    measured: tuple[TrainConfig, trials.TrialRecord] | None = None,
 ) -> StudyOutcome:
     """Search until the budget, the space or (guided) the stop rule says so; then, if asked,
-    re-measure the leaders that are within noise of each other."""
-    search = _Search(problem, study, ref, launcher, progress, settings)
+    re-measure the leaders that are within noise of each other. `measured`: a config already
+    run in full (the run that read the user's model), taken as its trial when proposed."""
+    search = _Search(problem, study, ref, launcher, progress, settings, measured)
     reason = search.run()
     confirmations = search.confirm_leaders()
     return StudyOutcome(
@@ -147,8 +149,11 @@ class _Search:
         launcher: Launcher,
         progress: Progress,
         settings: SearchSettings,
+        measured: tuple[TrainConfig, trials.TrialRecord] | None = None,
     ) -> None:
         self.problem, self.study, self.ref = problem, study, ref
+        self.measured = {config_key(measured[0]): measured[1]} if measured else {}
+        """Configs run before the search began, each taken as its trial once."""
         self.launcher, self.progress, self.settings = launcher, progress, settings
         self.budget = settings.budget
         valid = problem.enumerate().require_some().valid
@@ -284,7 +289,7 @@ class _Search:
         )
         record = run_one(
             p, self.ref, self.study, trial, config, key, self.launcher, steps,
-            self.progress, self.budget.timeout_per_trial_s,
+            self.progress, self.budget.timeout_per_trial_s, self.measured.pop(key, None),
         )  # fmt: skip
         self.ran += 1
         self.progress.finished(trial.number, config.label(), record, best_value(self.study))

@@ -1,6 +1,7 @@
 """The only module that reaches into Optuna's private API: a trial's storage id and the
-storage itself, which ask-and-tell with out-of-process trials needs for heartbeats and for
-failing another process's trial. An Optuna upgrade that breaks these breaks them here."""
+storage itself, which ask-and-tell with out-of-process trials needs for heartbeats, for
+failing another process's trial and for asking one queued trial rather than the oldest.
+An Optuna upgrade that breaks these breaks them here."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
@@ -33,6 +36,33 @@ def fail_trial(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, str]) -
     for name, value in attrs.items():
         study._storage.set_trial_user_attr(trial._trial_id, name, value)
     study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+
+def ask_enqueued(
+    study: optuna.Study,
+    params: dict[str, object],
+    user_attrs: dict[str, object],
+    distributions: dict[str, BaseDistribution],
+) -> optuna.Trial | None:
+    """Queue a trial and ask that one: `study.ask` hands out the oldest queued trial, which
+    may be a seed nobody ran yet or another worker's. None when every queued trial like it
+    was taken first (by a worker queueing the same one)."""
+    study.enqueue_trial(params, user_attrs=user_attrs)
+    storage = study._storage
+    queued = storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,))
+    for frozen in sorted(queued, key=lambda t: -t.number):  # ours is the newest like it
+        if any(frozen.user_attrs.get(k) != v for k, v in user_attrs.items()):
+            continue
+        try:
+            if not storage.set_trial_state_values(frozen._trial_id, TrialState.RUNNING):
+                continue
+        except UpdateFinishedTrialError:
+            continue
+        trial = optuna.Trial(study, frozen._trial_id)
+        for name, distribution in distributions.items():
+            trial._suggest(name, distribution)  # as `study.ask(distributions)` does
+        return trial
+    return None
 
 
 def with_heartbeat(study: optuna.Study, trial: optuna.Trial, work: Callable[[], T]) -> T:

@@ -65,7 +65,10 @@ def run_one(
     steps: StepPlan,
     progress: Progress,
     timeout_s: float,
+    measured: trials.TrialRecord | None = None,
 ) -> trials.TrialRecord:
+    """Run `config` as `trial` and tell its outcome; `measured`: its run already made,
+    moved to the trial's folder and told as this trial instead of launching it again."""
     label = config.label()
     for name, value in {
         CONFIG: config.as_dict(),
@@ -79,10 +82,14 @@ def run_one(
     trial.set_user_attr(FOLDER, str(folder))
     spec = problem.trial_spec(config, steps)
     progress.started(trial.number, label)
-    record = with_heartbeat(
-        study,
-        trial,
-        lambda: _run_or_interrupt(study, trial, spec, problem, launcher, folder, timeout_s),
+    record = (
+        trials.moved(measured, folder)
+        if measured is not None
+        else with_heartbeat(
+            study,
+            trial,
+            lambda: _run_or_interrupt(study, trial, spec, problem, launcher, folder, timeout_s),
+        )
     )
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import shutil
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -97,8 +98,23 @@ def run(
         result=outcome.result,
         queue_s=outcome.queue_s,
     )
-    write_atomically(
-        folder / OUTCOME_FILE,
-        json.dumps({**asdict(record), "folder": str(folder)}, indent=2) + "\n",
-    )
+    write_outcome(record)
     return record
+
+
+def moved(record: TrialRecord, folder: Path) -> TrialRecord:
+    """A finished trial's record once its folder is moved to `folder` (its launch.sh runs
+    from wherever it lies)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(record.folder, folder)
+    record = replace(record, folder=folder)
+    write_outcome(record)
+    return record
+
+
+def write_outcome(record: TrialRecord) -> None:
+    """outcome.json: what the tuner kept of the trial, beside the trial's own files."""
+    write_atomically(
+        record.folder / OUTCOME_FILE,
+        json.dumps({**asdict(record), "folder": str(record.folder)}, indent=2) + "\n",
+    )

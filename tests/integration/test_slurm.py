@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.launchers.slurm_accounting import final_accounting
 from tests.conftest import REPO, autotune, spawn_autotune
 
 pytestmark = pytest.mark.slow
@@ -30,10 +31,9 @@ STUDY = (
 
 
 def sacct_state(ident: str) -> str:
-    done = subprocess.run(
-        ["sacct", "-j", ident, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True
-    )
-    return done.stdout.strip().split()[0] if done.stdout.strip() else ""
+    """sacct's final state, waiting as the launcher does: the database lags a job's end."""
+    accounting = final_accounting(ident, wait_s=60.0)
+    return accounting.state if accounting else ""
 
 
 def job_ids(results: Path) -> list[str]:

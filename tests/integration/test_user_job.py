@@ -77,6 +77,10 @@ def test_an_unmodified_deepspeed_script_is_tuned_and_its_export_runs_it(tmp_path
     first = min(table, key=lambda row: int(row["number"]))  # type: ignore[call-overload]
     assert (first["zero"], first["mbs"]) == (0, 8)  # the user's own config, measured first
     assert "x your own config (dp=2,mbs=8, trial 0:" in result.stdout
+    # The run that read the model measured that config in full and is its trial: three
+    # trials, three launches of the script.
+    launches = list((tmp_path / "results" / STUDY).rglob("outcome.json"))
+    assert len(launches) == len(table) == 3
     best_row = table[0]
     assert best_row["kind"] == "ok"
 

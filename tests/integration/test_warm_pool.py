@@ -65,9 +65,9 @@ def test_pooled_trials_are_independent_and_a_crash_starts_a_fresh_pool(
 
     # Warm: the pool's first trial paid launch and imports (seconds), the next ones did not;
     # the trial after the crash ran in a fresh pool that paid them again. Sent at once, a
-    # trial may wait for the ranks' collection after the last one (0.1-0.2 s here).
-    assert launch_and_imports(wide_run) < 0.5 < launch_and_imports(first)
-    assert launch_and_imports(after) < 0.5 < launch_and_imports(fresh)
+    # trial does not wait for a thorough collection after the last one (0.3 s here).
+    assert launch_and_imports(wide_run) < 0.2 and launch_and_imports(first) > 0.5
+    assert launch_and_imports(after) < 0.2 and launch_and_imports(fresh) > 0.5
     # Independent: the same config measures the same after a much larger one.
     assert after.model_state_bytes == first.model_state_bytes
     assert first.peak_memory_bytes and after.peak_memory_bytes and wide_run.peak_memory_bytes

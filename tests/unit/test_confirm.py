@@ -194,3 +194,55 @@ def test_a_config_that_takes_the_lead_after_the_first_rounds_is_repeated_too() -
     winner = standings(study)[0]
     assert winner.first == d
     assert winner.repeats >= 1
+
+
+def test_seeds_still_queued_when_the_search_ends_neither_swallow_nor_lose_repeats() -> None:
+    """An Optuna-sampler study whose trial budget ran out before its queued seeds: the
+    leaders are still repeated, and the seeds stay queued for a resumed search."""
+    study = optuna.create_study(direction="maximize")
+    a, b = measured(study, 100.0), measured(study, 99.5)
+    for mbs in (61, 62):
+        study.enqueue_trial({}, user_attrs={"seeded_by": "plan", "label": f"mbs={mbs}"})
+
+    def run(trial: optuna.Trial, config: TrainConfig) -> None:
+        for key, value in attrs(1.0, 0.001, config).items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, 100.0 if trial.user_attrs["confirms"] == a else 99.0)
+
+    repeats = confirm(study, lambda _: {}, {}, run, limit=2)
+    assert sorted(study.trials[n].user_attrs["confirms"] for n in repeats) == [a, b]
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs["seeded_by"] for t in waiting] == ["plan", "plan"]
+
+
+def test_a_config_stopped_as_slower_than_a_lucky_best_is_measured_again() -> None:
+    """Early stopping judged b against a's first launch; a's repeats show that launch lucky,
+    and b, cut short 8% behind it, is now within noise of a: it is repeated, not left out."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
+    a = measured(study, 108.0)
+    cut_short = {**attrs(1.0, 0.001, TrainConfig(mbs=next(MBS))), "stopped_for": "slower"}
+    study.add_trial(optuna.trial.create_trial(value=100.0, user_attrs=cut_short))
+    b = study.trials[-1].number
+    measured(study, 97.0, of=a)
+    measured(study, 98.0, of=a)
+    assert b in firsts(study)
+
+
+def test_a_round_the_repeat_limit_cuts_short_still_repeats_the_best() -> None:
+    """A user's command allows as many repeats as the search ran trials (4 here): three close
+    contenders take three in the first round, and the last one goes to the best, not to the
+    runner-up the rotation would have put first."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
+    a, b, c = (measured(study, v) for v in (100.0, 99.0, 98.5))
+    repeats = {a: [101.0, 99.0], b: [98.0, 100.0], c: [100.0, 97.0]}
+
+    def run(trial: optuna.Trial, config: TrainConfig) -> None:
+        for key, value in attrs(1.0, 0.001, config).items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, repeats[trial.user_attrs["confirms"]].pop(0))
+
+    confirm(study, lambda _: {}, {}, run, limit=4)
+    by_first = {s.first: s.repeats for s in standings(study)}
+    assert by_first[a] == 2 and by_first[b] + by_first[c] == 2

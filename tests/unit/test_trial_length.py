@@ -81,6 +81,8 @@ def test_a_settled_warm_up_window_counts_as_measured() -> None:
         meter.record(seconds)
     assert meter.warmed_up and meter.warmup == [2.0] and meter.measured == [1.0, 1.0]
     assert meter.tally_next  # model states are tallied on the first step timed after it
+    # The trial's time split shows the two carried steps as time measuring, not warming up.
+    assert meter.warmup_ended_at(100.0) == 98.0
     meter.record(1.0)
     assert meter.done and meter.stopped_for == "precise" and len(meter.measured) == 3
 
