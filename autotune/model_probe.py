@@ -1,7 +1,9 @@
 """The model of a DeepSpeed job tuned without `--model`: a run of the user's own config, whose
 hook reads the model's shape from the module their script trains, so that the estimator
-plans for their model rather than a stand-in. The run measures the config in full, as the
-study's first trial would: the study takes it as that trial instead of launching it again."""
+plans for their model rather than a stand-in. In a new study the run measures the config in
+full, as its first trial would, and the study takes it as that trial instead of launching it
+again; otherwise (a resumed study, a command whose config autotune cannot read) a few steps
+do."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ from autotune.specs.throughput import throughput
 from autotune.trial import folder as trials
 from autotune.trial.spec import TRIAL_FILE, StepPlan
 
+PROBE_STEPS = StepPlan(
+    min_warmup=1, max_warmup=1, settle_window=1, min_measured=1, measured_steps=1, profile=False
+)
+"""Three optimizer steps: the first (the hook's start), one of warm-up, one timed."""
+
 
 @dataclass(frozen=True)
 class ModelRead:
@@ -30,15 +37,21 @@ class ModelRead:
     problem: Problem
     shape: ModelShape
     config: TrainConfig
-    record: trials.TrialRecord
+    record: trials.TrialRecord | None
+    """None when the run was a short one, not a trial."""
 
 
 def read_model(
     problem: Problem, launcher: Launcher, folder: Path, steps: StepPlan, timeout_s: float
 ) -> ModelRead:
-    """`problem` with the workload read from the user's script (a run in `folder`)."""
+    """`problem` with the workload read from the user's script, by a run in `folder`: with
+    `steps` when the study is new (no `trials/` beside `folder`) and the command's own config
+    is known, else `PROBE_STEPS`."""
     assert problem.job is not None
-    config = problem.users_config() or problem.enumerate().require_some().valid[0]
+    users = problem.users_config()
+    config = users or problem.enumerate().require_some().valid[0]
+    if users is None or (folder.parent / "trials").exists():
+        steps = PROBE_STEPS
     folder.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="run-", dir=folder))  # workers of one study each
     spec = problem.trial_spec(config, steps)
@@ -58,6 +71,8 @@ def read_model(
         problem.job.name, problem.workload.global_batch_size, ds_precision(problem.job)
     )
     problem = dataclasses.replace(problem, workload=workload, reads_model=False)
+    if steps == PROBE_STEPS:
+        return ModelRead(problem, shape, config, None)
     # The run's tokens/s and FLOP/s counted for the model it read, and its trial file too.
     rate = throughput(workload, problem.cluster, record.result.step_time_s)
     result = dataclasses.replace(record.result, **dataclasses.asdict(rate))

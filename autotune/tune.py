@@ -90,8 +90,7 @@ def tune(
         say(
             f"model read from your script: {shape.parameters / 1e6:,.1f}M parameters, "
             f"about {w.num_layers} layers of width {w.hidden_size}, vocabulary {w.vocab_size}, "
-            f"{w.seq_length} tokens a sequence, {w.precision}, in a run of your config that "
-            "is its trial (--model skips reading it)"
+            f"{w.seq_length} tokens a sequence, {w.precision} (--model skips reading it)"
         )
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
     say(
@@ -115,7 +114,7 @@ def tune(
                 seed=settings.seed,
                 calibration=calibration,
             ),
-            measured=(read.config, read.record) if read is not None else None,
+            measured=(read.config, read.record) if read and read.record else None,
         )
     finally:
         launcher.close()

@@ -47,7 +47,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     conn = Client(address, family="AF_UNIX")
     conn.send_bytes(json.dumps({"rank": rank}).encode())
-    first = True
+    first, light = True, 0
     while (request := json.loads(conn.recv_bytes())).get("folder"):
         received = time.time()
         clock = {
@@ -59,8 +59,9 @@ def main() -> None:
             build, Path(request["folder"]), request["log"], request["env"], rank, clock
         )
         conn.send_bytes(b'{"done": true}')
-        _release_memory(device, thorough=not conn.poll(NEXT_TRIAL_WAIT_S))
-        first = False
+        thorough = light >= MAX_LIGHT or not conn.poll(NEXT_TRIAL_WAIT_S)
+        _release_memory(device, thorough)
+        first, light = False, 0 if thorough else light + 1
     _close(conn)
 
 
@@ -97,6 +98,9 @@ def _device(spec: TrialSpec) -> torch.device:
 
 NEXT_TRIAL_WAIT_S = 0.05
 """How long a rank waits for the next trial before it collects thoroughly."""
+MAX_LIGHT = 3
+"""Light collections in a row at most: trials sent back to back still get a thorough one,
+so what an engine let go of late is not kept for the pool's life."""
 
 
 def _release_memory(device: torch.device, thorough: bool) -> None:

@@ -237,7 +237,7 @@ def confirm(
                 continue
             params = params_of(standing.config)
             trial = ask_enqueued(study, params, {CONFIRMS: standing.first}, distributions)
-            if trial is None:  # another worker took it: it repeats this contender
+            if trial is None:  # another worker took it first: no repeat of ours this round
                 continue
             run(trial, standing.config)
             numbers.append(trial.number)

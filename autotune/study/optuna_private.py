@@ -48,6 +48,7 @@ def ask_enqueued(
     may be a seed nobody ran yet or another worker's. None when every queued trial like it
     was taken first (by a worker queueing the same one)."""
     study.enqueue_trial(params, user_attrs=user_attrs)
+    study._thread_local.cached_all_trials = None  # as `Study.ask` does: read storage afresh
     storage = study._storage
     queued = storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,))
     for frozen in sorted(queued, key=lambda t: -t.number):  # ours is the newest like it

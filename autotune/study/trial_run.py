@@ -83,7 +83,7 @@ def run_one(
     spec = problem.trial_spec(config, steps)
     progress.started(trial.number, label)
     record = (
-        trials.moved(measured, folder)
+        trials.moved(measured, folder, problem.engine, launcher, timeout_s)
         if measured is not None
         else with_heartbeat(
             study,

@@ -102,12 +102,19 @@ def run(
     return record
 
 
-def moved(record: TrialRecord, folder: Path) -> TrialRecord:
-    """A finished trial's record once its folder is moved to `folder` (its launch.sh runs
-    from wherever it lies)."""
+def moved(
+    record: TrialRecord, folder: Path, engine: Engine, launcher: Launcher, time_limit_s: float
+) -> TrialRecord:
+    """A finished trial's record once its folder is moved to `folder` (a stale one there is
+    replaced), its files written again for where it now lies (a SLURM launch.sh names its
+    folder)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(record.folder, folder)
-    record = replace(record, folder=folder)
+    shutil.rmtree(folder, ignore_errors=True)  # a stale one, as a new trial would overwrite
+    record.folder.rename(folder)
+    folder.chmod(0o755)  # made by mkdtemp, 0700
+    spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
+    request = prepare(spec, engine, launcher, folder, time_limit_s)
+    record = replace(record, folder=folder, command=shell.join(launcher.command(request)))
     write_outcome(record)
     return record
 

@@ -128,7 +128,10 @@ def test_a_script_that_ignores_its_config_stops_the_study(tmp_path: Path) -> Non
 
 
 def test_a_script_that_ends_too_soon_is_reported_as_no_steps(tmp_path: Path) -> None:
-    result = tune(tmp_path, "--steps", "3")
+    reading = tune(tmp_path, "--steps", "3")  # the run that reads its model is a full trial
+    assert reading.returncode == 1 and "(no_steps)" in reading.stderr
+    assert "ended" in reading.stderr and "model_probe" in reading.stderr
+    result = tune(tmp_path, "--steps", "3", model=True)
     assert result.returncode == 1
     table = trials_table(tmp_path)
     assert len(table) == 1 and table[0]["kind"] == "no_steps"
