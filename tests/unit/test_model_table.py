@@ -1,0 +1,98 @@
+"""The model predicts a whole table of configs at once: those predictions equal one config's
+at a time, and equal the frozen predictions of tests/golden/predictions.json, which the
+per-config model wrote before the model became one array computation (rewrite them with
+AUTOTUNE_UPDATE_GOLDEN=1 when the model is meant to change, then read the diff)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.estimate.commfit import CollectiveFit, Regime
+from autotune.estimate.predict import estimate
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.problem import Problem, load_problem
+from autotune.space import TrainConfig
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "predictions.json"
+BLOOM = str(Path(__file__).parents[1] / "data" / "models" / "bloom-72l.yaml")
+PER_PROBLEM = 300
+NCCL_SETTINGS = [
+    ("default", "default"),
+    ("Ring", "default"),
+    ("Tree", "LL128"),
+    ("NVLS", "Simple"),
+    ("default", "LL"),
+    ("Ring", "Simple"),
+]
+COMMBENCH = Calibration(
+    compute_efficiency=0.5,
+    collectives=(
+        CollectiveFit("all_reduce", "intra", 8, "default", "default",
+                      (Regime(2e-5, 1e11), Regime(8e-5, 3e11)), 0.02),
+        CollectiveFit("reduce_scatter", "inter", 16, "default", "default",
+                      (Regime(4e-5, 4e10),), 0.03),
+        CollectiveFit("all_gather", "inter", 64, "Ring", "Simple",
+                      (Regime(6e-5, 3e10),), 0.03),
+    ),
+)  # fmt: skip
+PROBLEMS: list[tuple[str, str, str, Calibration | None]] = [
+    ("megatron", "llama3-70b", "dgx-h100:128", None),
+    ("megatron", BLOOM, "dgx-a100:48", None),
+    ("megatron", "llama3.1-405b", "dgx-h100:256", None),
+    ("megatron", "llama3-8b", "gb200-nvl72:2", None),
+    ("megatron", "llama3-8b", "dgx-h100:4", COMMBENCH),
+    ("deepspeed", "llama3-8b", "dgx-h100:2", None),
+    ("deepspeed", "gpt-1.3b", "dgx-a100:2", COMMBENCH),
+    ("deepspeed", "tiny", "local:4", None),
+    ("torch", "llama3-70b", "dgx-h100:16", None),
+    ("torch", "gpt3-175b", "dgx-a100:64", None),
+    ("torch", "tiny", "local:4", None),
+]
+
+
+def sampled(problem: Problem, rng: random.Random) -> list[TrainConfig]:
+    """Valid configs of the problem, some with NCCL settings forced."""
+    valid = problem.enumerate().valid
+    picked = rng.sample(valid, min(PER_PROBLEM, len(valid)))
+    return [
+        dataclasses.replace(c, nccl_algo=algo, nccl_proto=proto)
+        if c.nccl_algo == "default" and rng.random() < 0.3
+        else c
+        for c in picked
+        for algo, proto in [rng.choice(NCCL_SETTINGS)]
+    ]
+
+
+def predictions() -> list[dict[str, Any]]:
+    rng = random.Random(16)
+    rows = []
+    for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
+        problem = load_problem(engine, model, cluster)
+        for config in sampled(problem, rng):
+            e = estimate(problem.workload, config, problem.cluster, engine, cal)
+            rows.append(
+                {
+                    "problem": index,
+                    "config": config.differs_from_default(),
+                    "step": e.step.as_dict(),
+                    "memory": e.memory.as_dict(),
+                    "tokens_per_s": e.tokens_per_s,
+                }
+            )
+    return rows
+
+
+@pytest.mark.skipif(not os.environ.get("AUTOTUNE_UPDATE_GOLDEN"), reason="writes the golden")
+def test_write_golden_predictions() -> None:
+    GOLDEN.write_text("\n".join(json.dumps(row, sort_keys=True) for row in predictions()) + "\n")
+
+
+def test_cal_default_is_the_generation_default() -> None:
+    assert DEFAULT_CALIBRATION["hopper"] != COMMBENCH
