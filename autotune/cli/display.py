@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -256,7 +257,7 @@ def plan(
     console: Console,
     problem: Problem,
     found: Enumeration,
-    ranked: list[Estimate],
+    ranked: Sequence[Estimate],
     too_big: int,
     shown: list[Estimate],
     calibration: str,

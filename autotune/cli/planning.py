@@ -177,7 +177,7 @@ def plan(
     found = problem.enumerate().require_some()
     cal, which = load_calibration(results, problem.cluster)
     ranked, too_big = memory_verdicts(problem, found.valid, cal)
-    shown = ranked if top == 0 else ranked[:top]
+    shown = ranked[:] if top == 0 else ranked[:top]
     if as_json:
         click.echo(json.dumps([e.as_dict() for e in shown], indent=2))
         return

@@ -2,7 +2,7 @@
 
 A coordinate search on a log grid minimises the squared log error of predicted step time:
 four parameters and at most a few hundred observations, so this takes well under a second
-and needs nothing beyond the standard library.
+observations of one workload and cluster predicted as one table.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import numpy as np
+
+from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration, step_time
+from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 
@@ -36,19 +40,53 @@ class Observation:
     step_time_s: float
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """Observations of one workload, cluster and engine: predicted as one table."""
+
+    first: Observation
+    rows: list[int]
+    table: ConfigTable
+    stages: Stages
+    measured: np.ndarray
+
+
+def _batches(data: Sequence[Observation]) -> list[_Batch]:
+    members: list[tuple[Observation, list[int]]] = []
+    for i, o in enumerate(data):
+        same = (o.workload, o.cluster, o.engine)
+        group = next(
+            (m for m in members if (m[0].workload, m[0].cluster, m[0].engine) == same), None
+        )
+        if group is None:
+            members.append((o, [i]))
+        else:
+            group[1].append(i)
+    batches = []
+    for first, rows in members:
+        table = ConfigTable.of([data[i].config for i in rows])
+        stages = Stages.of(first.workload, table, first.engine)
+        measured = np.array([data[i].step_time_s for i in rows])
+        batches.append(_Batch(first, rows, table, stages, measured))
+    return batches
+
+
+def _errors(cal: Calibration, batches: list[_Batch], count: int) -> np.ndarray:
+    errors = np.zeros(count)
+    for b in batches:
+        o = b.first
+        predicted = step_time(o.workload, b.table, o.cluster, o.engine, cal, b.stages).total_s
+        errors[b.rows] = np.log(predicted / b.measured)
+    return errors
+
+
 def log_errors(cal: Calibration, data: Sequence[Observation]) -> list[float]:
-    return [
-        math.log(step_time(o.workload, o.config, o.cluster, o.engine, cal).total_s / o.step_time_s)
-        for o in data
-    ]
+    """log(predicted / measured step time) of each observation."""
+    return _errors(cal, _batches(data), len(data)).tolist()
 
 
 def median_abs_pct_error(cal: Calibration, data: Sequence[Observation]) -> float:
     return statistics.median(abs(math.exp(e) - 1) for e in log_errors(cal, data))
-
-
-def _loss(cal: Calibration, data: Sequence[Observation]) -> float:
-    return sum(e * e for e in log_errors(cal, data)) / len(data)
 
 
 def fit(
@@ -62,7 +100,12 @@ def fit(
     unknown = set(free) - known
     if unknown:
         raise ValueError(f"unknown calibration parameters {sorted(unknown)}")
-    best, best_loss = start, _loss(start, data)
+    batches = _batches(data)
+
+    def loss(cal: Calibration) -> float:
+        return float(np.mean(_errors(cal, batches, len(data)) ** 2))
+
+    best, best_loss = start, loss(start)
     step = 2.0
     for _ in range(rounds):
         for name in free:
@@ -72,8 +115,8 @@ def fit(
                 candidate_value = min(hi, max(lo, (value or 0.05) * factor))
                 changed: dict[str, Any] = {name: candidate_value}
                 candidate = replace(best, **changed)
-                loss = _loss(candidate, data)
-                if loss < best_loss:
-                    best, best_loss = candidate, loss
+                candidate_loss = loss(candidate)
+                if candidate_loss < best_loss:
+                    best, best_loss = candidate, candidate_loss
         step = step**0.5
     return best

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from typing import Literal
+from functools import cache
+from typing import Literal, TypeVar
+
+import numpy as np
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+T = TypeVar("T", float, np.ndarray)
 ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
 PROTOS = ("LL", "LL128", "Simple")
 
@@ -279,12 +282,11 @@ def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> C
     return Choice(algo, proto, latency, bus * ratio)
 
 
-def nccl_bytes(op: Op, per_rank_bytes: float, n: int) -> float:
+def nccl_bytes(op: Op, per_rank_bytes: T, n: int) -> T:
     """The size NCCL's model uses: the whole buffer for all-gather and reduce-scatter."""
     return per_rank_bytes * n if op in ("all_gather", "reduce_scatter") else per_rank_bytes
 
 
-@lru_cache(maxsize=1 << 16)  # configs of a plan share most of their collectives
 def collective_time(
     op: Op,
     per_rank_bytes: float,
@@ -294,31 +296,63 @@ def collective_time(
     algo: str = "default",
     proto: str = "default",
 ) -> tuple[float, Choice]:
-    """Seconds for one collective of `per_rank_bytes` (AR: each rank's buffer; AG/RS: the
-    shard) over n ranks on `nodes` nodes, with the forced or NCCL's argmin algo/proto.
+    """`collective_times` of one size: seconds and the algorithm and protocol chosen."""
+    if n <= 1:
+        return 0.0, Choice("none", "none", 0.0, math.inf)
+    t, chosen = collective_times(op, np.array([float(per_rank_bytes)]), n, nodes, f, algo, proto)
+    return float(t[0]), Choice(
+        chosen.algo[0], chosen.proto[0], float(chosen.latency_us[0]), float(chosen.algbw_gbps[0])
+    )
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """Per size, what NCCL's model picked, with the size corrections applied."""
+
+    algo: np.ndarray
+    proto: np.ndarray
+    latency_us: np.ndarray
+    algbw_gbps: np.ndarray
+
+
+def collective_times(
+    op: Op,
+    per_rank_bytes: np.ndarray,
+    n: int,
+    nodes: int,
+    f: Fabric,
+    algo: str = "default",
+    proto: str = "default",
+) -> tuple[np.ndarray, Chosen]:
+    """Seconds for one collective of each of `per_rank_bytes` (AR: each rank's buffer; AG/RS:
+    the shard) over n > 1 ranks on `nodes` nodes, with the forced or NCCL's argmin
+    algo/proto.
 
     A forced algorithm or protocol that the collective does not offer (Tree for all-gather,
     LL for NVLS) is modelled as NCCL's own choice for that collective; an assumption about
     NCCL's fallback that commbench measurements should confirm.
     """
-    if n <= 1:
-        return 0.0, Choice("none", "none", 0.0, math.inf)
     if (algo, proto) != ("default", "default") and not _offered(op, n, nodes, f, algo, proto):
         algo, proto = "default", "default"
     nbytes = nccl_bytes(op, per_rank_bytes, n)
-    best: tuple[float, Choice] | None = None
-    for a in ALGOS if algo == "default" else (algo,):
-        for p in PROTOS if proto == "default" else (proto,):
-            c = candidate(op, a, p, n, nodes, f)
-            if c is None:
-                continue
-            c = _size_corrections(op, c, nbytes, n, nodes)
-            t = c.time_s(nbytes)
-            if best is None or t < best[0]:
-                best = (t, c)
-    if best is None:
+    offered = [
+        c
+        for a in (ALGOS if algo == "default" else (algo,))
+        for p in (PROTOS if proto == "default" else (proto,))
+        if (c := candidate(op, a, p, n, nodes, f)) is not None
+    ]
+    if not offered:
         raise ValueError(f"NCCL offers no {algo}/{proto} for {op} over {n} ranks")
-    return best
+    latency = np.empty((len(offered), len(nbytes)))
+    algbw = np.empty_like(latency)
+    for i, c in enumerate(offered):
+        latency[i], algbw[i] = _size_corrections(op, c, nbytes, n, nodes)
+    times = (latency + nbytes / (1000 * algbw)) * 1e-6
+    best = np.argmin(times, axis=0)  # the first of equals, as NCCL's strict comparison
+    at = np.arange(len(nbytes))
+    names = np.array([(c.algo, c.proto) for c in offered], dtype=str)[best]
+    chosen = Chosen(names[:, 0], names[:, 1], latency[best, at], algbw[best, at])
+    return times[best, at], chosen
 
 
 @cache
@@ -330,21 +364,22 @@ def _offered(op: Op, n: int, nodes: int, f: Fabric, algo: str, proto: str) -> bo
     )
 
 
-def _size_corrections(op: Op, c: Choice, nbytes: float, n: int, nodes: int) -> Choice:
+def _size_corrections(
+    op: Op, c: Choice, nbytes: np.ndarray, n: int, nodes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(latency us, algorithm bandwidth) of a candidate at each size: Tree all-reduce's
+    bandwidth by log2(size / 64), multi-node Simple Ring all-reduce's latency x1.4 for
+    large enough sizes."""
+    latency = np.full(len(nbytes), c.latency_us)
+    algbw = np.full(len(nbytes), c.algbw_gbps)
     if op == "all_reduce" and c.algo == "Tree":
-        log_size = int(math.log2(max(nbytes, 64) / 64))
-        if log_size < 23:
-            factor = TREE_CORRECTION[c.proto][log_size]
-            return Choice(c.algo, c.proto, c.latency_us, c.algbw_gbps * factor)
-    if (
-        op == "all_reduce"
-        and c.algo == "Ring"
-        and c.proto == "Simple"
-        and nodes > 1
-        and nbytes / (8 * n) >= 64
-    ):
-        return Choice(c.algo, c.proto, c.latency_us * 1.4, c.algbw_gbps)
-    return c
+        # floor(log2(x)) exactly: frexp gives x = m·2^e with m in [0.5, 1)
+        log_size = np.frexp(np.maximum(nbytes, 64) / 64)[1] - 1
+        table = np.array((*TREE_CORRECTION[c.proto], 1.0))
+        algbw *= np.where(log_size < 23, table[np.minimum(log_size, 23)], 1.0)
+    if op == "all_reduce" and c.algo == "Ring" and c.proto == "Simple" and nodes > 1:
+        latency = np.where(nbytes / (8 * n) >= 64, latency * 1.4, latency)
+    return latency, algbw
 
 
 def bus_factor(op: str, n: int) -> float:

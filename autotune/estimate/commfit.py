@@ -50,11 +50,16 @@ class CollectiveFit:
     median_error: float
     """Median relative error of the fit over the sizes it was fitted to."""
 
-    def seconds(self, per_rank_bytes: float, ranks: int) -> float:
+    def seconds(self, per_rank_bytes: np.ndarray, ranks: int) -> np.ndarray:
+        """The fastest regime's time for each of `per_rank_bytes` over `ranks` ranks."""
         steps = (ranks - 1) / (self.ranks - 1)
         op: Op = self.op  # type: ignore[assignment]
-        moved = nccl_bytes(op, per_rank_bytes, ranks) * bus_factor(op, ranks)
-        return min(r.latency_s * steps + moved / r.busbw_bytes_per_s for r in self.regimes)
+        moved = nccl_bytes(op, np.asarray(per_rank_bytes, dtype=float), ranks) * bus_factor(
+            op, ranks
+        )
+        return np.minimum.reduce(
+            [r.latency_s * steps + moved / r.busbw_bytes_per_s for r in self.regimes]
+        )
 
 
 def link_of(nodes: int) -> str:

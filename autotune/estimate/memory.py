@@ -21,32 +21,34 @@ exists. Engine facts, measured on real tensors by the workers:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
+
+import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
-from autotune.estimate.stages import stage_split
-from autotune.space import TrainConfig
-from autotune.space.pipeline import PipelineSplit
+from autotune.estimate.stages import Stages
+from autotune.estimate.table import ConfigTable, Values
 from autotune.specs import Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
 ADAM_MOMENTS_BYTES = 8
 FP32_MASTER_BYTES = 4
+Bytes = TypeVar("Bytes", float, np.ndarray)
 
 
 @dataclass(frozen=True)
-class ModelStates:
-    params: float
-    grads: float
-    optimizer: float
+class ModelStates(Generic[Bytes]):
+    params: Bytes
+    grads: Bytes
+    optimizer: Bytes
 
     @property
-    def total(self) -> float:
+    def total(self) -> Bytes:
         return self.params + self.grads + self.optimizer
 
 
-def layer_parameters(w: Workload, tp: int) -> int:
+def layer_parameters(w: Workload, tp: Values) -> Values:
     """One decoder layer's parameters on a tp rank; norm weights are replicated."""
     h = w.hidden_size
     kv = w.num_query_groups * w.head_dim
@@ -54,55 +56,66 @@ def layer_parameters(w: Workload, tp: int) -> int:
     return sharded // tp + 2 * h
 
 
-def rank_parameters(
-    w: Workload, tp: int, pp: int, rank_layers: tuple[int, ...] | None = None
-) -> int:
-    """Parameters held by the most loaded rank: a pipeline stage's layers (`rank_layers`, an
-    even split when not given) plus the input embedding (first stage) or final norm and
-    output layer (last stage), split over tp."""
+def stage_parameters(
+    w: Workload, tp: Values, layers: Values, first: Values, last: Values
+) -> Values:
+    """Parameters of a pipeline stage of `layers` on a tp rank: its layers plus the input
+    embedding (`first`, a 0/1 flag) or the final norm and output layer (`last`)."""
     h = w.hidden_size
-    per_layer = layer_parameters(w, tp)
-    layers = rank_layers or (w.num_layers // pp,) * pp
     embedding = w.vocab_size * h // tp
     head = w.vocab_size * h // tp + h
-    stages = [
-        n * per_layer + (embedding if s == 0 else 0) + (head if s == pp - 1 else 0)
-        for s, n in enumerate(layers)
-    ]
-    return max(stages)
+    return layers * layer_parameters(w, tp) + embedding * first + head * last
 
 
-def config_parameters(w: Workload, config: TrainConfig, engine: str | EngineTraits) -> int:
-    """`rank_parameters` of this config, its layers placed as the engine places them."""
-    split = stage_split(w, config, engine)
-    return rank_parameters(w, config.tp, config.pp, split.rank_layers)
+def rank_parameters(w: Workload, tp: int, pp: int) -> int:
+    """Parameters held by the most loaded rank when pp stages split the layers evenly."""
+    per_stage = w.num_layers // pp
+    return max(stage_parameters(w, tp, per_stage, s == 0, s == pp - 1) for s in range(pp))
 
 
-def model_states(w: Workload, config: TrainConfig, engine: str | EngineTraits) -> ModelStates:
-    """Bytes of parameters, gradients and optimizer states on the most loaded rank."""
+def most_parameters(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
+    """Parameters held by each config's most loaded rank, its layers placed as the engine
+    places them."""
+    return np.max([stage_parameters(w, c.tp, *ranks) for ranks in stages.columns("held")], axis=0)
+
+
+def model_states(
+    w: Workload, c: ConfigTable, engine: str | EngineTraits, stages: Stages | None = None
+) -> ModelStates[np.ndarray]:
+    """Bytes of parameters, gradients and optimizer states on each config's most loaded
+    rank."""
     t = traits_of(engine)
-    psi = config_parameters(w, config, engine)
-    n = config.dp * config.cp  # context-parallel ranks shard the optimizer with dp ones
+    psi = most_parameters(w, c, stages or Stages.of(w, c, engine))
+    n = c.dp * c.cp  # context-parallel ranks shard the optimizer with dp ones
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
-    master = (
-        t.fp32_master == "always"
-        or mixed
-        or (t.fp32_master == "mixed_or_partitioned" and config.zero in (1, 2))
-    )
-    k = ADAM_MOMENTS_BYTES + (FP32_MASTER_BYTES if master else 0)
+    partitioned = (t.fp32_master == "mixed_or_partitioned") & ((c.zero == 1) | (c.zero == 2))
+    master = (t.fp32_master == "always" or mixed) | partitioned
+    k = ADAM_MOMENTS_BYTES + np.where(master, FP32_MASTER_BYTES, 0)
     if t.fp32_main_grads:
-        return ModelStates(psi * p, psi * 4, psi * k / (n if config.zero >= 1 else 1))
-    if config.zero == 0:
-        return ModelStates(psi * p, psi * g, psi * k)
+        return ModelStates(psi * p, psi * 4, psi * k / np.where(c.zero >= 1, n, 1))
     fp32_grads = 4 if t.fp32_grad_partition and mixed else 0
-    if config.zero == 1:
-        return ModelStates(psi * p, psi * g + psi * fp32_grads / n, psi * k / n)
-    if config.zero == 2:
-        params = psi * p + (psi * p / n if t.zero2_keeps_full_params else 0)
-        return ModelStates(params, psi * (g + fp32_grads) / n, psi * k / n)
-    grads = fp32_grads if fp32_grads else g
-    return ModelStates(psi * p / n, psi * grads / n, psi * k / n)
+    stage = [c.zero == z for z in range(4)]
+    params = np.select(
+        stage,
+        [
+            psi * p,
+            psi * p,
+            psi * p + (psi * p / n if t.zero2_keeps_full_params else 0),
+            psi * p / n,
+        ],
+    )
+    grads = np.select(
+        stage,
+        [
+            psi * g,
+            psi * g + psi * fp32_grads / n,
+            psi * (g + fp32_grads) / n,
+            psi * (fp32_grads if fp32_grads else g) / n,
+        ],
+    )
+    optimizer = np.where(c.zero == 0, psi * k, psi * k / n)
+    return ModelStates(params, grads, optimizer)
 
 
 FRAMEWORK_OVERHEAD_BYTES = {"cpu": 350 * 2**20, "gpu": 3 * 2**30 // 2}
@@ -111,18 +124,19 @@ ZERO3_PREFETCH_ELEMENTS = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size de
 
 
 @dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes on the most loaded rank, by what holds them."""
+class MemoryBreakdown(Generic[Bytes]):
+    """Bytes on the most loaded rank, by what holds them: of one config (floats), or of each
+    config of a table (arrays, `row` gives one)."""
 
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    comm_buffers: float
-    overhead: float
+    weights: Bytes
+    gradients: Bytes
+    optimizer: Bytes
+    activations: Bytes
+    comm_buffers: Bytes
+    overhead: Bytes
 
     @property
-    def total(self) -> float:
+    def total(self) -> Bytes:
         return (
             self.weights
             + self.gradients
@@ -132,123 +146,124 @@ class MemoryBreakdown:
             + self.overhead
         )
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, Bytes]:
         return {
-            "weights": self.weights,
-            "gradients": self.gradients,
-            "optimizer": self.optimizer,
-            "activations": self.activations,
-            "comm_buffers": self.comm_buffers,
-            "overhead": self.overhead,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
             "total": self.total,
         }
 
+    def row(self: MemoryBreakdown[np.ndarray], i: int) -> MemoryBreakdown[float]:
+        return MemoryBreakdown(**{f.name: float(getattr(self, f.name)[i]) for f in fields(self)})
 
-def layer_activation_bytes(w: Workload, config: TrainConfig) -> float:
+
+def layer_activation_bytes(w: Workload, c: ConfigTable) -> np.ndarray:
     """Activations one layer keeps for backward, per micro-batch (Korthikanti et al. 2022,
     Table 2, in Megatron's code form `s·b·h·(18 + 4·f/h)` for a 4h MLP; SwiGLU keeps three
     f-wide tensors instead of two). Attention runs fused (flash), so the 5·a·s² score term
-    is never stored; selective recomputation therefore saves nothing more here."""
-    if config.recompute == "full":
-        s, b, h, t = w.seq_length // config.cp, config.mbs, w.hidden_size, config.tp
-        return 2 * s * b * h / (t if config.sp else 1) * BYTES_PER_ELEMENT[w.precision] / 2
-    return _whole_layer_bytes(w, config)
+    is never stored; selective recomputation therefore saves nothing more here. Under full
+    recomputation, only the layer's input."""
+    s, b, h = w.seq_length // c.cp, c.mbs, w.hidden_size
+    unit_input = 2 * s * b * h / np.where(c.sp, c.tp, 1) * BYTES_PER_ELEMENT[w.precision] / 2
+    return np.where(c.recompute == "full", unit_input, _whole_layer_bytes(w, c))
 
 
-def _whole_layer_bytes(w: Workload, config: TrainConfig) -> float:
+def _whole_layer_bytes(w: Workload, c: ConfigTable) -> np.ndarray:
     """A layer's activations when none is recomputed."""
-    s, b, h, t = w.seq_length // config.cp, config.mbs, w.hidden_size, config.tp
+    s, b, h, t = w.seq_length // c.cp, c.mbs, w.hidden_size, c.tp
     scale = BYTES_PER_ELEMENT[w.precision] / 2
     mlp = 4 * w.ffn_hidden_size / h * (1.5 if w.swiglu else 1.0)
-    if config.sp:
-        return s * b * h * (18 + mlp) / t * scale
-    return s * b * h * (10 + (8 + mlp) / t) * scale
+    return np.where(
+        c.sp, s * b * h * (18 + mlp) / t * scale, s * b * h * (10 + (8 + mlp) / t) * scale
+    )
 
 
-def recomputed_layers(w: Workload, config: TrainConfig, layers: float | None = None) -> float:
-    """Layers of one pipeline stage (of `layers`, an even share when not given) whose forward
-    pass runs again in backward (full recomputation): all of them (uniform), or the first
-    `recompute_num_layers` of each model chunk (block)."""
-    layers = w.num_layers / config.pp if layers is None else layers
-    if config.recompute != "full":
-        return 0.0
-    if config.recompute_method == "block":
-        return min(layers, config.recompute_num_layers * config.vpp)
-    return layers
+def recomputed_layers(w: Workload, c: ConfigTable, layers: np.ndarray) -> np.ndarray:
+    """Layers of a pipeline stage of `layers` whose forward pass runs again in backward
+    (full recomputation): all of them (uniform), or the first `recompute_num_layers` of each
+    model chunk (block)."""
+    block = np.minimum(layers, c.recompute_num_layers * c.vpp)
+    rebuilt = np.where(c.recompute_method == "block", block, layers)
+    return np.where(c.recompute == "full", rebuilt, 0.0)
 
 
 def stage_activation_bytes(
-    w: Workload, config: TrainConfig, layers: float | None = None
-) -> tuple[float, float]:
+    w: Workload, c: ConfigTable, layers: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(kept per micro-batch in flight, rebuilt once at a time in backward) on a stage of
     `layers` (an even share when not given).
 
     Full recomputation keeps each recompute unit's input and rebuilds one unit when its
     backward pass comes: uniform units of `recompute_num_layers` layers, block units of one
     layer with the rest of the chunk kept whole."""
-    layers = w.num_layers / config.pp if layers is None else layers
-    if config.recompute != "full":
-        return layers * layer_activation_bytes(w, config), 0.0
-    whole = _whole_layer_bytes(w, config)
-    unit_input = layer_activation_bytes(w, config)
-    recomputed = recomputed_layers(w, config, layers)
-    if config.recompute_method == "block":
-        return recomputed * unit_input + (layers - recomputed) * whole, whole
-    units = math.ceil(layers / config.vpp / config.recompute_num_layers) * config.vpp
-    return units * unit_input, config.recompute_num_layers * whole
+    layers = w.num_layers / c.pp if layers is None else layers
+    whole = _whole_layer_bytes(w, c)
+    unit_input = layer_activation_bytes(w, c)
+    recomputed = recomputed_layers(w, c, layers)
+    units = np.ceil(layers / c.vpp / c.recompute_num_layers) * c.vpp
+    full, block = c.recompute == "full", c.recompute_method == "block"
+    kept = np.where(
+        full,
+        np.where(
+            block, recomputed * unit_input + (layers - recomputed) * whole, units * unit_input
+        ),
+        layers * unit_input,
+    )
+    rebuilt = np.where(full, np.where(block, whole, c.recompute_num_layers * whole), 0.0)
+    return kept, rebuilt
 
 
-def activation_bytes(w: Workload, config: TrainConfig, split: PipelineSplit) -> float:
+def activation_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
     """Worst stage, each with its own layers: under 1F1B rank r holds the activations of
     min(micro-batches, pp - r) micro-batches in flight (more when interleaved), the last
     rank also the fp32 logits for the loss. With even stages the first rank is the worst;
     with uneven ones (Megatron's first stage a layer short) the second may be."""
-    micro = config.grad_accum(w.global_batch_size)
-    pp, vpp = config.pp, config.vpp
-    logits = config.mbs * w.seq_length // config.cp * w.vocab_size / config.tp * 4
-    if pp == 1:
-        kept, rebuilt = stage_activation_bytes(w, config, split.first_layers)
-        return kept + rebuilt + logits
-    interleaved = 1 + (pp - 1) / (pp * vpp)
-    worst = 0.0
-    first_rank: dict[int, int] = {}  # per layer count, its first rank: the most in flight
-    for rank, layers in enumerate(split.rank_layers[:-1]):
-        first_rank.setdefault(layers, rank)
-    for layers, rank in first_rank.items():
-        kept, rebuilt = stage_activation_bytes(w, config, layers)
-        worst = max(worst, kept * min(micro, pp - rank) * interleaved + rebuilt)
-    kept, rebuilt = stage_activation_bytes(w, config, split.last_layers)
-    return max(worst, kept + rebuilt + logits)
+    micro = c.grad_accum(w.global_batch_size)
+    logits = c.mbs * w.seq_length // c.cp * w.vocab_size / c.tp * 4
+    interleaved = 1 + (c.pp - 1) / (c.pp * c.vpp)
+    worst = np.zeros(len(c))
+    for layers, rank in stages.columns("flight"):
+        kept, rebuilt = stage_activation_bytes(w, c, layers)
+        worst = np.maximum(worst, kept * np.minimum(micro, c.pp - rank) * interleaved + rebuilt)
+    kept, rebuilt = stage_activation_bytes(w, c, stages.last_layers)
+    return np.maximum(worst, kept + rebuilt + logits)
 
 
-def comm_buffer_bytes(w: Workload, config: TrainConfig, engine: str) -> float:
-    """Bucket buffers the engine allocates beside the gradients."""
+def comm_buffer_bytes(
+    w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray
+) -> np.ndarray:
+    """Bucket buffers the engine allocates beside the gradients, with `psi` the parameters
+    on each config's most loaded rank."""
     width = BYTES_PER_ELEMENT[w.precision]
     t = traits_of(engine)
-    if t.zero_bucket_buffers and config.dp > 1 and config.zero >= 1:
-        psi = config_parameters(w, config, engine)
-        if config.zero in (1, 2):
-            buckets = 2 if config.overlap_comm else 1
-            return (
-                min(config.reduce_bucket, psi) * buckets + min(config.allgather_bucket, psi)
-            ) * width
-        if config.zero == 3:
-            return (min(config.reduce_bucket, psi) + ZERO3_PREFETCH_ELEMENTS) * width
-    if t.zero3_resident_layers and config.zero == 3:
-        return t.zero3_resident_layers * layer_parameters(w, config.tp) * width
-    return 0.0
+    out = np.zeros(len(c))
+    bucketed = np.zeros(len(c), dtype=bool)
+    if t.zero_bucket_buffers:
+        bucketed = (c.dp > 1) & (c.zero >= 1)
+        reduce = np.minimum(c.reduce_bucket, psi)
+        stage12 = reduce * np.where(c.overlap_comm, 2, 1) + np.minimum(c.allgather_bucket, psi)
+        stage3 = reduce + ZERO3_PREFETCH_ELEMENTS
+        out = np.where(bucketed, np.where(c.zero == 3, stage3, stage12) * width, 0.0)
+    if t.zero3_resident_layers:
+        resident = t.zero3_resident_layers * layer_parameters(w, c.tp) * width
+        out = np.where(~bucketed & (c.zero == 3), resident, out)
+    return out
 
 
 def memory_breakdown(
-    w: Workload, config: TrainConfig, engine: str, device_generation: str
-) -> MemoryBreakdown:
-    states = model_states(w, config, engine)
+    w: Workload,
+    c: ConfigTable,
+    engine: str | EngineTraits,
+    device_generation: str,
+    stages: Stages | None = None,
+) -> MemoryBreakdown[np.ndarray]:
+    stages = stages or Stages.of(w, c, engine)
+    states = model_states(w, c, engine, stages)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     return MemoryBreakdown(
         weights=states.params,
         gradients=states.grads,
         optimizer=states.optimizer,
-        activations=activation_bytes(w, config, stage_split(w, config, engine)),
-        comm_buffers=comm_buffer_bytes(w, config, engine),
-        overhead=overhead,
+        activations=activation_bytes(w, c, stages),
+        comm_buffers=comm_buffer_bytes(w, c, engine, most_parameters(w, c, stages)),
+        overhead=np.full(len(c), float(overhead)),
     )

@@ -1,12 +1,18 @@
-"""One prediction for one config: both breakdowns and the figures a trial would measure."""
+"""Predictions for a table of configs at once, and for one config as a table of one: both
+breakdowns and the figures a trial would measure."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from autotune.estimate.memory import MemoryBreakdown, memory_breakdown
+from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration, StepTime, step_time
+from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.specs.throughput import throughput
@@ -15,8 +21,8 @@ from autotune.specs.throughput import throughput
 @dataclass(frozen=True)
 class Estimate:
     config: TrainConfig
-    step: StepTime
-    memory: MemoryBreakdown
+    step: StepTime[float]
+    memory: MemoryBreakdown[float]
     tokens_per_s: float
     tflops_per_device: float
     mfu: float | None
@@ -40,21 +46,51 @@ class Estimate:
         }
 
 
-def estimate(
+@dataclass(frozen=True)
+class Predictions:
+    """The model's figures for each config of a table, as arrays; `row(i)` is config i's
+    `Estimate`."""
+
+    table: ConfigTable
+    step: StepTime[np.ndarray]
+    memory: MemoryBreakdown[np.ndarray]
+    tokens_per_s: np.ndarray
+    tflops_per_device: np.ndarray
+    mfu: np.ndarray | None
+    fits: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def row(self, i: int) -> Estimate:
+        return Estimate(
+            config=self.table.configs[i],
+            step=self.step.row(i),
+            memory=self.memory.row(i),
+            tokens_per_s=float(self.tokens_per_s[i]),
+            tflops_per_device=float(self.tflops_per_device[i]),
+            mfu=None if self.mfu is None else float(self.mfu[i]),
+            fits=bool(self.fits[i]),
+        )
+
+
+def predict(
     w: Workload,
-    config: TrainConfig,
+    table: ConfigTable,
     cluster: Cluster,
     engine: str,
     cal: Calibration | None = None,
-    memory: MemoryBreakdown | None = None,
-) -> Estimate:
-    """Step time and memory of one config; `memory`, which no calibration changes, may come
-    from an earlier estimate of the same config (a search re-predicts after every fit)."""
-    step = step_time(w, config, cluster, engine, cal)
-    memory = memory or memory_breakdown(w, config, engine, cluster.device.generation)
+    memory: MemoryBreakdown[np.ndarray] | None = None,
+) -> Predictions:
+    """Step time and memory of every config of the table; `memory`, which no calibration
+    changes, may come from an earlier prediction of the same table (a search re-predicts
+    after every fit)."""
+    stages = Stages.of(w, table, engine)
+    step = step_time(w, table, cluster, engine, cal, stages)
+    memory = memory or memory_breakdown(w, table, engine, cluster.device.generation, stages)
     rate = throughput(w, cluster, step.total_s)
-    return Estimate(
-        config=config,
+    return Predictions(
+        table=table,
         step=step,
         memory=memory,
         tokens_per_s=rate.tokens_per_s,
@@ -62,3 +98,24 @@ def estimate(
         mfu=rate.mfu,
         fits=memory.total <= cluster.device.memory_bytes,
     )
+
+
+def estimate(
+    w: Workload,
+    config: TrainConfig,
+    cluster: Cluster,
+    engine: str,
+    cal: Calibration | None = None,
+) -> Estimate:
+    """Step time and memory of one config: the table model on a table of one."""
+    return predict(w, ConfigTable.of([config]), cluster, engine, cal).row(0)
+
+
+def predict_configs(
+    w: Workload,
+    configs: Sequence[TrainConfig],
+    cluster: Cluster,
+    engine: str,
+    cal: Calibration | None = None,
+) -> Predictions:
+    return predict(w, ConfigTable.of(configs), cluster, engine, cal)

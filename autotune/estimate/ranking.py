@@ -1,28 +1,78 @@
 """The plan before any trial: configs predicted to fit, fastest first, and why each other one
-cannot fit."""
+cannot fit. Predicted as one table; an `Estimate` is made only for a config looked at."""
 
 from __future__ import annotations
 
-from autotune.estimate.predict import Estimate, estimate
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import overload
+
+import numpy as np
+
+from autotune.estimate.predict import Estimate, Predictions, predict
 from autotune.estimate.steptime import Calibration
+from autotune.estimate.table import ConfigTable
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
 
 
+@dataclass(frozen=True)
+class Ranked(Sequence[Estimate]):
+    """The configs predicted to fit, fastest first (equals in the order given)."""
+
+    predictions: Predictions
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> Estimate: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Estimate]: ...
+    def __getitem__(self, i: int | slice) -> Estimate | list[Estimate]:
+        if isinstance(i, slice):
+            return [self.predictions.row(int(r)) for r in self.rows[i]]
+        return self.predictions.row(int(self.rows[i]))
+
+    @property
+    def configs(self) -> list[TrainConfig]:
+        return [self.predictions.table.configs[r] for r in self.rows]
+
+
+@dataclass(frozen=True)
+class TooBig(Mapping[str, str]):
+    """Why each config predicted not to fit cannot, by config key."""
+
+    predictions: Predictions
+    rows: np.ndarray
+    device_bytes: float
+
+    @cached_property
+    def _rows(self) -> dict[str, int]:
+        return {config_key(self.predictions.table.configs[r]): int(r) for r in self.rows}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __getitem__(self, key: str) -> str:
+        return memory_reason(self.predictions.row(self._rows[key]), self.device_bytes)
+
+
 def memory_verdicts(
-    problem: Problem, valid: tuple[TrainConfig, ...], cal: Calibration
-) -> tuple[list[Estimate], dict[str, str]]:
+    problem: Problem, valid: Sequence[TrainConfig], cal: Calibration
+) -> tuple[Ranked, TooBig]:
     """Predictions of the configs that fit, best first; and why each other one cannot fit,
     by config key."""
-    fitting, too_big = [], {}
-    for config in valid:
-        e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
-        if e.fits:
-            fitting.append(e)
-        else:
-            too_big[config_key(config)] = memory_reason(e, problem.cluster.device.memory_bytes)
-    fitting.sort(key=lambda e: -e.tokens_per_s)
-    return fitting, too_big
+    p = predict(problem.workload, ConfigTable.of(valid), problem.cluster, problem.engine.name, cal)
+    fitting = np.flatnonzero(p.fits)
+    fastest = fitting[np.argsort(-p.tokens_per_s[fitting], kind="stable")]
+    device = problem.cluster.device.memory_bytes
+    return Ranked(p, fastest), TooBig(p, np.flatnonzero(~p.fits), device)
 
 
 def memory_reason(e: Estimate, device_bytes: float) -> str:

@@ -4,13 +4,18 @@ the step's pace and the ranks that hold most set the memory."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
 from autotune.engines import EngineTraits, traits_of
-from autotune.space import TrainConfig
+from autotune.estimate.table import ConfigTable, Values, grouped
 from autotune.space.pipeline import PipelineSplit, split_layers
 from autotune.specs import Workload
 
 
-def layer_forward_flops(w: Workload, micro_batch: int) -> float:
+def layer_forward_flops(w: Workload, micro_batch: Values) -> Values:
     """Forward FLOPs of one layer for one micro-batch, the per-layer part of Megatron's
     formula: 2·b·s·(2h² + 2h²g/a + glu·2hf... ) written out term by term."""
     s, h, f = w.seq_length, w.hidden_size, w.ffn_hidden_size
@@ -20,15 +25,90 @@ def layer_forward_flops(w: Workload, micro_batch: int) -> float:
     return 2 * micro_batch * s * (linear + attention)
 
 
-def head_forward_flops(w: Workload, micro_batch: int) -> float:
+def head_forward_flops(w: Workload, micro_batch: Values) -> Values:
     return 2 * micro_batch * w.seq_length * w.hidden_size * w.vocab_size
 
 
-def stage_split(w: Workload, config: TrainConfig, engine: str | EngineTraits) -> PipelineSplit:
+def stage_split(
+    w: Workload, pp: int, vpp: int, engine: str | EngineTraits, label: str = ""
+) -> PipelineSplit:
     """The layers of each pipeline rank as the engine places them; the validity rules have
     refused configs it cannot place."""
-    style = traits_of(engine).pipeline_split
-    split = split_layers(w.num_layers, config.pp, config.vpp, style)
+    split = split_layers(w.num_layers, pp, vpp, traits_of(engine).pipeline_split)
     if split is None:
-        raise ValueError(f"{config.label()}: no pipeline placement of {w.num_layers} layers")
+        raise ValueError(
+            f"{label or f'pp={pp},vpp={vpp}'}: no pipeline placement of {w.num_layers} layers"
+        )
     return split
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Per config (a row), the pipeline ranks the model reads, from its placement. The
+    two-dimensional arrays list a few ranks per config, distinct in what the model asks of
+    them, padded by repeating the first."""
+
+    first_layers: np.ndarray
+    last_layers: np.ndarray
+    busiest: np.ndarray
+    """Layers on the rank with the most."""
+    pace_layers: np.ndarray
+    pace_last: np.ndarray
+    """(layers, whether it is the last rank, which also computes the output layer) of each
+    kind of rank: the slowest sets the step's pace."""
+    held_layers: np.ndarray
+    held_first: np.ndarray
+    held_last: np.ndarray
+    """(layers, first rank, last rank) of each kind: the one holding most parameters."""
+    flight_layers: np.ndarray
+    flight_rank: np.ndarray
+    """(layers, its first rank) of each layer count on ranks but the last: under 1F1B the
+    earlier a rank, the more micro-batches it keeps in flight."""
+
+    @classmethod
+    def of(cls, w: Workload, c: ConfigTable, engine: str | EngineTraits) -> Stages:
+        n = len(c)
+        scalars = {name: np.zeros(n, dtype=np.int64) for name in ("first", "last", "busiest")}
+        lists: dict[str, list[list[tuple[int, ...]]]] = {"pace": [], "held": [], "flight": []}
+        rows_of: list[np.ndarray] = []
+        for (pp, vpp), rows in grouped(c.pp, c.vpp):
+            split = stage_split(w, pp, vpp, engine, c.configs[rows[0]].label())
+            ranks = split.rank_layers
+            scalars["first"][rows] = split.first_layers
+            scalars["last"][rows] = split.last_layers
+            scalars["busiest"][rows] = max(ranks)
+            lists["pace"].append(sorted({(n, r == pp - 1) for r, n in enumerate(ranks)}))
+            held = {(n, r == 0, r == pp - 1) for r, n in enumerate(ranks)}
+            lists["held"].append(sorted(held))
+            flight: dict[int, int] = {}
+            for r, layers in enumerate(ranks[:-1]):
+                flight.setdefault(layers, r)
+            lists["flight"].append(sorted(flight.items()) or [(split.last_layers, 0)])
+            rows_of.append(rows)
+
+        def padded(kind: str, field: int, dtype: type) -> np.ndarray:
+            width = max(len(entries) for entries in lists[kind])
+            out: np.ndarray = np.zeros((n, width), dtype=dtype)
+            for entries, rows in zip(lists[kind], rows_of, strict=True):
+                values = [e[field] for e in entries]
+                out[rows] = values + values[:1] * (width - len(values))
+            return out
+
+        return cls(
+            first_layers=scalars["first"],
+            last_layers=scalars["last"],
+            busiest=scalars["busiest"],
+            pace_layers=padded("pace", 0, np.int64),
+            pace_last=padded("pace", 1, np.bool_),
+            held_layers=padded("held", 0, np.int64),
+            held_first=padded("held", 1, np.bool_),
+            held_last=padded("held", 2, np.bool_),
+            flight_layers=padded("flight", 0, np.int64),
+            flight_rank=padded("flight", 1, np.int64),
+        )
+
+    def columns(self, kind: str) -> Iterator[tuple[np.ndarray, ...]]:
+        """The ranks of one kind (pace, held, flight), one column of rows at a time."""
+        arrays = [a for name, a in vars(self).items() if name.startswith(kind)]
+        for k in range(arrays[0].shape[1]):
+            yield tuple(a[:, k] for a in arrays)

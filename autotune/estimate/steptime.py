@@ -12,16 +12,18 @@ Formulas: shared research comm_cost_model.md §5.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
+
+import numpy as np
 
 from autotune.engines import traits_of
 from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
-from autotune.estimate.memory import rank_parameters, recomputed_layers
-from autotune.estimate.stages import head_forward_flops, layer_forward_flops, stage_split
-from autotune.space import TrainConfig
+from autotune.estimate.memory import most_parameters, recomputed_layers
+from autotune.estimate.stages import Stages, head_forward_flops, layer_forward_flops
+from autotune.estimate.table import ConfigTable
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
@@ -63,28 +65,34 @@ DEFAULT_CALIBRATION = {
 }
 
 
+Seconds = TypeVar("Seconds", float, np.ndarray)
+
+
 @dataclass(frozen=True)
-class StepTime:
-    compute_s: float
-    recompute_s: float
+class StepTime(Generic[Seconds]):
+    """Where a step's time goes: of one config (floats), or of each config of a table
+    (arrays, `row` gives one)."""
+
+    compute_s: Seconds
+    recompute_s: Seconds
     """Part of compute_s spent recomputing activations."""
-    tp_comm_s: float
-    pp_bubble_s: float
-    pp_p2p_s: float
-    cp_comm_s: float
+    tp_comm_s: Seconds
+    pp_bubble_s: Seconds
+    pp_p2p_s: Seconds
+    cp_comm_s: Seconds
     """Context-parallel key/value exchange not hidden behind attention."""
-    dp_comm_s: float
+    dp_comm_s: Seconds
     """All data-parallel communication of the step, hidden or not."""
-    dp_exposed_s: float
-    optimizer_s: float
+    dp_exposed_s: Seconds
+    optimizer_s: Seconds
 
     @property
-    def exposed_comm_s(self) -> float:
+    def exposed_comm_s(self) -> Seconds:
         """Communication the step waits for: what NCCL settings could shorten."""
         return self.tp_comm_s + self.pp_p2p_s + self.cp_comm_s + self.dp_exposed_s
 
     @property
-    def total_s(self) -> float:
+    def total_s(self) -> Seconds:
         return (
             self.compute_s
             + self.tp_comm_s
@@ -95,31 +103,23 @@ class StepTime:
             + self.optimizer_s
         )
 
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "compute_s": self.compute_s,
-            "recompute_s": self.recompute_s,
-            "tp_comm_s": self.tp_comm_s,
-            "pp_bubble_s": self.pp_bubble_s,
-            "pp_p2p_s": self.pp_p2p_s,
-            "cp_comm_s": self.cp_comm_s,
-            "dp_comm_s": self.dp_comm_s,
-            "dp_exposed_s": self.dp_exposed_s,
-            "optimizer_s": self.optimizer_s,
-            "total_s": self.total_s,
-        }
+    def as_dict(self) -> dict[str, Seconds]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "total_s": self.total_s}
 
-    def dominant(self) -> str:
+    def row(self: StepTime[np.ndarray], i: int) -> StepTime[float]:
+        return StepTime(**{f.name: float(getattr(self, f.name)[i]) for f in fields(self)})
+
+    def dominant(self: StepTime[float]) -> str:
         parts = self.as_dict()
         del parts["total_s"], parts["recompute_s"], parts["dp_comm_s"]
         return max(parts, key=parts.__getitem__).removesuffix("_s")
 
 
 def achievable_flops(
-    w: Workload, config: TrainConfig, cluster: Cluster, cal: Calibration
-) -> float:
-    width = w.hidden_size / config.tp
-    tokens = config.mbs * w.seq_length / config.cp
+    w: Workload, c: ConfigTable, cluster: Cluster, cal: Calibration
+) -> np.ndarray:
+    width = w.hidden_size / c.tp
+    tokens = c.mbs * w.seq_length / c.cp
     peak = cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
     return (
         peak
@@ -132,21 +132,27 @@ def achievable_flops(
 
 
 def step_time(
-    w: Workload, config: TrainConfig, cluster: Cluster, engine: str, cal: Calibration | None = None
-) -> StepTime:
+    w: Workload,
+    c: ConfigTable,
+    cluster: Cluster,
+    engine: str,
+    cal: Calibration | None = None,
+    stages: Stages | None = None,
+) -> StepTime[np.ndarray]:
+    """Each config's step time, all configs at once."""
     cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
-    c, domain = config, cluster.domain_size
+    stages = stages or Stages.of(w, c, engine)
+    domain = cluster.domain_size
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
     rate = achievable_flops(w, c, cluster, cal)
-    split = stage_split(w, c, engine)
+    psi = most_parameters(w, c, stages)
 
-    tp_group = comm.place(c.tp, 1, domain)
     activation = c.mbs * w.seq_length // c.cp * w.hidden_size * width
     per_collective = comm.seconds(
         "all_reduce",
         activation,
-        tp_group,
+        comm.place(c.tp, 1, domain),
         cluster,
         c.nccl_algo,
         c.nccl_proto,
@@ -155,33 +161,28 @@ def step_time(
     )
     # The pipeline moves at the pace of its slowest rank: its layers' compute and tensor-
     # parallel collectives, plus the output layer on the last rank.
-    kinds = {(layers, r == c.pp - 1) for r, layers in enumerate(split.rank_layers)}
-    paces = [_rank_pace(w, c, layers, last, rate, per_collective) for layers, last in kinds]
-    per_micro_compute, recompute_fwd, per_micro_tp = max(paces, key=lambda p: p[0] + p[2])
-    busiest = max(split.rank_layers)
-    per_micro_cp = busiest * _context_parallel(w, c, cluster, cal, rate)
+    paces = np.array(
+        [
+            _rank_pace(w, c, layers, last, rate, per_collective)
+            for layers, last in stages.columns("pace")
+        ]
+    )  # (kind of rank, compute / recompute FLOPs / tp, config)
+    slowest = np.argmax(paces[:, 0] + paces[:, 2], axis=0)
+    per_micro_compute, recompute_fwd, per_micro_tp = paces[slowest, :, np.arange(len(c))].T
+    per_micro_cp = stages.busiest * _context_parallel(w, c, cluster, cal, rate)
     # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
     # context-parallel exchange included.
     bubble = (c.pp - 1) / c.vpp * (per_micro_compute + per_micro_tp + per_micro_cp)
-    pp_group = comm.place(c.pp, c.tp * c.cp * c.dp, domain)
-    link = cluster.intra_link if pp_group.nodes == 1 else cluster.inter_link
-    p2p_bytes = activation / (c.tp if c.tp > 1 else 1)
-    p2p = (
-        0.0
-        if c.pp == 1
-        else 2
-        * micro
-        * c.vpp
-        * (link.latency_s + p2p_bytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale))
+    latency, bandwidth = comm.over_links(cluster, comm.place(c.pp, c.tp * c.cp * c.dp, domain))
+    p2p_bytes = activation / np.where(c.tp > 1, c.tp, 1)
+    p2p = np.where(
+        c.pp == 1,
+        0.0,
+        2 * micro * c.vpp * (latency + p2p_bytes / (bandwidth * cal.bandwidth_scale)),
     )
-
-    cp = micro * per_micro_cp
-    dp_comm, dp_exposed = _data_parallel(
-        w, c, cluster, engine, cal, micro, per_micro_compute, split.rank_layers
-    )
-    shards = c.dp * c.cp if c.zero >= 1 else 1
-    psi = rank_parameters(w, c.tp, c.pp, split.rank_layers) / shards
-    optimizer = psi * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
+    dp_comm, dp_exposed = _data_parallel(w, c, cluster, engine, cal, micro, per_micro_compute, psi)
+    shards = np.where(c.zero >= 1, c.dp * c.cp, 1)
+    optimizer = psi / shards * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
 
     return StepTime(
         compute_s=micro * per_micro_compute,
@@ -189,7 +190,7 @@ def step_time(
         tp_comm_s=micro * per_micro_tp,
         pp_bubble_s=bubble,
         pp_p2p_s=p2p,
-        cp_comm_s=cp,
+        cp_comm_s=micro * per_micro_cp,
         dp_comm_s=dp_comm,
         dp_exposed_s=dp_exposed,
         optimizer_s=optimizer,
@@ -198,22 +199,26 @@ def step_time(
 
 def _rank_pace(
     w: Workload,
-    c: TrainConfig,
-    layers: int,
-    last: bool,
-    rate: float,
-    per_collective: float,
-) -> tuple[float, float, float]:
+    c: ConfigTable,
+    layers: np.ndarray,
+    last: np.ndarray,
+    rate: np.ndarray,
+    per_collective: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One micro-batch on a pipeline rank of `layers`: (compute seconds, of which the FLOPs
     of recomputation, tensor-parallel collective seconds)."""
-    fwd = layers * layer_forward_flops(w, c.mbs) + (head_forward_flops(w, c.mbs) if last else 0)
-    fwd /= c.tp * c.cp
-    recompute_fwd = 0.0
+    mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
+    split = c.tp * c.cp
+    fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
     rebuilt = recomputed_layers(w, c, layers)
-    if c.recompute == "full":
-        recompute_fwd = rebuilt * layer_forward_flops(w, c.mbs) / (c.tp * c.cp)
-    elif c.recompute == "selective":
-        recompute_fwd = layers * 4 * c.mbs * w.seq_length**2 * w.hidden_size / (c.tp * c.cp)
+    recompute_fwd = np.select(
+        [c.recompute == "full", c.recompute == "selective"],
+        [
+            rebuilt * layer_forward_flops(w, mbs) / split,
+            layers * 4 * mbs * w.seq_length**2 * w.hidden_size / split,
+        ],
+        0.0,
+    )
     return (
         (3 * fwd + recompute_fwd) / rate,
         recompute_fwd,
@@ -222,101 +227,102 @@ def _rank_pace(
 
 
 def _context_parallel(
-    w: Workload, c: TrainConfig, cluster: Cluster, cal: Calibration, rate: float
-) -> float:
+    w: Workload, c: ConfigTable, cluster: Cluster, cal: Calibration, rate: np.ndarray
+) -> np.ndarray:
     """Exposed seconds of one layer's context-parallel ring for one micro-batch: cp - 1 steps
     that pass a rank's keys and values on (forward), and keys, values and their gradients
     (backward), each hidden behind the attention block the step computes (Transformer
     Engine's p2p context parallelism)."""
-    if c.cp == 1:
-        return 0.0
-    kv_heads = max(1, w.num_query_groups // c.tp)
+    kv_heads = np.maximum(1, w.num_query_groups // c.tp)
     kv_bytes = 2 * c.mbs * (w.seq_length // c.cp) * kv_heads * w.head_dim
-    kv_bytes *= BYTES_PER_ELEMENT[w.precision]
-    group = comm.place(c.cp, c.tp, cluster.domain_size)
-    link = cluster.intra_link if group.nodes == 1 else cluster.inter_link
+    kv_bytes = kv_bytes * BYTES_PER_ELEMENT[w.precision]
+    latency, bandwidth = comm.over_links(cluster, comm.place(c.cp, c.tp, cluster.domain_size))
 
-    def send(nbytes: float) -> float:
-        return link.latency_s + nbytes / (link.bandwidth_bytes_per_s * cal.bandwidth_scale)
+    def send(nbytes: np.ndarray) -> np.ndarray:
+        return latency + nbytes / (bandwidth * cal.bandwidth_scale)
 
     # Attention FLOPs of one ring step, forward: this rank's s/cp queries against another's
     # s/cp keys (QK^T and AV), half of them masked under causal load balancing.
     block = 2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.hidden_size / c.tp
-    forward = max(0.0, send(kv_bytes) - block / rate)
-    backward = max(0.0, send(2 * kv_bytes) - 2 * block / rate)
-    return (c.cp - 1) * (forward + backward)
+    forward = np.maximum(0.0, send(kv_bytes) - block / rate)
+    backward = np.maximum(0.0, send(2 * kv_bytes) - 2 * block / rate)
+    return np.where(c.cp == 1, 0.0, (c.cp - 1) * (forward + backward))
 
 
 def _data_parallel(
     w: Workload,
-    c: TrainConfig,
+    c: ConfigTable,
     cluster: Cluster,
     engine: str,
     cal: Calibration,
-    micro: int,
-    per_micro_compute: float,
-    rank_layers: tuple[int, ...],
-) -> tuple[float, float]:
+    micro: np.ndarray,
+    per_micro_compute: np.ndarray,
+    psi: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """(all data-parallel communication, the part not hidden behind the backward pass).
     Context-parallel ranks hold the same weights: gradients are reduced, and optimizer
     states sharded, over dp·cp ranks (Megatron's data-parallel group with cp)."""
     replicas = c.dp * c.cp
-    if replicas == 1:
-        return 0.0, 0.0
     group = comm.place(replicas, c.tp, cluster.domain_size)
     t = traits_of(engine)
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":
         width = 4
-    grad_bytes = rank_parameters(w, c.tp, c.pp, rank_layers) * width
+    grad_bytes = psi * width
     bucket = c.reduce_bucket * width if t.bucket_unit == "elements" else c.ddp_bucket_mb * 2**20
-    n_buckets = max(1, math.ceil(grad_bytes / bucket))
-    if t.one_bucket_without_overlap and not c.overlap_comm:
-        n_buckets = 1
+    n_buckets = np.maximum(1, np.ceil(grad_bytes / bucket))
+    if t.one_bucket_without_overlap:
+        n_buckets = np.where(c.overlap_comm, n_buckets, 1)
 
-    def bucketed(op: Op, total: float) -> float:
-        return n_buckets * comm.seconds(
+    def bucketed(op: Op, rows: np.ndarray) -> np.ndarray:
+        """The op's time over all buckets, in the rows where it runs (0 elsewhere)."""
+        shard = grad_bytes / n_buckets / (replicas if op != "all_reduce" else 1)
+        sub = comm.Group(group.size[rows], group.nodes[rows])
+        out = np.zeros(len(c))
+        out[rows] = n_buckets[rows] * comm.seconds(
             op,
-            total / n_buckets / (replicas if op != "all_reduce" else 1),
-            group,
+            shard[rows],
+            sub,
             cluster,
-            c.nccl_algo,
-            c.nccl_proto,
+            c.nccl_algo[rows],
+            c.nccl_proto[rows],
             cal.bandwidth_scale,
             cal.collectives,
         )
+        return out
 
-    if c.zero == 0:
-        grads = bucketed("all_reduce", grad_bytes)
-        gathers = 0.0
-    else:
-        grads = bucketed("reduce_scatter", grad_bytes)
-        gathers = bucketed("all_gather", grad_bytes)
-    if c.zero >= 2 and micro > 1:
-        grads *= micro  # ZeRO-2/3 and FSDP reduce every micro-batch
-    if c.zero == 3:
-        gathers = gathers * 2 * micro  # parameters gathered for forward and backward
+    sharded = np.flatnonzero(c.zero >= 1)
+    grads = bucketed("all_reduce", np.flatnonzero(c.zero == 0)) + bucketed(
+        "reduce_scatter", sharded
+    )
+    gathers = bucketed("all_gather", sharded)
+    grads = np.where((c.zero >= 2) & (micro > 1), grads * micro, grads)  # ZeRO-2/3 and FSDP
+    # reduce every micro-batch; ZeRO-3 gathers parameters for forward and backward
+    gathers = np.where(c.zero == 3, gathers * 2 * micro, gathers)
+    total = grads + gathers
     if t.overlap == "per_flag":
         work = cal.overlap * micro * per_micro_compute
-        return grads + gathers, _exposed_per_flag(c, work, grads, gathers, n_buckets)
-    total = grads + gathers
-    overlaps = t.overlap == "always" or (c.overlap_comm and c.zero >= 1)
-    if not overlaps:
-        return total, total
-    # Gradient reductions hide behind the backward passes; ZeRO-3 / FSDP prefetching hides
-    # parameter gathers behind the forward passes too.
-    hidden_share = 1.0 if c.zero == 3 else 2 / 3
-    hideable = cal.overlap * hidden_share * micro * per_micro_compute
-    last = total / n_buckets
-    return total, max(last, total - hideable)
+        exposed = _exposed_per_flag(c, work, grads, gathers, n_buckets)
+    else:
+        overlaps = (t.overlap == "always") | (c.overlap_comm & (c.zero >= 1))
+        # Gradient reductions hide behind the backward passes; ZeRO-3 / FSDP prefetching
+        # hides parameter gathers behind the forward passes too.
+        hidden_share = np.where(c.zero == 3, 1.0, 2 / 3)
+        hideable = cal.overlap * hidden_share * micro * per_micro_compute
+        exposed = np.where(overlaps, np.maximum(total / n_buckets, total - hideable), total)
+    alone = replicas == 1
+    return np.where(alone, 0.0, total), np.where(alone, 0.0, exposed)
 
 
 def _exposed_per_flag(
-    c: TrainConfig, work: float, grads: float, gathers: float, n_buckets: int
-) -> float:
+    c: ConfigTable, work: np.ndarray, grads: np.ndarray, gathers: np.ndarray, n_buckets: np.ndarray
+) -> np.ndarray:
     """Gradient reduction hidden behind the backward passes only with `overlap_comm` (its
     last bucket stays exposed), and the distributed optimizer's parameter all-gather behind
     the next forward passes only with `overlap_param_gather` (Megatron-LM's two flags)."""
-    exposed_grads = max(grads / n_buckets, grads - work * 2 / 3) if c.overlap_comm else grads
-    exposed_gathers = max(0.0, gathers - work / 3) if c.overlap_param_gather else gathers
+    hidden_grads = np.maximum(grads / n_buckets, grads - work * 2 / 3)
+    exposed_grads = np.where(c.overlap_comm, hidden_grads, grads)
+    exposed_gathers = np.where(
+        c.overlap_param_gather, np.maximum(0.0, gathers - work / 3), gathers
+    )
     return exposed_grads + exposed_gathers

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,8 +27,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.memory import MemoryBreakdown
-from autotune.estimate.predict import Estimate, estimate
+from autotune.estimate.predict import Estimate, Predictions, estimate, predict
 from autotune.estimate.steptime import Calibration
+from autotune.estimate.table import ConfigTable
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.noise import NOISE_FLOOR
@@ -63,10 +65,23 @@ so that a handful of points cannot be explained away by a free parameter each.""
 FREE_PARAMETERS = tuple(BOUNDS)
 
 
+@dataclass(frozen=True)
+class Scored:
+    """The configs still open, best score first: rows of the candidate table, each one's
+    optimistic log tokens/s and uncertainty."""
+
+    rows: np.ndarray
+    score: np.ndarray
+    uncertainty: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 @dataclass
 class GuidedSearch:
     problem: Problem
-    candidates: list[TrainConfig]
+    candidates: Sequence[TrainConfig]
     """Valid configs predicted to fit, before any measurement."""
     calibration: Calibration
     seed: int | None = None
@@ -77,16 +92,21 @@ class GuidedSearch:
     residuals: list[float] = field(default_factory=list)
     """log(measured / predicted tokens/s) of each measured config, under the refitted model."""
     spread: float = PRIOR_SPREAD
-    _keys: list[str] = field(init=False, repr=False)
+    _table: ConfigTable = field(init=False, repr=False)
+    _index: dict[str, int] = field(init=False, repr=False)
+    """Each candidate's row by its key."""
     _codes: np.ndarray = field(init=False, repr=False)
     """Each candidate's knob values as small integers, one column per knob: distances to
     the measured configs for a hundred thousand candidates are one array comparison."""
-    _estimates: list[Estimate] | None = field(default=None, init=False, repr=False)
+    _predictions: Predictions | None = field(default=None, init=False, repr=False)
     """Predictions for the current calibration, made once per refit."""
-    _estimates_before: list[Estimate] | None = field(default=None, init=False, repr=False)
-    """The last predictions: their memory, which no fit changes, is not computed again."""
-    _layouts: list[str] = field(init=False, repr=False)
-    """Each candidate's key with NCCL's own choices: the config NCCL knobs would refine."""
+    _memory: MemoryBreakdown[np.ndarray] = field(init=False, repr=False)
+    """Each candidate's predicted memory, which no fit changes."""
+    _layouts: dict[str, int] = field(init=False, repr=False)
+    _layout_of: np.ndarray = field(init=False, repr=False)
+    """Each candidate's layout (its key with NCCL's own choices: the config NCCL knobs would
+    refine), as a number; `_is_layout`: whether the candidate is its own layout."""
+    _is_layout: np.ndarray = field(init=False, repr=False)
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
     leader_measured: tuple[TrainConfig, float] | None = None
@@ -95,8 +115,18 @@ class GuidedSearch:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.memory_limit = self.problem.cluster.device.memory_bytes
-        self._keys = [config_key(c) for c in self.candidates]
-        self._layouts = [config_key(nccl_default(c)) for c in self.candidates]
+        self._table = ConfigTable.of(self.candidates)
+        keys = [config_key(c) for c in self.candidates]
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._layouts = {}
+        layouts = [config_key(nccl_default(c)) for c in self.candidates]
+        self._layout_of = np.array(
+            [self._layouts.setdefault(k, len(self._layouts)) for k in layouts]
+        )
+        self._is_layout = np.array([k == layout for k, layout in zip(keys, layouts, strict=True)])
+        p = self.problem
+        first = predict(p.workload, self._table, p.cluster, p.engine.name, self.calibration)
+        self._memory, self._predictions = first.memory, first
         names = [f.name for f in dataclasses.fields(TrainConfig)]
         self._value_codes: list[dict[object, int]] = [{} for _ in names]
         self._codes = np.array([self._encode(c) for c in self.candidates], dtype=np.int32).reshape(
@@ -134,7 +164,7 @@ class GuidedSearch:
             if t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s")
         ]
         self.measured = [o.config for o in data]
-        self._estimates = None
+        self._predictions = None
         fastest = max(
             (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
             key=lambda t: t.value or 0.0,
@@ -164,75 +194,68 @@ class GuidedSearch:
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
 
     # --- proposing ----------------------------------------------------------------------
-    def ranked(
-        self, excluded: set[str], optimism: float = EXPLORE
-    ) -> list[tuple[float, Estimate, float]]:
-        """(optimistic log tokens/s, estimate, uncertainty) for every config still open."""
-        if self._estimates is None:
-            before = self._estimates_before
-            self._estimates = [
-                self._estimate(c, before[i].memory if before else None)
-                for i, c in enumerate(self.candidates)
-            ]
-            self._estimates_before = self._estimates
+    def ranked(self, excluded: set[str], optimism: float = EXPLORE) -> Scored:
+        """Every config still open, scored: its optimistic log tokens/s and uncertainty."""
+        if self._predictions is None:
+            self._predictions = self._predict()
+        p = self._predictions
         distances, anchors = self._nearest()
+        log_rate = np.log(p.tokens_per_s)
+        # A layout: its prediction moved by its nearest measured config's residual.
+        layout_unc = self.spread * (1 + DISTANCE_WEIGHT * distances)
+        layout_expected = log_rate + anchors * RESIDUAL_KEPT**distances
+        # NCCL settings refine the measured leader: its measurement, moved by the model's
+        # predicted change, plus what NCCL's choice may leave on the table. Kept only while
+        # it could beat the leader by the threshold at the stop rule's confidence, so
+        # proposing and stopping agree.
         refine = self._refinement_anchor()
-        bar = (
-            math.log(self.leader_measured[1] * (1 + self.threshold))  # type: ignore[index]
-            if refine is not None
-            else math.inf
-        )
-        leader = self.leader  # a dataclass-to-JSON key: once per ranking, not per candidate
-        scored = []
-        for key, layout, e, distance, anchor in zip(
-            self._keys, self._layouts, self._estimates, distances, anchors, strict=True
-        ):
-            if key in excluded or e.memory.total > self.memory_limit:
-                continue
-            if key == layout:
-                unc = self.spread * (1 + DISTANCE_WEIGHT * int(distance))
-                expected = math.log(e.tokens_per_s) + anchor * RESIDUAL_KEPT ** int(distance)
-                scored.append((expected + optimism * unc, e, unc))
-            elif layout == leader and refine is not None:
-                # NCCL settings refine the measured leader: its measurement, moved by the
-                # model's predicted change, plus what NCCL's choice may leave on the table.
-                # Kept only while it could beat the leader by the threshold at the stop rule's
-                # confidence, so proposing and stopping agree.
-                unc = NCCL_SPREAD * e.step.exposed_comm_s / e.step.total_s
-                expected = refine + math.log(e.tokens_per_s)
-                if expected + CONFIDENCE * unc > bar:
-                    scored.append((expected + optimism * unc, e, unc))
-        scored.sort(key=lambda s: -s[0])
-        return scored
+        variant_unc = NCCL_SPREAD * p.step.exposed_comm_s / p.step.total_s
+        variant_expected = (refine or 0.0) + log_rate
+        variant = ~self._is_layout & (self._layout_of == self._leader_layout())
+        if refine is not None:
+            bar = math.log(self.leader_measured[1] * (1 + self.threshold))  # type: ignore[index]
+            variant &= variant_expected + CONFIDENCE * variant_unc > bar
+        else:
+            variant[:] = False
+        unc = np.where(self._is_layout, layout_unc, variant_unc)
+        expected = np.where(self._is_layout, layout_expected, variant_expected)
+        open_ = (self._is_layout | variant) & (self._memory.total <= self.memory_limit)
+        gone = [self._index[k] for k in excluded if k in self._index]
+        open_[gone] = False
+        rows = np.flatnonzero(open_)
+        score = expected[rows] + optimism * unc[rows]
+        order = np.argsort(-score, kind="stable")
+        return Scored(rows[order], score[order], unc[rows][order])
 
     def propose(self, excluded: set[str]) -> TrainConfig | None:
         scored = self.ranked(excluded)
-        if not scored:
+        if not len(scored):
             return None
-        top = scored[0][0]
-        ties = [s[1].config for s in scored if s[0] >= top - 1e-12]
+        ties = scored.rows[scored.score >= scored.score[0] - 1e-12]
         # Among equals, the config closest to the defaults (e.g. leaving NCCL its own choice).
-        simplest = min(len(c.differs_from_default()) for c in ties)
-        return self.rng.choice([c for c in ties if len(c.differs_from_default()) == simplest])
+        configs = [self.candidates[i] for i in ties]
+        simplest = min(len(c.differs_from_default()) for c in configs)
+        return self.rng.choice([c for c in configs if len(c.differs_from_default()) == simplest])
 
     def converged(self, excluded: set[str], best_tokens_per_s: float | None) -> str | None:
         """Why the search can stop, or None while some config may still win."""
         scored = self.ranked(excluded, optimism=CONFIDENCE)
-        if best_tokens_per_s is None or not scored:
+        if best_tokens_per_s is None or not len(scored):
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))
-        if scored[0][0] <= bar:
+        if scored.score[0] <= bar:
             return (
                 f"search converged: {len(scored)} configs left, none predicted to beat "
                 f"the best by more than {self.threshold:.0%}"
             )
         return None
 
-    @property
-    def leader(self) -> str | None:
-        """Layout key of the best measured config: only it gets NCCL algorithm/protocol
-        trials."""
-        return config_key(nccl_default(self.leader_measured[0])) if self.leader_measured else None
+    def _leader_layout(self) -> int:
+        """The layout of the best measured config, the only one NCCL algorithm and protocol
+        trials refine (-1: none)."""
+        if self.leader_measured is None:
+            return -1
+        return self._layouts.get(config_key(nccl_default(self.leader_measured[0])), -1)
 
     def _refinement_anchor(self) -> float | None:
         """log(measured / predicted) tokens/s of the leader: added to a variant's predicted
@@ -242,9 +265,14 @@ class GuidedSearch:
         config, measured = self.leader_measured
         return math.log(measured / self._estimate(config).tokens_per_s)
 
-    def _estimate(self, config: TrainConfig, memory: MemoryBreakdown | None = None) -> Estimate:
+    def _predict(self) -> Predictions:
         p = self.problem
-        return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration, memory)
+        cal = self.calibration
+        return predict(p.workload, self._table, p.cluster, p.engine.name, cal, self._memory)
+
+    def _estimate(self, config: TrainConfig) -> Estimate:
+        p = self.problem
+        return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
 
     def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: how many knobs it differs by from its nearest measured config, and

@@ -167,7 +167,7 @@ class _Search:
                 f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
             )
         self.guide = (
-            GuidedSearch(problem, [e.config for e in self.ranked], self.cal, settings.seed)
+            GuidedSearch(problem, self.ranked.configs, self.cal, settings.seed)
             if settings.strategy == "guided"
             else None
         )
@@ -188,7 +188,7 @@ class _Search:
         to fit: a new study measures it first, so the winner is compared with what they have
         (the study keeps its key as `USERS_CONFIG`)."""
         config = self.problem.users_config()
-        if config is None or config_key(config) not in {config_key(e.config) for e in self.ranked}:
+        if config is None or config not in set(self.ranked.configs):
             return None
         if not self.study.get_trials(deepcopy=False):
             self.study.set_user_attr(USERS_CONFIG, config_key(config))
@@ -220,7 +220,7 @@ class _Search:
                     break
                 self.study.enqueue_trial(self.space.params(proposal))
             elif self.misses >= MAX_MISSES:  # the sampler keeps proposing what cannot run
-                untried = [e.config for e in self.ranked if config_key(e.config) not in self.seen]
+                untried = [c for c in self.ranked.configs if config_key(c) not in self.seen]
                 self.study.enqueue_trial(self.space.params(self.rng.choice(untried)))
                 self.misses = 0
             reason = self.one_pass()

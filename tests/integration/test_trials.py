@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from autotune.estimate import model_states
+from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig, parse_overrides
 from autotune.specs import load_workload
 from tests.conftest import autotune
@@ -82,7 +83,9 @@ def test_real_trial_measures_and_matches_predicted_model_states(
     assert r["profile"]["comm_s"] > 0 and r["profile"]["compute_s"] > 0
     overrides = parse_overrides(config)
     tp, pp = overrides.get("tp", 1), overrides.get("pp", 1)
-    predicted = model_states(TINY, TrainConfig(**{**overrides, "dp": world // (tp * pp)}), engine)
+    predicted = model_states(
+        TINY, ConfigTable.of([TrainConfig(**{**overrides, "dp": world // (tp * pp)})]), engine
+    )
     assert r["model_state_bytes"] == pytest.approx(predicted.total, rel=0.05)
     folder = Path(record["folder"])
     for name in (

@@ -3,7 +3,8 @@
 import pytest
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, median_abs_pct_error
-from autotune.estimate.steptime import Calibration, step_time
+from autotune.estimate.predict import estimate
+from autotune.estimate.steptime import Calibration
 from autotune.problem import load_problem
 
 
@@ -19,7 +20,7 @@ def test_fit_recovers_known_parameters() -> None:
             problem.cluster,
             c,
             "torch",
-            step_time(problem.workload, c, problem.cluster, "torch", truth).total_s,
+            estimate(problem.workload, c, problem.cluster, "torch", truth).step.total_s,
         )
         for c in configs
     ]
@@ -37,7 +38,7 @@ def test_fit_rejects_unknown_parameters() -> None:
 def test_fit_keeps_parameters_in_bounds() -> None:
     problem = load_problem("torch", "llama3-8b", "dgx-h100:4")
     c = problem.enumerate().valid[0]
-    slow = step_time(problem.workload, c, problem.cluster, "torch").total_s * 1000
+    slow = estimate(problem.workload, c, problem.cluster, "torch").step.total_s * 1000
     fitted = fit([Observation(problem.workload, problem.cluster, c, "torch", slow)], Calibration())
     for name, (lo, hi) in BOUNDS.items():
         assert lo <= getattr(fitted, name) <= hi, name

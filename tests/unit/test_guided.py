@@ -80,7 +80,7 @@ def test_same_seed_same_proposals(tmp_path: Path) -> None:
 def test_out_of_memory_tightens_the_memory_model() -> None:
     problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
     ranked, _ = memory_verdicts(problem, problem.enumerate().valid, CAL)
-    guide = GuidedSearch(problem, [e.config for e in ranked], CAL, seed=0)
+    guide = GuidedSearch(problem, ranked.configs, CAL, seed=0)
     big = max(ranked, key=lambda e: e.memory.total)
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
@@ -88,8 +88,10 @@ def test_out_of_memory_tightens_the_memory_model() -> None:
     trial.set_user_attr("kind", "oom")
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
     guide.learn(study.get_trials())
-    open_configs = [s[1] for s in guide.ranked(set())]
-    assert open_configs and all(e.memory.total < big.memory.total for e in open_configs)
+    still_open = {guide.candidates[r] for r in guide.ranked(set()).rows}
+    assert still_open and all(
+        e.memory.total < big.memory.total for e in ranked if e.config in still_open
+    )
 
 
 def test_unknown_sampler_is_refused() -> None:
@@ -128,7 +130,7 @@ def test_the_search_looks_around_a_config_that_measured_better_than_predicted() 
     cal = Calibration(compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07)
     problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
     ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
-    guide = GuidedSearch(problem, [e.config for e in ranked], cal, seed=0)
+    guide = GuidedSearch(problem, ranked.configs, cal, seed=0)
     surprising, expected = ranked[0], ranked[len(ranked) // 2]
     study = optuna.create_study(direction="maximize")
     for e, speed_up in ((surprising, 1.2), (expected, 1.0)):

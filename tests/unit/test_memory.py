@@ -7,6 +7,7 @@ import pytest
 from autotune.engines import EngineTraits
 from autotune.estimate import model_states, rank_parameters
 from autotune.estimate.memory import stage_activation_bytes
+from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
 from autotune.specs import load_workload
 
@@ -42,7 +43,7 @@ PSI = TINY.num_parameters  # fp32: 4 bytes each
     ],
 )
 def test_zero_stages_fp32(engine: str, zero: int, bytes_per_param: float) -> None:
-    states = model_states(TINY, TrainConfig(dp=2, zero=zero), engine)
+    states = model_states(TINY, ConfigTable.of([TrainConfig(dp=2, zero=zero)]), engine)
     assert states.total == pytest.approx(PSI * bytes_per_param)
 
 
@@ -57,7 +58,7 @@ def test_mixed_precision_matches_zero_paper_figure_1() -> None:
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
     for zero, gigabytes in ((0, 120.0), (1, 31.41), (2, 16.64), (3, 1.875)):
-        states = model_states(bf16, TrainConfig(dp=64, zero=zero), ZERO_PAPER)
+        states = model_states(bf16, ConfigTable.of([TrainConfig(dp=64, zero=zero)]), ZERO_PAPER)
         assert states.total / psi * 7.5e9 / 1e9 == pytest.approx(gigabytes, abs=0.01)
 
 
@@ -65,7 +66,7 @@ def test_deepspeed_mixed_precision_adds_its_fp32_gradient_partition() -> None:
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
     for zero, per_param in ((1, 2 + 2 + 16 / 8), (2, 2 + 18 / 8), (3, 18 / 8)):
-        states = model_states(bf16, TrainConfig(dp=8, zero=zero), "deepspeed")
+        states = model_states(bf16, ConfigTable.of([TrainConfig(dp=8, zero=zero)]), "deepspeed")
         assert states.total == pytest.approx(psi * per_param)
 
 
@@ -74,9 +75,9 @@ def test_megatron_bytes_per_parameter_match_its_own_accounting() -> None:
     distributed optimizer."""
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
-    plain = model_states(bf16, TrainConfig(dp=8), "megatron")
+    plain = model_states(bf16, ConfigTable.of([TrainConfig(dp=8)]), "megatron")
     assert plain.total == pytest.approx(18 * psi)
-    distributed = model_states(bf16, TrainConfig(dp=8, zero=1), "megatron")
+    distributed = model_states(bf16, ConfigTable.of([TrainConfig(dp=8, zero=1)]), "megatron")
     assert distributed.total == pytest.approx((6 + 12 / 8) * psi)
 
 
@@ -108,17 +109,20 @@ def test_full_recomputation_methods_by_hand(
     config = TrainConfig(
         mbs=1, recompute="full", recompute_method=method, recompute_num_layers=layers
     )  # type: ignore[arg-type]
-    assert stage_activation_bytes(SMALL, config) == (kept, rebuilt)
+    assert stage_activation_bytes(SMALL, ConfigTable.of([config])) == (kept, rebuilt)
 
 
 def test_context_parallel_memory_by_hand() -> None:
     """Each context-parallel rank keeps its half of the sequence's activations; the
     distributed optimizer shards over dp·cp ranks (Megatron's data-parallel group with cp)."""
-    assert stage_activation_bytes(SMALL, TrainConfig(mbs=1), 1) == (1088, 0.0)
-    assert stage_activation_bytes(SMALL, TrainConfig(mbs=1, cp=2), 1) == (544, 0.0)  # 4 tokens
+    assert stage_activation_bytes(SMALL, ConfigTable.of([TrainConfig(mbs=1)]), 1) == (1088, 0.0)
+    assert stage_activation_bytes(SMALL, ConfigTable.of([TrainConfig(mbs=1, cp=2)]), 1) == (
+        544,
+        0.0,
+    )  # 4 tokens
     full = TrainConfig(mbs=1, cp=2, recompute="full")  # uniform, a layer a unit
-    assert stage_activation_bytes(SMALL, full, 4) == (4 * 32, 544)
+    assert stage_activation_bytes(SMALL, ConfigTable.of([full]), 4) == (4 * 32, 544)
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
-    sharded = model_states(bf16, TrainConfig(dp=2, cp=2, zero=1), "megatron")
+    sharded = model_states(bf16, ConfigTable.of([TrainConfig(dp=2, cp=2, zero=1)]), "megatron")
     assert sharded.total == pytest.approx((6 + 12 / 4) * psi)

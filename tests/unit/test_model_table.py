@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from autotune.estimate.commfit import CollectiveFit, Regime
-from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.estimate.predict import estimate, predict_configs
+from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
+from autotune.space.enumerate import build_config
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "predictions.json"
 BLOOM = str(Path(__file__).parents[1] / "data" / "models" / "bloom-72l.yaml")
@@ -94,5 +95,39 @@ def test_write_golden_predictions() -> None:
     GOLDEN.write_text("\n".join(json.dumps(row, sort_keys=True) for row in predictions()) + "\n")
 
 
-def test_cal_default_is_the_generation_default() -> None:
-    assert DEFAULT_CALIBRATION["hopper"] != COMMBENCH
+def golden_rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in GOLDEN.read_text().splitlines()]
+
+
+def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
+    """Every problem's configs predicted as one table (NCCL settings, pipelines split
+    unevenly, context parallelism, commbench fits, gloo hosts) equal the golden figures."""
+    rows = golden_rows()
+    for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
+        problem = load_problem(engine, model, cluster)
+        mine = [r for r in rows if r["problem"] == index]
+        world = problem.cluster.world_size
+        configs = [build_config(r["config"], world) for r in mine]
+        table = predict_configs(problem.workload, configs, problem.cluster, engine, cal)
+        for i, golden in enumerate(mine):
+            e = table.row(i)
+            where = f"{engine} {Path(model).stem} {cluster} {configs[i].label()}"
+            assert e.step.as_dict() == pytest.approx(golden["step"], rel=1e-9), where
+            assert e.memory.as_dict() == pytest.approx(golden["memory"], rel=1e-9), where
+            assert e.tokens_per_s == pytest.approx(golden["tokens_per_s"], rel=1e-9), where
+
+
+def test_one_config_alone_is_predicted_as_in_any_table() -> None:
+    """A table's row does not depend on the configs beside it: each config predicted alone
+    (what `autotune estimate` does) equals its row in a shuffled table of all of them."""
+    rng = random.Random(7)
+    rows = golden_rows()
+    for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
+        problem = load_problem(engine, model, cluster)
+        world = problem.cluster.world_size
+        configs = [build_config(r["config"], world) for r in rows if r["problem"] == index]
+        rng.shuffle(configs)
+        table = predict_configs(problem.workload, configs, problem.cluster, engine, cal)
+        for i in rng.sample(range(len(configs)), 25):
+            alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
+            assert alone == table.row(i)

@@ -5,9 +5,11 @@ import dataclasses
 import pytest
 
 from autotune.estimate.comm import Group, seconds
-from autotune.estimate.memory import activation_bytes, layer_activation_bytes
-from autotune.estimate.stages import head_forward_flops, layer_forward_flops, stage_split
-from autotune.estimate.steptime import Calibration, achievable_flops, step_time
+from autotune.estimate.memory import layer_activation_bytes
+from autotune.estimate.predict import estimate
+from autotune.estimate.stages import head_forward_flops, layer_forward_flops
+from autotune.estimate.steptime import Calibration, achievable_flops
+from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 
@@ -23,7 +25,7 @@ def test_forward_flops_add_up_to_megatrons_formula() -> None:
 
 def test_pipeline_bubble_and_p2p_by_hand() -> None:
     c = TrainConfig(pp=2, vpp=2, dp=4, mbs=2)  # 4 layers: one per chunk
-    st = step_time(W, c, C8, "torch", CAL)
+    st = estimate(W, c, C8, "torch", CAL).step
     micro = 32 // (2 * 4)
     per_micro = (st.compute_s + st.tp_comm_s) / micro
     assert st.pp_bubble_s == pytest.approx((2 - 1) / 2 * per_micro)
@@ -38,16 +40,16 @@ def test_tensor_parallel_collectives_per_layer() -> None:
     c = TrainConfig(tp=2, dp=4, zero=3, mbs=1)
     ar = seconds("all_reduce", W.seq_length * W.hidden_size * 4, Group(2, 1), C8)
     micro = 32 // 4
-    assert step_time(W, c, C8, "torch", CAL).tp_comm_s == pytest.approx(4 * 4 * micro * ar)
+    assert estimate(W, c, C8, "torch", CAL).step.tp_comm_s == pytest.approx(4 * 4 * micro * ar)
     full = dataclasses.replace(c, recompute="full")
-    assert step_time(W, full, C8, "torch", CAL).tp_comm_s == pytest.approx(6 * 4 * micro * ar)
+    assert estimate(W, full, C8, "torch", CAL).step.tp_comm_s == pytest.approx(6 * 4 * micro * ar)
 
 
 def test_full_recompute_adds_one_forward_of_the_layers() -> None:
     c = TrainConfig(dp=8, mbs=1)
-    rate = achievable_flops(W, c, C8, CAL)
-    plain = step_time(W, c, C8, "deepspeed", CAL)
-    full = step_time(W, dataclasses.replace(c, recompute="full"), C8, "deepspeed", CAL)
+    rate = achievable_flops(W, ConfigTable.of([c]), C8, CAL)
+    plain = estimate(W, c, C8, "deepspeed", CAL).step
+    full = estimate(W, dataclasses.replace(c, recompute="full"), C8, "deepspeed", CAL).step
     extra = 4 * W.num_layers * layer_forward_flops(W, 1) / rate
     assert full.compute_s - plain.compute_s == pytest.approx(extra)
     assert full.recompute_s == pytest.approx(extra)
@@ -55,7 +57,7 @@ def test_full_recompute_adds_one_forward_of_the_layers() -> None:
 
 def test_deepspeed_stage0_all_reduce_is_fully_exposed_in_buckets() -> None:
     c = TrainConfig(dp=8, mbs=4, reduce_bucket=20_000)
-    st = step_time(W, c, C8, "deepspeed", CAL)
+    st = estimate(W, c, C8, "deepspeed", CAL).step
     grad_bytes = W.num_parameters * 4
     buckets = -(-grad_bytes // (20_000 * 4))
     one = seconds("all_reduce", grad_bytes / buckets, Group(8, 1), C8)
@@ -65,12 +67,12 @@ def test_deepspeed_stage0_all_reduce_is_fully_exposed_in_buckets() -> None:
 
 def test_ddp_overlap_hides_all_but_the_last_bucket_behind_backward() -> None:
     wide = dataclasses.replace(W, hidden_size=256, ffn_hidden_size=1024)
-    st = step_time(wide, TrainConfig(dp=8, mbs=4, ddp_bucket_mb=1), C8, "torch", CAL)
+    st = estimate(wide, TrainConfig(dp=8, mbs=4, ddp_bucket_mb=1), C8, "torch", CAL).step
     buckets = -(-wide.num_parameters * 4 // 2**20)
     assert buckets > 1
     assert st.dp_comm_s / buckets <= st.dp_exposed_s < st.dp_comm_s
     # No bucket splitting: one bucket is the whole reduction, all of it exposed.
-    one = step_time(W, TrainConfig(dp=8, mbs=4), C8, "torch", CAL)
+    one = estimate(W, TrainConfig(dp=8, mbs=4), C8, "torch", CAL).step
     assert one.dp_exposed_s == one.dp_comm_s
 
 
@@ -79,24 +81,28 @@ def test_activation_memory_terms_by_hand() -> None:
     b = 2
     scale = 2  # fp32 is twice the 16-bit table
     none = TrainConfig(tp=2, dp=4, mbs=b, zero=3)
-    assert layer_activation_bytes(W, none) == pytest.approx(
+    assert layer_activation_bytes(W, ConfigTable.of([none])) == pytest.approx(
         s * b * h * (10 + (8 + 4 * f / h) / 2) * scale
     )
     sp = dataclasses.replace(none, sp=True)
-    assert layer_activation_bytes(W, sp) == pytest.approx(s * b * h * (18 + 4 * f / h) / 2 * scale)
+    assert layer_activation_bytes(W, ConfigTable.of([sp])) == pytest.approx(
+        s * b * h * (18 + 4 * f / h) / 2 * scale
+    )
     full = dataclasses.replace(none, recompute="full")
-    assert layer_activation_bytes(W, full) == pytest.approx(2 * s * b * h * scale)
+    assert layer_activation_bytes(W, ConfigTable.of([full])) == pytest.approx(
+        2 * s * b * h * scale
+    )
     logits = b * s * W.vocab_size / 2 * 4
-    assert activation_bytes(W, none, stage_split(W, none, "torch")) == pytest.approx(
-        W.num_layers * layer_activation_bytes(W, none) + logits
+    assert estimate(W, none, C8, "torch").memory.activations == pytest.approx(
+        W.num_layers * layer_activation_bytes(W, ConfigTable.of([none])) + logits
     )
 
 
 def test_pipeline_first_stage_holds_micro_batches_in_flight() -> None:
     c = TrainConfig(pp=4, dp=2, mbs=1)
-    per_layer = layer_activation_bytes(W, c)
+    per_layer = layer_activation_bytes(W, ConfigTable.of([c]))
     first = per_layer * (W.num_layers / 4) * 4 * (1 + 3 / 4)
-    assert activation_bytes(W, c, stage_split(W, c, "torch")) == pytest.approx(first)
+    assert estimate(W, c, C8, "torch").memory.activations == pytest.approx(first)
 
 
 def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> None:
@@ -109,6 +115,6 @@ def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> Non
     slow = dataclasses.replace(fast, intra_link=link)
     for cp, grows in ((2, True), (1, False)):
         c = TrainConfig(pp=2, cp=cp, dp=4 // cp, mbs=1)
-        before = step_time(w, c, fast, "megatron").pp_bubble_s
-        after = step_time(w, c, slow, "megatron").pp_bubble_s
+        before = estimate(w, c, fast, "megatron").step.pp_bubble_s
+        after = estimate(w, c, slow, "megatron").step.pp_bubble_s
         assert (after > before * 1.01) is grows, (cp, before, after)
