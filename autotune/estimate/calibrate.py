@@ -17,8 +17,8 @@ import numpy as np
 
 from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration, step_time
-from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
+from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
 
 # bandwidth_scale stops at 1.25: NCCL's model is conservative (Tree measured up to ~1.2x its

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.estimate.arrays import grouped
 from autotune.estimate.collectives import Fabric, Op, bus_factor, collective_times, nccl_bytes
 from autotune.estimate.commfit import CollectiveFit, matching_fit
-from autotune.estimate.table import grouped
 from autotune.specs import Cluster
 
 

@@ -27,8 +27,9 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
+from autotune.estimate.arrays import Values
 from autotune.estimate.stages import Stages
-from autotune.estimate.table import ConfigTable, Values
+from autotune.space.table import ConfigTable
 from autotune.specs import Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 

@@ -12,8 +12,8 @@ import numpy as np
 from autotune.estimate.memory import MemoryBreakdown, memory_breakdown
 from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration, StepTime, step_time
-from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
+from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
 from autotune.specs.throughput import throughput
 
@@ -64,7 +64,7 @@ class Predictions:
 
     def row(self, i: int) -> Estimate:
         return Estimate(
-            config=self.table.configs[i],
+            config=self.table.config(i),
             step=self.step.row(i),
             memory=self.memory.row(i),
             tokens_per_s=float(self.tokens_per_s[i]),

@@ -12,9 +12,9 @@ import numpy as np
 
 from autotune.estimate.predict import Estimate, Predictions, predict
 from autotune.estimate.steptime import Calibration
-from autotune.estimate.table import ConfigTable
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
+from autotune.space.table import ConfigTable
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class Ranked(Sequence[Estimate]):
 
     @property
     def configs(self) -> list[TrainConfig]:
-        return [self.predictions.table.configs[r] for r in self.rows]
+        made = self.predictions.table.configs
+        return [made[r] for r in self.rows]
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class TooBig(Mapping[str, str]):
 
     @cached_property
     def _rows(self) -> dict[str, int]:
-        return {config_key(self.predictions.table.configs[r]): int(r) for r in self.rows}
+        made = self.predictions.table.configs
+        return {config_key(made[r]): int(r) for r in self.rows}
 
     def __len__(self) -> int:
         return len(self.rows)

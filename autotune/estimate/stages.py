@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
-from autotune.estimate.table import ConfigTable, Values, grouped
+from autotune.estimate.arrays import Values, grouped
 from autotune.space.pipeline import PipelineSplit, split_layers
+from autotune.space.table import ConfigTable
 from autotune.specs import Workload
 
 
@@ -72,7 +73,7 @@ class Stages:
         lists: dict[str, list[list[tuple[int, ...]]]] = {"pace": [], "held": [], "flight": []}
         rows_of: list[np.ndarray] = []
         for (pp, vpp), rows in grouped(c.pp, c.vpp):
-            split = stage_split(w, pp, vpp, engine, c.configs[rows[0]].label())
+            split = stage_split(w, pp, vpp, engine, c.config(rows[0]).label())
             ranks = split.rank_layers
             scalars["first"][rows] = split.first_layers
             scalars["last"][rows] = split.last_layers

@@ -23,7 +23,7 @@ from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import most_parameters, recomputed_layers
 from autotune.estimate.stages import Stages, head_forward_flops, layer_forward_flops
-from autotune.estimate.table import ConfigTable
+from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 

@@ -10,25 +10,27 @@ fraction of a second instead of building and checking every combination.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from autotune.errors import InputError
 from autotune.space.config import KNOBS, TrainConfig
 from autotune.space.rules import Rule
 from autotune.space.spacefile import SearchSpace
+from autotune.space.table import DTYPES, ConfigTable
 from autotune.specs import Cluster, Workload
 
 
 @dataclass(frozen=True)
 class Enumeration:
-    valid: tuple[TrainConfig, ...]
+    valid: ConfigTable
+    """In walk order (layout knobs first, each knob's values in the space's order)."""
     total: int
     removed: dict[str, int] = field(hash=False)
     """Configs removed per rule, each counted once, under the first rule found broken: rules
@@ -55,9 +57,22 @@ class _Reading(TrainConfig):
 
     def __getattribute__(self, name: str) -> Any:
         if name in KNOBS:
-            with contextlib.suppress(AttributeError):  # a copy has no record of its own
+            try:  # noqa: SIM105 (contextlib.suppress costs more, read after read)
                 object.__getattribute__(self, "_read").add(name)
+            except AttributeError:  # a copy has no record of its own
+                pass
         return object.__getattribute__(self, name)
+
+    @classmethod
+    def of(cls, knobs: dict[str, Any]) -> _Reading:
+        """The config of these knobs, the others at their defaults, with an empty record:
+        made by filling its fields directly, as a walk makes tens of thousands."""
+        config = object.__new__(cls)
+        fields = object.__getattribute__(config, "__dict__")
+        fields.update(_DEFAULTS)
+        fields.update(knobs)
+        fields["_read"] = set()
+        return config
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TrainConfig) and dataclasses.astuple(self) == (
@@ -74,36 +89,85 @@ def enumerate_space(
     options = [space.values[n] for n in names]
     below = [math.prod(len(o) for o in options[depth:]) for depth in range(len(names) + 1)]
     world = cluster.world_size
-    valid: list[TrainConfig] = []
+    valid: list[tuple[int, tuple[Any, ...]]] = []
+    """Subtrees whose every completion is valid, in walk order: (depth, the values set)."""
     removed: Counter[str] = Counter()
 
-    def visit(depth: int, assigned: dict[str, Any], pending: tuple[Rule, ...]) -> None:
-        unset = set(names[depth:])
+    unset_below = [set(names[depth:]) for depth in range(len(names) + 1)]
+    for unset in unset_below:
         if unset & {"tp", "pp", "cp"}:
             unset.add("dp")  # derived from them
-        config = _Reading(**{**assigned, "dp": max(1, world // _model_parallel(assigned))})
+    # One config walks the tree: a node sets its knob, the rest stay at their defaults.
+    config = _Reading.of({})
+    knobs = object.__getattribute__(config, "__dict__")
+    read = knobs["_read"]
+
+    def visit(depth: int, pending: tuple[Rule, ...]) -> None:
+        unset = unset_below[depth]
+        knobs["dp"] = max(1, world // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
         still: list[Rule] = []
         for rule in pending:
-            object.__setattr__(config, "_read", set())
+            read.clear()
             ok = rule.ok(config, workload, cluster)
-            if object.__getattribute__(config, "_read") & unset:
+            if read & unset:
                 still.append(rule)  # it read a knob not set yet: decided further down
             elif not ok:
                 removed[rule.name] += below[depth]
                 return
         if not still:  # every completion is valid
-            for rest in itertools.product(*options[depth:]):
-                valid.append(
-                    build_config(
-                        {**assigned, **dict(zip(names[depth:], rest, strict=True))}, world
-                    )
-                )
+            valid.append((depth, tuple(knobs[name] for name in names[:depth])))
             return
+        name = names[depth]
         for value in options[depth]:
-            visit(depth + 1, {**assigned, names[depth]: value}, tuple(still))
+            knobs[name] = value
+            visit(depth + 1, tuple(still))
+        knobs[name] = _DEFAULTS[name]
 
-    visit(0, {}, tuple(rules))
-    return Enumeration(valid=tuple(valid), total=below[0], removed=dict(removed))
+    visit(0, tuple(rules))
+    return Enumeration(
+        valid=_columns(names, options, valid, world), total=below[0], removed=dict(removed)
+    )
+
+
+def _columns(
+    names: list[str],
+    options: Sequence[Sequence[Any]],
+    subtrees: list[tuple[int, tuple[Any, ...]]],
+    world: int,
+) -> ConfigTable:
+    """The valid configs as columns, in walk order: the subtrees of one depth at once, each
+    the values set above it repeated over the product of the options below it."""
+    parts: list[dict[str, np.ndarray]] = []
+    order: list[np.ndarray] = []
+    for depth in sorted({d for d, _ in subtrees}):
+        which = [i for i, (d, _) in enumerate(subtrees) if d == depth]
+        above = list(zip(*(subtrees[i][1] for i in which), strict=True))
+        size = math.prod(len(o) for o in options[depth:])
+        columns: dict[str, np.ndarray] = {}
+        for name, set_above in zip(names[:depth], above, strict=True):
+            columns[name] = np.repeat(np.array(set_above, dtype=DTYPES[name]), size)
+        inner = size
+        for name, values in zip(names[depth:], options[depth:], strict=True):
+            inner //= len(values)
+            block = np.repeat(np.array(values, dtype=DTYPES[name]), inner)
+            columns[name] = np.tile(block, len(which) * size // len(block))
+        rows = len(which) * size
+        for name, kind in DTYPES.items():
+            if name not in columns:
+                default = getattr(DEFAULT, name)
+                columns[name] = np.full(rows, default, dtype=None if kind is str else kind)
+        parallel = columns["tp"] * columns["pp"] * columns["cp"]
+        columns["dp"] = np.maximum(1, world // parallel)
+        parts.append(columns)
+        order.append(np.repeat(which, size))
+    table = ConfigTable.concatenate(parts)
+    if len(parts) < 2:
+        return table
+    return table.take(np.argsort(np.concatenate(order), kind="stable"))
+
+
+DEFAULT = TrainConfig()
+_DEFAULTS = vars(DEFAULT)
 
 
 def _model_parallel(values: dict[str, Any]) -> int:

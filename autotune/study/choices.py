@@ -4,15 +4,19 @@ fixed once per study (Optuna's categoricals cannot change their value lists)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from autotune.errors import InputError
 from autotune.space import TrainConfig
+from autotune.space.config import KNOBS
 from autotune.space.enumerate import build_config
+from autotune.space.table import ConfigTable
 
 CHOICES_ATTR = "choices"
 
@@ -25,13 +29,9 @@ class StudySpace:
     """Knob -> value, for knobs with one valid value (not Optuna parameters)."""
 
     @classmethod
-    def from_valid(cls, valid: tuple[TrainConfig, ...]) -> StudySpace:
-        seen: dict[str, list[Any]] = {}
-        for config in valid:
-            for knob, value in config.as_dict().items():
-                values = seen.setdefault(knob, [])
-                if value not in values:
-                    values.append(value)
+    def from_valid(cls, valid: Sequence[TrainConfig]) -> StudySpace:
+        table = ConfigTable.of(valid)
+        seen = {knob: np.unique(getattr(table, knob)).tolist() for knob in KNOBS}
         choices = {k: sorted(v, key=_order) for k, v in seen.items() if len(v) > 1 and k != "dp"}
         fixed = {k: v[0] for k, v in seen.items() if len(v) == 1 and k != "dp"}
         return cls(choices=choices, fixed=fixed)

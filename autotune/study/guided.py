@@ -29,9 +29,9 @@ from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.memory import MemoryBreakdown
 from autotune.estimate.predict import Estimate, Predictions, estimate, predict
 from autotune.estimate.steptime import Calibration
-from autotune.estimate.table import ConfigTable
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, nccl_default
+from autotune.space.table import ConfigTable
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.trial_attrs import CONFIG, KIND
 

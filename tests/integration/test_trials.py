@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from autotune.estimate import model_states
-from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig, parse_overrides
+from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
 from tests.conftest import autotune
 

@@ -7,8 +7,8 @@ import pytest
 from autotune.engines import EngineTraits
 from autotune.estimate import model_states, rank_parameters
 from autotune.estimate.memory import stage_activation_bytes
-from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
+from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
 
 TINY = load_workload("tiny")  # 4 layers, h 64, 4 heads, 2 KV groups (kv width 32), f 256, V 512

@@ -61,7 +61,7 @@ def test_the_rank_holding_most_activations_sets_the_memory() -> None:
     from autotune.estimate.memory import stage_activation_bytes
     from autotune.estimate.predict import estimate
     from autotune.estimate.stages import stage_split
-    from autotune.estimate.table import ConfigTable
+    from autotune.space.table import ConfigTable
 
     w = dataclasses.replace(load_workload("llama3-8b"), num_layers=30, global_batch_size=64)
     c = TrainConfig(tp=8, pp=8, dp=1, mbs=1)

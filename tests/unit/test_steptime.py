@@ -9,8 +9,8 @@ from autotune.estimate.memory import layer_activation_bytes
 from autotune.estimate.predict import estimate
 from autotune.estimate.stages import head_forward_flops, layer_forward_flops
 from autotune.estimate.steptime import Calibration, achievable_flops
-from autotune.estimate.table import ConfigTable
 from autotune.space import TrainConfig
+from autotune.space.table import ConfigTable
 from autotune.specs import load_cluster, load_workload
 
 CAL = Calibration(compute_efficiency=0.5, gemm_half_size=64.0, bandwidth_scale=1.0, overlap=0.5)

@@ -12,9 +12,9 @@ import pytest
 from autotune.engines import ENGINES, Engine, EngineTraits
 from autotune.engines.base import NCCL_KNOBS
 from autotune.estimate import model_states
-from autotune.estimate.table import ConfigTable
 from autotune.problem import load_problem
 from autotune.space import Rule, TrainConfig
+from autotune.space.table import ConfigTable
 from autotune.study import Budget
 from autotune.trial.spec import TrialSpec
 from autotune.tune import TuneSettings, tune

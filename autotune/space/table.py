@@ -1,0 +1,112 @@
+"""Configs as columns: a space's valid configs as one array per knob, which the model predicts
+all at once and the enumeration builds a block at a time. A `TrainConfig` object is made only
+for a row looked at (all of them only when a study needs them all)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from functools import cached_property
+from typing import Any, overload
+
+import numpy as np
+
+from autotune.space.config import KNOBS, TrainConfig
+
+NUMBERS = (
+    *("tp", "pp", "vpp", "cp", "dp", "zero", "mbs", "recompute_num_layers"),
+    *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
+)
+FLAGS = ("sp", "overlap_comm", "overlap_param_gather")
+WORDS = ("recompute", "recompute_method", "nccl_algo", "nccl_proto")
+DTYPES: dict[str, Any] = {
+    **{name: np.int64 for name in NUMBERS},
+    **{name: np.bool_ for name in FLAGS},
+    **{name: str for name in WORDS},
+}
+assert set(DTYPES) == set(KNOBS), "every knob needs a column"
+
+
+@dataclass(frozen=True, eq=False)
+class ConfigTable(Sequence[TrainConfig]):
+    """One array per knob, row i being config i: integers as int64, flags as bool, words
+    (recompute, NCCL algorithm...) as strings, compared with `==` like the knobs."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    cp: np.ndarray
+    dp: np.ndarray
+    zero: np.ndarray
+    mbs: np.ndarray
+    recompute_num_layers: np.ndarray
+    reduce_bucket: np.ndarray
+    allgather_bucket: np.ndarray
+    ddp_bucket_mb: np.ndarray
+    sp: np.ndarray
+    overlap_comm: np.ndarray
+    overlap_param_gather: np.ndarray
+    recompute: np.ndarray
+    recompute_method: np.ndarray
+    nccl_algo: np.ndarray
+    nccl_proto: np.ndarray
+
+    @classmethod
+    def of(cls, configs: Sequence[TrainConfig]) -> ConfigTable:
+        if isinstance(configs, ConfigTable):
+            return configs
+        n = len(configs)
+
+        def column(name: str) -> np.ndarray:
+            values = (getattr(c, name) for c in configs)
+            if DTYPES[name] is str:
+                return np.array(list(values), dtype=str)
+            return np.fromiter(values, dtype=DTYPES[name], count=n)
+
+        table = cls(**{name: column(name) for name in DTYPES})
+        table.__dict__["configs"] = tuple(configs)  # known already: never rebuilt
+        return table
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[dict[str, np.ndarray]]) -> ConfigTable:
+        """A table of these blocks of columns, in order."""
+        if not parts:
+            return cls(**{name: np.array([], dtype=kind) for name, kind in DTYPES.items()})
+        return cls(**{name: np.concatenate([p[name] for p in parts]) for name in DTYPES})
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @overload
+    def __getitem__(self, i: int) -> TrainConfig: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[TrainConfig]: ...
+    def __getitem__(self, i: int | slice) -> TrainConfig | list[TrainConfig]:
+        if isinstance(i, slice):
+            return [self.config(r) for r in range(len(self))[i]]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self.config(i)
+
+    def __iter__(self) -> Iterator[TrainConfig]:
+        return iter(self.configs)
+
+    def config(self, i: int) -> TrainConfig:
+        """Row i as a config (the one made already, if the table has them)."""
+        made = self.__dict__.get("configs")
+        if made is not None:
+            return made[i]
+        return TrainConfig(**{name: getattr(self, name)[i].item() for name in DTYPES})
+
+    @cached_property
+    def configs(self) -> tuple[TrainConfig, ...]:
+        rows = zip(*(getattr(self, name).tolist() for name in DTYPES), strict=True)
+        return tuple(TrainConfig(**dict(zip(DTYPES, row, strict=True))) for row in rows)
+
+    def grad_accum(self, global_batch_size: int) -> np.ndarray:
+        """Micro-batches per optimizer step on each data-parallel rank."""
+        return global_batch_size // (self.mbs * self.dp)
+
+    def take(self, rows: np.ndarray) -> ConfigTable:
+        """The table of these rows, in this order."""
+        return ConfigTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
