@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from autotune.estimate.stages import Stages
-from autotune.estimate.steptime import Calibration, step_time
+from autotune.estimate.commfit import CollectiveFit
+from autotune.estimate.steptime import Calibration, StepParts, step_parts
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
@@ -44,14 +44,12 @@ class Observation:
 class _Batch:
     """Observations of one workload, cluster and engine: predicted as one table."""
 
-    first: Observation
     rows: list[int]
-    table: ConfigTable
-    stages: Stages
+    parts: StepParts
     measured: np.ndarray
 
 
-def _batches(data: Sequence[Observation]) -> list[_Batch]:
+def _batches(data: Sequence[Observation], collectives: tuple[CollectiveFit, ...]) -> list[_Batch]:
     members: list[tuple[Observation, list[int]]] = []
     for i, o in enumerate(data):
         same = (o.workload, o.cluster, o.engine)
@@ -65,24 +63,23 @@ def _batches(data: Sequence[Observation]) -> list[_Batch]:
     batches = []
     for first, rows in members:
         table = ConfigTable.of([data[i].config for i in rows])
-        stages = Stages.of(first.workload, table, first.engine)
+        o = first
+        parts = step_parts(o.workload, table, o.cluster, o.engine, collectives)
         measured = np.array([data[i].step_time_s for i in rows])
-        batches.append(_Batch(first, rows, table, stages, measured))
+        batches.append(_Batch(rows, parts, measured))
     return batches
 
 
 def _errors(cal: Calibration, batches: list[_Batch], count: int) -> np.ndarray:
     errors = np.zeros(count)
     for b in batches:
-        o = b.first
-        predicted = step_time(o.workload, b.table, o.cluster, o.engine, cal, b.stages).total_s
-        errors[b.rows] = np.log(predicted / b.measured)
+        errors[b.rows] = np.log(b.parts.time(cal).total_s / b.measured)
     return errors
 
 
 def log_errors(cal: Calibration, data: Sequence[Observation]) -> list[float]:
     """log(predicted / measured step time) of each observation."""
-    return _errors(cal, _batches(data), len(data)).tolist()
+    return _errors(cal, _batches(data, cal.collectives), len(data)).tolist()
 
 
 def median_abs_pct_error(cal: Calibration, data: Sequence[Observation]) -> float:
@@ -100,7 +97,7 @@ def fit(
     unknown = set(free) - known
     if unknown:
         raise ValueError(f"unknown calibration parameters {sorted(unknown)}")
-    batches = _batches(data)
+    batches = _batches(data, start.collectives)
 
     def loss(cal: Calibration) -> float:
         return float(np.mean(_errors(cal, batches, len(data)) ** 2))

@@ -59,6 +59,43 @@ def fabric(cluster: Cluster) -> Fabric | None:
     )
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Communication seconds per config as `fixed + scaled / bandwidth_scale`: the calibrated
+    share of its bandwidth the fabric delivers divides only the part that moves bytes (a
+    commbench fit, measured on the fabric, is all fixed). Computed once, a timing serves every
+    calibration a search tries."""
+
+    fixed: np.ndarray
+    scaled: np.ndarray
+
+    def seconds(self, bandwidth_scale: float) -> np.ndarray:
+        return self.fixed + self.scaled / bandwidth_scale
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """Each config's NCCL algorithm and protocol, as a number into `names`: configs are
+    grouped by it, and numbers group faster than words."""
+
+    codes: np.ndarray
+    names: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, algo: np.ndarray | str, proto: np.ndarray | str) -> NcclSettings:
+        algo, proto = np.broadcast_arrays(
+            np.atleast_1d(np.asarray(algo, dtype=str)), np.atleast_1d(np.asarray(proto, dtype=str))
+        )
+        names: dict[tuple[str, str], int] = {}
+        codes = np.empty(len(algo), dtype=np.int64)
+        for (a, p), rows in grouped(algo, proto):
+            codes[rows] = names.setdefault((a, p), len(names))
+        return cls(codes, tuple(names))
+
+    def take(self, rows: np.ndarray) -> NcclSettings:
+        return NcclSettings(self.codes[rows], self.names)
+
+
 def seconds(
     op: Op,
     per_rank_bytes: np.ndarray | float,
@@ -71,34 +108,44 @@ def seconds(
 ) -> np.ndarray:
     """One collective per config over its group: from the cluster's commbench fit where one
     matches, else the model, with `bandwidth_scale` the calibrated share of its bandwidth the
-    fabric really delivers. Configs with the same group and NCCL setting are computed
-    together."""
-    nbytes, sizes, spans, algo, proto = np.broadcast_arrays(
+    fabric really delivers."""
+    settings = NcclSettings.of(algo, proto)
+    return timing(op, per_rank_bytes, group, cluster, settings, fits).seconds(bandwidth_scale)
+
+
+def timing(
+    op: Op,
+    per_rank_bytes: np.ndarray | float,
+    group: Group,
+    cluster: Cluster,
+    nccl_settings: NcclSettings,
+    fits: tuple[CollectiveFit, ...] = (),
+) -> Timing:
+    """`seconds` before calibration. Configs with the same group and NCCL setting are
+    computed together."""
+    nbytes, sizes, spans, setting = np.broadcast_arrays(
         np.atleast_1d(np.asarray(per_rank_bytes, dtype=float)),
         np.atleast_1d(group.size),
         np.atleast_1d(group.nodes),
-        np.atleast_1d(np.asarray(algo, dtype=str)),
-        np.atleast_1d(np.asarray(proto, dtype=str)),
+        nccl_settings.codes,
     )
-    out = np.zeros(nbytes.shape)
+    fixed, scaled = np.zeros(nbytes.shape), np.zeros(nbytes.shape)
     active = np.flatnonzero((sizes > 1) & (nbytes > 0))
     nccl = fabric(cluster)
-    for (size, nodes, a, p), rows in grouped(
-        sizes[active], spans[active], algo[active], proto[active]
-    ):
+    for (size, nodes, code), rows in grouped(sizes[active], spans[active], setting[active]):
         at = active[rows]
+        a, p = nccl_settings.names[code]
         fit = matching_fit(fits, op, nodes, size, a, p)
         if fit is not None:
-            out[at] = fit.seconds(nbytes[at], size)
+            fixed[at] = fit.seconds(nbytes[at], size)
         elif nccl is not None:
             t, chosen = collective_times(op, nbytes[at], size, nodes, nccl, a, p)
-            latency = chosen.latency_us * 1e-6
-            out[at] = latency + (t - latency) / bandwidth_scale
+            fixed[at] = chosen.latency_us * 1e-6
+            scaled[at] = t - fixed[at]
         else:
             link = cluster.intra_link if nodes == 1 else cluster.inter_link
             steps = 2 * (size - 1) if op == "all_reduce" else size - 1
             moved = nccl_bytes(op, nbytes[at], size) * bus_factor(op, size)
-            out[at] = steps * link.latency_s + moved / (
-                link.bandwidth_bytes_per_s * bandwidth_scale
-            )
-    return out
+            fixed[at] = steps * link.latency_s
+            scaled[at] = moved / link.bandwidth_bytes_per_s
+    return Timing(fixed, scaled)

@@ -9,9 +9,16 @@ from typing import Any
 
 import numpy as np
 
+from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import MemoryBreakdown, memory_breakdown
 from autotune.estimate.stages import Stages
-from autotune.estimate.steptime import Calibration, StepTime, step_time
+from autotune.estimate.steptime import (
+    DEFAULT_CALIBRATION,
+    Calibration,
+    StepParts,
+    StepTime,
+    step_parts,
+)
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
@@ -74,30 +81,56 @@ class Predictions:
         )
 
 
+@dataclass(frozen=True)
+class Predictor:
+    """What the model computes of a table once: memory and the step time's parts, which no
+    calibration of its four parameters changes; `at(cal)` predicts under a calibration (a
+    search refits after every trial and predicts every candidate again)."""
+
+    workload: Workload
+    cluster: Cluster
+    table: ConfigTable
+    parts: StepParts
+    memory: MemoryBreakdown[np.ndarray]
+
+    @classmethod
+    def of(
+        cls,
+        w: Workload,
+        table: ConfigTable,
+        cluster: Cluster,
+        engine: str,
+        collectives: tuple[CollectiveFit, ...] = (),
+    ) -> Predictor:
+        stages = Stages.of(w, table, engine)
+        parts = step_parts(w, table, cluster, engine, collectives, stages)
+        memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
+        return cls(w, cluster, table, parts, memory)
+
+    def at(self, cal: Calibration) -> Predictions:
+        step = self.parts.time(cal)
+        rate = throughput(self.workload, self.cluster, step.total_s)
+        return Predictions(
+            table=self.table,
+            step=step,
+            memory=self.memory,
+            tokens_per_s=rate.tokens_per_s,
+            tflops_per_device=rate.tflops_per_device,
+            mfu=rate.mfu,
+            fits=self.memory.total <= self.cluster.device.memory_bytes,
+        )
+
+
 def predict(
     w: Workload,
     table: ConfigTable,
     cluster: Cluster,
     engine: str,
     cal: Calibration | None = None,
-    memory: MemoryBreakdown[np.ndarray] | None = None,
 ) -> Predictions:
-    """Step time and memory of every config of the table; `memory`, which no calibration
-    changes, may come from an earlier prediction of the same table (a search re-predicts
-    after every fit)."""
-    stages = Stages.of(w, table, engine)
-    step = step_time(w, table, cluster, engine, cal, stages)
-    memory = memory or memory_breakdown(w, table, engine, cluster.device.generation, stages)
-    rate = throughput(w, cluster, step.total_s)
-    return Predictions(
-        table=table,
-        step=step,
-        memory=memory,
-        tokens_per_s=rate.tokens_per_s,
-        tflops_per_device=rate.tflops_per_device,
-        mfu=rate.mfu,
-        fits=memory.total <= cluster.device.memory_bytes,
-    )
+    """Step time and memory of every config of the table."""
+    cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    return Predictor.of(w, table, cluster, engine, cal.collectives).at(cal)
 
 
 def estimate(

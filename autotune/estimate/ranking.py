@@ -37,6 +37,10 @@ class Ranked(Sequence[Estimate]):
         return self.predictions.row(int(self.rows[i]))
 
     @property
+    def table(self) -> ConfigTable:
+        return self.predictions.table.take(self.rows)
+
+    @property
     def configs(self) -> list[TrainConfig]:
         made = self.predictions.table.configs
         return [made[r] for r in self.rows]

@@ -118,9 +118,15 @@ class StepTime(Generic[Seconds]):
 def achievable_flops(
     w: Workload, c: ConfigTable, cluster: Cluster, cal: Calibration
 ) -> np.ndarray:
-    width = w.hidden_size / c.tp
-    tokens = c.mbs * w.seq_length / c.cp
-    peak = cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
+    return _rate(_peak(w, cluster), w.hidden_size / c.tp, c.mbs * w.seq_length / c.cp, cal)
+
+
+def _peak(w: Workload, cluster: Cluster) -> float:
+    return cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
+
+
+def _rate(peak: float, width: np.ndarray, tokens: np.ndarray, cal: Calibration) -> np.ndarray:
+    """FLOP/s a GEMM `width` wide (h/tp) over `tokens` rows reaches."""
     return (
         peak
         * cal.compute_efficiency
@@ -141,72 +147,174 @@ def step_time(
 ) -> StepTime[np.ndarray]:
     """Each config's step time, all configs at once."""
     cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    return step_parts(w, c, cluster, engine, cal.collectives, stages).time(cal)
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """A table's step times before calibration: FLOPs, communication timings and what decides
+    overlap, from which `time(cal)` is a few array operations per config (a search refits the
+    model after every trial and predicts every candidate again)."""
+
+    peak: float
+    width: np.ndarray
+    """h / tp: a GEMM's narrow side."""
+    tokens: np.ndarray
+    """Tokens per micro-batch on a rank: a GEMM's long side."""
+    micro: np.ndarray
+    flops: np.ndarray
+    """Per kind of pipeline rank (rows) and config: one micro-batch's FLOPs, recomputation
+    included (`recompute_flops`), and its tensor-parallel collectives (`tp_collectives`)."""
+    recompute_flops: np.ndarray
+    tp_collectives: np.ndarray
+    per_collective: comm.Timing
+    busiest: np.ndarray
+    cp_ranks: np.ndarray
+    cp_send: tuple[comm.Timing, comm.Timing]
+    """One context-parallel ring step's send, forward (keys, values) and backward (and their
+    gradients), and the attention FLOPs of a forward step that hide it (`cp_block`)."""
+    cp_block: np.ndarray
+    bubble_share: np.ndarray
+    """(p-1)/v: micro-batches of a stage's work each rank idles for."""
+    p2p: comm.Timing
+    grads: comm.Timing
+    gathers: comm.Timing
+    n_buckets: np.ndarray
+    overlap: str
+    """The engine's overlap rule (`EngineTraits.overlap`)."""
+    overlap_comm: np.ndarray
+    overlap_param_gather: np.ndarray
+    zero: np.ndarray
+    alone: np.ndarray
+    """No data-parallel peer: nothing to reduce."""
+    optimizer: np.ndarray
+
+    def time(self, cal: Calibration) -> StepTime[np.ndarray]:
+        scale, n = cal.bandwidth_scale, len(self.micro)
+        rate = _rate(self.peak, self.width, self.tokens, cal)
+        # The pipeline moves at the pace of its slowest rank: its layers' compute and
+        # tensor-parallel collectives, plus the output layer on the last rank.
+        compute = self.flops / rate
+        tp = self.tp_collectives * self.per_collective.seconds(scale)
+        slowest, configs = np.argmax(compute + tp, axis=0), np.arange(n)
+        per_micro_compute = compute[slowest, configs]
+        per_micro_tp = tp[slowest, configs]
+        recompute_flops = self.recompute_flops[slowest, configs]
+        forward = np.maximum(0.0, self.cp_send[0].seconds(scale) - self.cp_block / rate)
+        backward = np.maximum(0.0, self.cp_send[1].seconds(scale) - 2 * self.cp_block / rate)
+        ring = np.where(self.cp_ranks == 1, 0.0, (self.cp_ranks - 1) * (forward + backward))
+        per_micro_cp = self.busiest * ring
+        # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
+        # context-parallel exchange included.
+        bubble = self.bubble_share * (per_micro_compute + per_micro_tp + per_micro_cp)
+        dp_comm, dp_exposed = self._data_parallel(cal, per_micro_compute)
+        return StepTime(
+            compute_s=self.micro * per_micro_compute,
+            recompute_s=self.micro * recompute_flops / rate,
+            tp_comm_s=self.micro * per_micro_tp,
+            pp_bubble_s=bubble,
+            pp_p2p_s=self.p2p.seconds(scale),
+            cp_comm_s=self.micro * per_micro_cp,
+            dp_comm_s=dp_comm,
+            dp_exposed_s=dp_exposed,
+            optimizer_s=self.optimizer,
+        )
+
+    def _data_parallel(
+        self, cal: Calibration, per_micro_compute: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(all data-parallel communication, the part not hidden behind the backward pass)."""
+        grads = self.grads.seconds(cal.bandwidth_scale)
+        gathers = self.gathers.seconds(cal.bandwidth_scale)
+        total = grads + gathers
+        if self.overlap == "per_flag":
+            work = cal.overlap * self.micro * per_micro_compute
+            exposed = self._exposed_per_flag(work, grads, gathers)
+        else:
+            overlaps = (self.overlap == "always") | (self.overlap_comm & (self.zero >= 1))
+            # Gradient reductions hide behind the backward passes; ZeRO-3 / FSDP prefetching
+            # hides parameter gathers behind the forward passes too.
+            hidden_share = np.where(self.zero == 3, 1.0, 2 / 3)
+            hideable = cal.overlap * hidden_share * self.micro * per_micro_compute
+            last = total / self.n_buckets
+            exposed = np.where(overlaps, np.maximum(last, total - hideable), total)
+        return np.where(self.alone, 0.0, total), np.where(self.alone, 0.0, exposed)
+
+    def _exposed_per_flag(
+        self, work: np.ndarray, grads: np.ndarray, gathers: np.ndarray
+    ) -> np.ndarray:
+        """Gradient reduction hidden behind the backward passes only with `overlap_comm` (its
+        last bucket stays exposed), and the distributed optimizer's parameter all-gather
+        behind the next forward passes only with `overlap_param_gather` (Megatron-LM's two
+        flags)."""
+        hidden_grads = np.maximum(grads / self.n_buckets, grads - work * 2 / 3)
+        exposed_grads = np.where(self.overlap_comm, hidden_grads, grads)
+        hidden_gathers = np.maximum(0.0, gathers - work / 3)
+        exposed_gathers = np.where(self.overlap_param_gather, hidden_gathers, gathers)
+        return exposed_grads + exposed_gathers
+
+
+def step_parts(
+    w: Workload,
+    c: ConfigTable,
+    cluster: Cluster,
+    engine: str,
+    collectives: tuple[CollectiveFit, ...] = (),
+    stages: Stages | None = None,
+) -> StepParts:
+    """What `StepParts` holds, for each config of the table; `collectives` are the cluster's
+    commbench fits, which take the place of the collective model where one matches."""
     stages = stages or Stages.of(w, c, engine)
     domain = cluster.domain_size
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
-    rate = achievable_flops(w, c, cluster, cal)
     psi = most_parameters(w, c, stages)
-
     activation = c.mbs * w.seq_length // c.cp * w.hidden_size * width
-    per_collective = comm.seconds(
-        "all_reduce",
-        activation,
-        comm.place(c.tp, 1, domain),
-        cluster,
-        c.nccl_algo,
-        c.nccl_proto,
-        cal.bandwidth_scale,
-        cal.collectives,
-    )
-    # The pipeline moves at the pace of its slowest rank: its layers' compute and tensor-
-    # parallel collectives, plus the output layer on the last rank.
-    paces = np.array(
-        [
-            _rank_pace(w, c, layers, last, rate, per_collective)
-            for layers, last in stages.columns("pace")
-        ]
-    )  # (kind of rank, compute / recompute FLOPs / tp, config)
-    slowest = np.argmax(paces[:, 0] + paces[:, 2], axis=0)
-    per_micro_compute, recompute_fwd, per_micro_tp = paces[slowest, :, np.arange(len(c))].T
-    per_micro_cp = stages.busiest * _context_parallel(w, c, cluster, cal, rate)
-    # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
-    # context-parallel exchange included.
-    bubble = (c.pp - 1) / c.vpp * (per_micro_compute + per_micro_tp + per_micro_cp)
-    latency, bandwidth = comm.over_links(cluster, comm.place(c.pp, c.tp * c.cp * c.dp, domain))
+    tp_group = comm.place(c.tp, 1, domain)
+    nccl = comm.NcclSettings.of(c.nccl_algo, c.nccl_proto)
+    per_collective = comm.timing("all_reduce", activation, tp_group, cluster, nccl, collectives)
+    kinds = np.array([_rank_work(w, c, layers, last) for layers, last in stages.columns("pace")])
+    pp_group = comm.place(c.pp, c.tp * c.cp * c.dp, domain)
+    latency, bandwidth = comm.over_links(cluster, pp_group)
     p2p_bytes = activation / np.where(c.tp > 1, c.tp, 1)
-    p2p = np.where(
-        c.pp == 1,
-        0.0,
-        2 * micro * c.vpp * (latency + p2p_bytes / (bandwidth * cal.bandwidth_scale)),
+    transfers = np.where(c.pp == 1, 0.0, 2 * micro * c.vpp)
+    grads, gathers, n_buckets = _data_parallel(
+        w, c, cluster, engine, micro, psi, nccl, collectives
     )
-    dp_comm, dp_exposed = _data_parallel(w, c, cluster, engine, cal, micro, per_micro_compute, psi)
     shards = np.where(c.zero >= 1, c.dp * c.cp, 1)
     optimizer = psi / shards * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
-
-    return StepTime(
-        compute_s=micro * per_micro_compute,
-        recompute_s=micro * recompute_fwd / rate,
-        tp_comm_s=micro * per_micro_tp,
-        pp_bubble_s=bubble,
-        pp_p2p_s=p2p,
-        cp_comm_s=micro * per_micro_cp,
-        dp_comm_s=dp_comm,
-        dp_exposed_s=dp_exposed,
-        optimizer_s=optimizer,
+    return StepParts(
+        peak=_peak(w, cluster),
+        width=w.hidden_size / c.tp,
+        tokens=c.mbs * w.seq_length / c.cp,
+        micro=micro,
+        flops=kinds[:, 0],
+        recompute_flops=kinds[:, 1],
+        tp_collectives=kinds[:, 2],
+        per_collective=per_collective,
+        busiest=stages.busiest,
+        cp_ranks=c.cp,
+        cp_send=_context_parallel_sends(w, c, cluster),
+        cp_block=2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.hidden_size / c.tp,
+        bubble_share=(c.pp - 1) / c.vpp,
+        p2p=comm.Timing(transfers * latency, transfers * (p2p_bytes / bandwidth)),
+        grads=grads,
+        gathers=gathers,
+        n_buckets=n_buckets,
+        overlap=traits_of(engine).overlap,
+        overlap_comm=c.overlap_comm,
+        overlap_param_gather=c.overlap_param_gather,
+        zero=c.zero,
+        alone=c.dp * c.cp == 1,
+        optimizer=optimizer,
     )
 
 
-def _rank_pace(
-    w: Workload,
-    c: ConfigTable,
-    layers: np.ndarray,
-    last: np.ndarray,
-    rate: np.ndarray,
-    per_collective: np.ndarray,
+def _rank_work(
+    w: Workload, c: ConfigTable, layers: np.ndarray, last: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One micro-batch on a pipeline rank of `layers`: (compute seconds, of which the FLOPs
-    of recomputation, tensor-parallel collective seconds)."""
+    """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
+    tensor-parallel collectives)."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
@@ -219,34 +327,24 @@ def _rank_pace(
         ],
         0.0,
     )
-    return (
-        (3 * fwd + recompute_fwd) / rate,
-        recompute_fwd,
-        (4 * layers + 2 * rebuilt) * per_collective,
-    )
+    return 3 * fwd + recompute_fwd, recompute_fwd, 4 * layers + 2 * rebuilt
 
 
-def _context_parallel(
-    w: Workload, c: ConfigTable, cluster: Cluster, cal: Calibration, rate: np.ndarray
-) -> np.ndarray:
-    """Exposed seconds of one layer's context-parallel ring for one micro-batch: cp - 1 steps
-    that pass a rank's keys and values on (forward), and keys, values and their gradients
-    (backward), each hidden behind the attention block the step computes (Transformer
-    Engine's p2p context parallelism)."""
+def _context_parallel_sends(
+    w: Workload, c: ConfigTable, cluster: Cluster
+) -> tuple[comm.Timing, comm.Timing]:
+    """One step of a layer's context-parallel ring for one micro-batch (Transformer Engine's
+    p2p context parallelism): a rank passes its keys and values on (forward), and keys,
+    values and their gradients (backward), each hidden behind the attention block the step
+    computes; cp - 1 steps."""
     kv_heads = np.maximum(1, w.num_query_groups // c.tp)
     kv_bytes = 2 * c.mbs * (w.seq_length // c.cp) * kv_heads * w.head_dim
     kv_bytes = kv_bytes * BYTES_PER_ELEMENT[w.precision]
     latency, bandwidth = comm.over_links(cluster, comm.place(c.cp, c.tp, cluster.domain_size))
-
-    def send(nbytes: np.ndarray) -> np.ndarray:
-        return latency + nbytes / (bandwidth * cal.bandwidth_scale)
-
-    # Attention FLOPs of one ring step, forward: this rank's s/cp queries against another's
-    # s/cp keys (QK^T and AV), half of them masked under causal load balancing.
-    block = 2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.hidden_size / c.tp
-    forward = np.maximum(0.0, send(kv_bytes) - block / rate)
-    backward = np.maximum(0.0, send(2 * kv_bytes) - 2 * block / rate)
-    return np.where(c.cp == 1, 0.0, (c.cp - 1) * (forward + backward))
+    return (
+        comm.Timing(latency, kv_bytes / bandwidth),
+        comm.Timing(latency, 2 * kv_bytes / bandwidth),
+    )
 
 
 def _data_parallel(
@@ -254,14 +352,14 @@ def _data_parallel(
     c: ConfigTable,
     cluster: Cluster,
     engine: str,
-    cal: Calibration,
     micro: np.ndarray,
-    per_micro_compute: np.ndarray,
     psi: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(all data-parallel communication, the part not hidden behind the backward pass).
-    Context-parallel ranks hold the same weights: gradients are reduced, and optimizer
-    states sharded, over dp·cp ranks (Megatron's data-parallel group with cp)."""
+    nccl: comm.NcclSettings,
+    collectives: tuple[CollectiveFit, ...],
+) -> tuple[comm.Timing, comm.Timing, np.ndarray]:
+    """(gradient reduction, parameter gathers, buckets) of each config's step. Context-
+    parallel ranks hold the same weights: gradients are reduced, and optimizer states
+    sharded, over dp·cp ranks (Megatron's data-parallel group with cp)."""
     replicas = c.dp * c.cp
     group = comm.place(replicas, c.tp, cluster.domain_size)
     t = traits_of(engine)
@@ -274,55 +372,23 @@ def _data_parallel(
     if t.one_bucket_without_overlap:
         n_buckets = np.where(c.overlap_comm, n_buckets, 1)
 
-    def bucketed(op: Op, rows: np.ndarray) -> np.ndarray:
-        """The op's time over all buckets, in the rows where it runs (0 elsewhere)."""
+    def bucketed(op: Op, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The op's (fixed, scaled) seconds over all buckets where it runs (0 elsewhere)."""
         shard = grad_bytes / n_buckets / (replicas if op != "all_reduce" else 1)
         sub = comm.Group(group.size[rows], group.nodes[rows])
-        out = np.zeros(len(c))
-        out[rows] = n_buckets[rows] * comm.seconds(
-            op,
-            shard[rows],
-            sub,
-            cluster,
-            c.nccl_algo[rows],
-            c.nccl_proto[rows],
-            cal.bandwidth_scale,
-            cal.collectives,
-        )
-        return out
+        one = comm.timing(op, shard[rows], sub, cluster, nccl.take(rows), collectives)
+        fixed, scaled = np.zeros(len(c)), np.zeros(len(c))
+        fixed[rows], scaled[rows] = n_buckets[rows] * one.fixed, n_buckets[rows] * one.scaled
+        return fixed, scaled
 
     sharded = np.flatnonzero(c.zero >= 1)
-    grads = bucketed("all_reduce", np.flatnonzero(c.zero == 0)) + bucketed(
-        "reduce_scatter", sharded
-    )
-    gathers = bucketed("all_gather", sharded)
-    grads = np.where((c.zero >= 2) & (micro > 1), grads * micro, grads)  # ZeRO-2/3 and FSDP
-    # reduce every micro-batch; ZeRO-3 gathers parameters for forward and backward
-    gathers = np.where(c.zero == 3, gathers * 2 * micro, gathers)
-    total = grads + gathers
-    if t.overlap == "per_flag":
-        work = cal.overlap * micro * per_micro_compute
-        exposed = _exposed_per_flag(c, work, grads, gathers, n_buckets)
-    else:
-        overlaps = (t.overlap == "always") | (c.overlap_comm & (c.zero >= 1))
-        # Gradient reductions hide behind the backward passes; ZeRO-3 / FSDP prefetching
-        # hides parameter gathers behind the forward passes too.
-        hidden_share = np.where(c.zero == 3, 1.0, 2 / 3)
-        hideable = cal.overlap * hidden_share * micro * per_micro_compute
-        exposed = np.where(overlaps, np.maximum(total / n_buckets, total - hideable), total)
-    alone = replicas == 1
-    return np.where(alone, 0.0, total), np.where(alone, 0.0, exposed)
-
-
-def _exposed_per_flag(
-    c: ConfigTable, work: np.ndarray, grads: np.ndarray, gathers: np.ndarray, n_buckets: np.ndarray
-) -> np.ndarray:
-    """Gradient reduction hidden behind the backward passes only with `overlap_comm` (its
-    last bucket stays exposed), and the distributed optimizer's parameter all-gather behind
-    the next forward passes only with `overlap_param_gather` (Megatron-LM's two flags)."""
-    hidden_grads = np.maximum(grads / n_buckets, grads - work * 2 / 3)
-    exposed_grads = np.where(c.overlap_comm, hidden_grads, grads)
-    exposed_gathers = np.where(
-        c.overlap_param_gather, np.maximum(0.0, gathers - work / 3), gathers
-    )
-    return exposed_grads + exposed_gathers
+    reduce = bucketed("all_reduce", np.flatnonzero(c.zero == 0))
+    scatter = bucketed("reduce_scatter", sharded)
+    gather = bucketed("all_gather", sharded)
+    # ZeRO-2/3 and FSDP reduce every micro-batch; ZeRO-3 gathers parameters for forward and
+    # backward.
+    per_step = np.where((c.zero >= 2) & (micro > 1), micro, 1)
+    gathered = np.where(c.zero == 3, 2 * micro, 1)
+    grads = comm.Timing((reduce[0] + scatter[0]) * per_step, (reduce[1] + scatter[1]) * per_step)
+    gathers = comm.Timing(gather[0] * gathered, gather[1] * gathered)
+    return grads, gathers, n_buckets

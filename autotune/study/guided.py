@@ -16,7 +16,7 @@ beats the best measured one by more than the threshold.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import math
 import random
 from collections.abc import Sequence
@@ -26,11 +26,11 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
-from autotune.estimate.memory import MemoryBreakdown
-from autotune.estimate.predict import Estimate, Predictions, estimate, predict
+from autotune.estimate.predict import Estimate, Predictor, estimate
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
-from autotune.space import TrainConfig, config_key, nccl_default
+from autotune.space import TrainConfig, nccl_default
+from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.trial_attrs import CONFIG, KIND
@@ -67,8 +67,8 @@ FREE_PARAMETERS = tuple(BOUNDS)
 
 @dataclass(frozen=True)
 class Scored:
-    """The configs still open, best score first: rows of the candidate table, each one's
-    optimistic log tokens/s and uncertainty."""
+    """The configs still open, as rows of the candidate table, with each one's optimistic
+    log tokens/s and uncertainty (unsorted: a proposal needs only the best)."""
 
     rows: np.ndarray
     score: np.ndarray
@@ -76,6 +76,11 @@ class Scored:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def best(self) -> np.ndarray:
+        """The rows scored within 1e-12 of the best, best first (equals in table order)."""
+        near = np.flatnonzero(self.score >= self.score.max() - 1e-12)
+        return self.rows[near[np.argsort(-self.score[near], kind="stable")]]
 
 
 @dataclass
@@ -93,20 +98,29 @@ class GuidedSearch:
     """log(measured / predicted tokens/s) of each measured config, under the refitted model."""
     spread: float = PRIOR_SPREAD
     _table: ConfigTable = field(init=False, repr=False)
-    _index: dict[str, int] = field(init=False, repr=False)
-    """Each candidate's row by its key."""
+    _predictor: Predictor = field(init=False, repr=False)
+    """The model of every candidate, computed once: a refit predicts them in a few array
+    operations."""
+    _beliefs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False
+    )
+    """What `_believe` says under the current fit, computed once per refit."""
+    _memory_bytes: np.ndarray = field(init=False, repr=False)
     _codes: np.ndarray = field(init=False, repr=False)
-    """Each candidate's knob values as small integers, one column per knob: distances to
-    the measured configs for a hundred thousand candidates are one array comparison."""
-    _predictions: Predictions | None = field(default=None, init=False, repr=False)
-    """Predictions for the current calibration, made once per refit."""
-    _memory: MemoryBreakdown[np.ndarray] = field(init=False, repr=False)
-    """Each candidate's predicted memory, which no fit changes."""
-    _layouts: dict[str, int] = field(init=False, repr=False)
+    """Each candidate's knob values as small integers, one column per knob: distances to a
+    measured config for a million candidates are one array comparison."""
+    _value_codes: dict[str, dict[object, int]] = field(init=False, repr=False)
+    _weights: np.ndarray = field(init=False, repr=False)
+    """Each knob's place value: a config's codes weighted by them are its number, by which
+    keys are found among the candidates (`_numbers`, sorted, `_by_number` their rows)."""
+    _numbers: np.ndarray = field(init=False, repr=False)
+    _by_number: np.ndarray = field(init=False, repr=False)
     _layout_of: np.ndarray = field(init=False, repr=False)
-    """Each candidate's layout (its key with NCCL's own choices: the config NCCL knobs would
-    refine), as a number; `_is_layout`: whether the candidate is its own layout."""
+    """Each candidate's layout (the number of the config with NCCL's own choices: the config
+    NCCL knobs would refine); `_is_layout`: whether the candidate is its own layout."""
     _is_layout: np.ndarray = field(init=False, repr=False)
+    _distances: dict[TrainConfig, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+    """Per measured config, how many knobs each candidate differs from it by."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
     leader_measured: tuple[TrainConfig, float] | None = None
@@ -115,29 +129,43 @@ class GuidedSearch:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.memory_limit = self.problem.cluster.device.memory_bytes
-        self._table = ConfigTable.of(self.candidates)
-        keys = [config_key(c) for c in self.candidates]
-        self._index = {key: i for i, key in enumerate(keys)}
-        self._layouts = {}
-        layouts = [config_key(nccl_default(c)) for c in self.candidates]
-        self._layout_of = np.array(
-            [self._layouts.setdefault(k, len(self._layouts)) for k in layouts]
-        )
-        self._is_layout = np.array([k == layout for k, layout in zip(keys, layouts, strict=True)])
         p = self.problem
-        first = predict(p.workload, self._table, p.cluster, p.engine.name, self.calibration)
-        self._memory, self._predictions = first.memory, first
-        names = [f.name for f in dataclasses.fields(TrainConfig)]
-        self._value_codes: list[dict[object, int]] = [{} for _ in names]
-        self._codes = np.array([self._encode(c) for c in self.candidates], dtype=np.int32).reshape(
-            len(self.candidates), len(names)
+        self._table = table = ConfigTable.of(self.candidates)
+        collectives = self.calibration.collectives
+        self._predictor = Predictor.of(p.workload, table, p.cluster, p.engine.name, collectives)
+        self._memory_bytes = self._predictor.memory.total
+        self._value_codes, columns = {}, []
+        for name in KNOBS:
+            values, codes = np.unique(getattr(table, name), return_inverse=True)
+            self._value_codes[name] = {v: i for i, v in enumerate(values.tolist())}
+            columns.append(codes.reshape(-1))
+        self._codes = np.stack(columns, axis=1).astype(np.int16)
+        radix = [len(self._value_codes[name]) + 1 for name in KNOBS]  # + 1: a value unseen
+        if math.prod(radix) >= 2**62:
+            raise ValueError("too many knob values to number the configs of the space")
+        self._weights = np.cumprod([1, *radix[:-1]]).astype(np.int64)
+        numbers = self._codes.astype(np.int64) @ self._weights
+        self._by_number = np.argsort(numbers, kind="stable")
+        self._numbers = numbers[self._by_number]
+        nccl = [list(KNOBS).index(name) for name in ("nccl_algo", "nccl_proto")]
+        defaults = np.array([self._encode(TrainConfig())[i] for i in nccl])
+        self._is_layout = (self._codes[:, nccl] == defaults).all(axis=1)
+        self._layout_of = numbers - (self._codes[:, nccl] - defaults) @ self._weights[nccl]
+
+    def _encode(self, config: TrainConfig) -> np.ndarray:
+        """The config's knob codes; a value no candidate has gets the code past the last."""
+        codes = self._value_codes
+        return np.array(
+            [codes[name].get(getattr(config, name), len(codes[name])) for name in KNOBS],
+            dtype=np.int16,
         )
 
-    def _encode(self, config: TrainConfig) -> list[int]:
-        return [
-            codes.setdefault(getattr(config, f.name), len(codes))
-            for codes, f in zip(self._value_codes, dataclasses.fields(TrainConfig), strict=True)
-        ]
+    def _row(self, key: str) -> int | None:
+        """The candidate with this key, if any."""
+        number = int(self._encode(TrainConfig(**json.loads(key))).astype(np.int64) @ self._weights)
+        at = int(np.searchsorted(self._numbers, number))
+        found = at < len(self._numbers) and self._numbers[at] == number
+        return int(self._by_number[at]) if found else None
 
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
@@ -164,7 +192,7 @@ class GuidedSearch:
             if t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s")
         ]
         self.measured = [o.config for o in data]
-        self._predictions = None
+        self._beliefs = None
         fastest = max(
             (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
             key=lambda t: t.value or 0.0,
@@ -196,9 +224,19 @@ class GuidedSearch:
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = EXPLORE) -> Scored:
         """Every config still open, scored: its optimistic log tokens/s and uncertainty."""
-        if self._predictions is None:
-            self._predictions = self._predict()
-        p = self._predictions
+        if self._beliefs is None:
+            self._beliefs = self._believe()
+        expected, unc, open_ = self._beliefs
+        open_ = open_.copy()
+        open_[[row for row in map(self._row, excluded) if row is not None]] = False
+        rows = np.flatnonzero(open_)
+        return Scored(rows, expected[rows] + optimism * unc[rows], unc[rows])
+
+    def _believe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per candidate, under the current fit: expected log tokens/s, its uncertainty, and
+        whether it may be proposed at all (fits, and is a layout or a promising NCCL
+        refinement of the leader's)."""
+        p = self._predictor.at(self.calibration)
         distances, anchors = self._nearest()
         log_rate = np.log(p.tokens_per_s)
         # A layout: its prediction moved by its nearest measured config's residual.
@@ -219,21 +257,16 @@ class GuidedSearch:
             variant[:] = False
         unc = np.where(self._is_layout, layout_unc, variant_unc)
         expected = np.where(self._is_layout, layout_expected, variant_expected)
-        open_ = (self._is_layout | variant) & (self._memory.total <= self.memory_limit)
-        gone = [self._index[k] for k in excluded if k in self._index]
-        open_[gone] = False
-        rows = np.flatnonzero(open_)
-        score = expected[rows] + optimism * unc[rows]
-        order = np.argsort(-score, kind="stable")
-        return Scored(rows[order], score[order], unc[rows][order])
+        fits = self._memory_bytes <= self.memory_limit
+        return expected, unc, (self._is_layout | variant) & fits
 
     def propose(self, excluded: set[str]) -> TrainConfig | None:
         scored = self.ranked(excluded)
         if not len(scored):
             return None
-        ties = scored.rows[scored.score >= scored.score[0] - 1e-12]
+        ties = scored.best()
         # Among equals, the config closest to the defaults (e.g. leaving NCCL its own choice).
-        configs = [self.candidates[i] for i in ties]
+        configs = [self._table.config(i) for i in ties]
         simplest = min(len(c.differs_from_default()) for c in configs)
         return self.rng.choice([c for c in configs if len(c.differs_from_default()) == simplest])
 
@@ -243,7 +276,7 @@ class GuidedSearch:
         if best_tokens_per_s is None or not len(scored):
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))
-        if scored.score[0] <= bar:
+        if scored.score.max() <= bar:
             return (
                 f"search converged: {len(scored)} configs left, none predicted to beat "
                 f"the best by more than {self.threshold:.0%}"
@@ -255,7 +288,8 @@ class GuidedSearch:
         trials refine (-1: none)."""
         if self.leader_measured is None:
             return -1
-        return self._layouts.get(config_key(nccl_default(self.leader_measured[0])), -1)
+        codes = self._encode(nccl_default(self.leader_measured[0]))
+        return int(codes.astype(np.int64) @ self._weights)
 
     def _refinement_anchor(self) -> float | None:
         """log(measured / predicted) tokens/s of the leader: added to a variant's predicted
@@ -265,11 +299,6 @@ class GuidedSearch:
         config, measured = self.leader_measured
         return math.log(measured / self._estimate(config).tokens_per_s)
 
-    def _predict(self) -> Predictions:
-        p = self.problem
-        cal = self.calibration
-        return predict(p.workload, self._table, p.cluster, p.engine.name, cal, self._memory)
-
     def _estimate(self, config: TrainConfig) -> Estimate:
         p = self.problem
         return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
@@ -277,16 +306,15 @@ class GuidedSearch:
     def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate: how many knobs it differs by from its nearest measured config, and
         that config's residual (the mean over equally near ones; 0 before any measurement)."""
-        n = len(self.candidates)
+        n = len(self._table)
         if not self.measured:
             return np.zeros(n, dtype=np.int32), np.zeros(n)
-        differing = np.stack(
-            [
-                (self._codes != np.array(self._encode(c), dtype=np.int32)).sum(1)
-                for c in self.measured
-            ]
-        )
+        for config in self.measured:
+            if config not in self._distances:
+                differing = (self._codes != self._encode(config)).sum(1, dtype=np.int8)
+                self._distances[config] = differing
+        differing = np.stack([self._distances[c] for c in self.measured])
         nearest = differing.min(0)
         ties = differing == nearest
         residuals = np.array(self.residuals)[:, None]
-        return nearest, (ties * residuals).sum(0) / ties.sum(0)
+        return nearest.astype(np.int32), (ties * residuals).sum(0) / ties.sum(0)
