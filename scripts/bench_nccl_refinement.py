@@ -72,7 +72,7 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
     problem = load_problem(*problem_names, f.name)
     Path(f.name).unlink()
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
     by_layout: dict[str, list[Estimate]] = {}
     for e in ranked:
         by_layout.setdefault(config_key(nccl_default(e.config)), []).append(e)

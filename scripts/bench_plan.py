@@ -24,6 +24,7 @@ from pathlib import Path
 import optuna
 from peak_memory import run_measured
 
+from autotune.estimate.collectives import _choices as choices
 from autotune.estimate.collectives import _offered as offered
 from autotune.estimate.collectives import candidate
 from autotune.estimate.predict import Estimate, estimate
@@ -55,7 +56,7 @@ CASES = [
 
 def cold_caches() -> None:
     """Forget what an earlier repeat computed: each repeat pays what a fresh plan pays."""
-    for cached in (candidate, offered, split_layers):
+    for cached in (candidate, offered, choices, split_layers):
         cached.cache_clear()
 
 
@@ -79,7 +80,7 @@ def timed(engine: str, model: str, cluster: str) -> dict[str, float]:
         found = problem.enumerate()
         enumerated = time.perf_counter()
         cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-        ranked, _ = memory_verdicts(problem, found.valid, cal)
+        ranked = memory_verdicts(problem, found.valid, cal)
         done = time.perf_counter()
         for part, seconds in (("enumerate", enumerated - start), ("predict", done - enumerated)):
             best[part] = min(best.get(part, float("inf")), seconds)
@@ -103,7 +104,7 @@ def proposals(model: str, cluster: str) -> dict[str, float]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     problem = load_problem("megatron", model, cluster, WIDE)
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
     start = time.perf_counter()
     guide = GuidedSearch(problem, ranked.table, cal, seed=0)
     setup = time.perf_counter() - start

@@ -135,7 +135,7 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
     problem = load_problem(engine, model, cluster, f.name)
     Path(f.name).unlink()
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
     rng = random.Random(seed)
     compute_bias, comm_bias = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
     truth, wall = {}, {}

@@ -176,12 +176,12 @@ def plan(
     problem = load_problem(engine, model, cluster, space)
     found = problem.enumerate().require_some()
     cal, which = load_calibration(results, problem.cluster)
-    ranked, too_big = memory_verdicts(problem, found.valid, cal)
+    ranked = memory_verdicts(problem, found.valid, cal)
     shown = ranked[:] if top == 0 else ranked[:top]
     if as_json:
         click.echo(json.dumps([e.as_dict() for e in shown], indent=2))
         return
-    display.plan(console, problem, found, ranked, len(too_big), shown, which)
+    display.plan(console, problem, found, ranked, ranked.too_big, shown, which)
 
 
 @cli.command()

@@ -332,17 +332,8 @@ def collective_times(
     LL for NVLS) is modelled as NCCL's own choice for that collective; an assumption about
     NCCL's fallback that commbench measurements should confirm.
     """
-    if (algo, proto) != ("default", "default") and not _offered(op, n, nodes, f, algo, proto):
-        algo, proto = "default", "default"
     nbytes = nccl_bytes(op, per_rank_bytes, n)
-    offered = [
-        c
-        for a in (ALGOS if algo == "default" else (algo,))
-        for p in (PROTOS if proto == "default" else (proto,))
-        if (c := candidate(op, a, p, n, nodes, f)) is not None
-    ]
-    if not offered:
-        raise ValueError(f"NCCL offers no {algo}/{proto} for {op} over {n} ranks")
+    offered = _choices(op, n, nodes, f, algo, proto)
     latency = np.empty((len(offered), len(nbytes)))
     algbw = np.empty_like(latency)
     for i, c in enumerate(offered):
@@ -353,6 +344,23 @@ def collective_times(
     names = np.array([(c.algo, c.proto) for c in offered], dtype=str)[best]
     chosen = Chosen(names[:, 0], names[:, 1], latency[best, at], algbw[best, at])
     return times[best, at], chosen
+
+
+@cache
+def _choices(op: Op, n: int, nodes: int, f: Fabric, algo: str, proto: str) -> tuple[Choice, ...]:
+    """The algorithms and protocols NCCL would weigh for this collective, the forced ones
+    where it offers them."""
+    if (algo, proto) != ("default", "default") and not _offered(op, n, nodes, f, algo, proto):
+        algo, proto = "default", "default"
+    offered = tuple(
+        c
+        for a in (ALGOS if algo == "default" else (algo,))
+        for p in (PROTOS if proto == "default" else (proto,))
+        if (c := candidate(op, a, p, n, nodes, f)) is not None
+    )
+    if not offered:
+        raise ValueError(f"NCCL offers no {algo}/{proto} for {op} over {n} ranks")
+    return offered
 
 
 @cache

@@ -153,6 +153,9 @@ class MemoryBreakdown(Generic[Bytes]):
             "total": self.total,
         }
 
+    def take(self: MemoryBreakdown[np.ndarray], rows: np.ndarray) -> MemoryBreakdown[np.ndarray]:
+        return MemoryBreakdown(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
     def row(self: MemoryBreakdown[np.ndarray], i: int) -> MemoryBreakdown[float]:
         return MemoryBreakdown(**{f.name: float(getattr(self, f.name)[i]) for f in fields(self)})
 

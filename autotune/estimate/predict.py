@@ -101,10 +101,14 @@ class Predictor:
         cluster: Cluster,
         engine: str,
         collectives: tuple[CollectiveFit, ...] = (),
+        memory: MemoryBreakdown[np.ndarray] | None = None,
+        stages: Stages | None = None,
     ) -> Predictor:
-        stages = Stages.of(w, table, engine)
+        """`memory`, which no calibration changes, and `stages` may be known already."""
+        stages = stages or Stages.of(w, table, engine)
         parts = step_parts(w, table, cluster, engine, collectives, stages)
-        memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
+        if memory is None:
+            memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
         return cls(w, cluster, table, parts, memory)
 
     def at(self, cal: Calibration) -> Predictions:

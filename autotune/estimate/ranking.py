@@ -1,31 +1,36 @@
-"""The plan before any trial: configs predicted to fit, fastest first, and why each other one
-cannot fit. Predicted as one table; an `Estimate` is made only for a config looked at."""
+"""The plan before any trial: configs predicted to fit, fastest first, and how many cannot fit.
+Memory is predicted for every valid config as one table, step time only for those that fit;
+an `Estimate` is made only for a config looked at."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import overload
 
 import numpy as np
 
-from autotune.estimate.predict import Estimate, Predictions, predict
+from autotune.estimate.memory import memory_breakdown
+from autotune.estimate.predict import Estimate, Predictions, Predictor
+from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
-from autotune.space import TrainConfig, config_key
+from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 
 
 @dataclass(frozen=True)
 class Ranked(Sequence[Estimate]):
-    """The configs predicted to fit, fastest first (equals in the order given)."""
+    """The configs predicted to fit, fastest first (equals in the order given); `too_big`
+    counts the valid configs predicted not to fit."""
 
     predictions: Predictions
-    rows: np.ndarray
+    """Of the configs that fit, in the order given."""
+    order: np.ndarray
+    too_big: int
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.order)
 
     @overload
     def __getitem__(self, i: int) -> Estimate: ...
@@ -33,52 +38,37 @@ class Ranked(Sequence[Estimate]):
     def __getitem__(self, i: slice) -> list[Estimate]: ...
     def __getitem__(self, i: int | slice) -> Estimate | list[Estimate]:
         if isinstance(i, slice):
-            return [self.predictions.row(int(r)) for r in self.rows[i]]
-        return self.predictions.row(int(self.rows[i]))
+            return [self.predictions.row(int(r)) for r in self.order[i]]
+        return self.predictions.row(int(self.order[i]))
 
     @property
     def table(self) -> ConfigTable:
-        return self.predictions.table.take(self.rows)
+        """The configs that fit, in the order given (not ranked)."""
+        return self.predictions.table
 
     @property
     def configs(self) -> list[TrainConfig]:
-        made = self.predictions.table.configs
-        return [made[r] for r in self.rows]
+        """The configs that fit, fastest first."""
+        made = self.table.configs
+        return [made[r] for r in self.order]
+
+    def in_given_order(self) -> Iterator[TrainConfig]:
+        """The configs that fit in the order given, each made when reached."""
+        return (self.table.config(r) for r in range(len(self.table)))
 
 
-@dataclass(frozen=True)
-class TooBig(Mapping[str, str]):
-    """Why each config predicted not to fit cannot, by config key."""
-
-    predictions: Predictions
-    rows: np.ndarray
-    device_bytes: float
-
-    @cached_property
-    def _rows(self) -> dict[str, int]:
-        made = self.predictions.table.configs
-        return {config_key(made[r]): int(r) for r in self.rows}
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._rows)
-
-    def __getitem__(self, key: str) -> str:
-        return memory_reason(self.predictions.row(self._rows[key]), self.device_bytes)
-
-
-def memory_verdicts(
-    problem: Problem, valid: Sequence[TrainConfig], cal: Calibration
-) -> tuple[Ranked, TooBig]:
-    """Predictions of the configs that fit, best first; and why each other one cannot fit,
-    by config key."""
-    p = predict(problem.workload, ConfigTable.of(valid), problem.cluster, problem.engine.name, cal)
-    fitting = np.flatnonzero(p.fits)
-    fastest = fitting[np.argsort(-p.tokens_per_s[fitting], kind="stable")]
-    device = problem.cluster.device.memory_bytes
-    return Ranked(p, fastest), TooBig(p, np.flatnonzero(~p.fits), device)
+def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibration) -> Ranked:
+    """Predictions of the configs that fit, best first."""
+    w, cluster, engine = problem.workload, problem.cluster, problem.engine.name
+    table = ConfigTable.of(valid)
+    memory = memory_breakdown(
+        w, table, engine, cluster.device.generation, Stages.of(w, table, engine)
+    )
+    fitting = np.flatnonzero(memory.total <= cluster.device.memory_bytes)
+    kept = table.take(fitting)
+    p = Predictor.of(w, kept, cluster, engine, cal.collectives, memory.take(fitting)).at(cal)
+    fastest = np.argsort(-p.tokens_per_s, kind="stable")
+    return Ranked(p, fastest, len(table) - len(fitting))
 
 
 def memory_reason(e: Estimate, device_bytes: float) -> str:

@@ -4,7 +4,7 @@ the step's pace and the ranks that hold most set the memory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,45 +68,48 @@ class Stages:
 
     @classmethod
     def of(cls, w: Workload, c: ConfigTable, engine: str | EngineTraits) -> Stages:
-        n = len(c)
-        scalars = {name: np.zeros(n, dtype=np.int64) for name in ("first", "last", "busiest")}
-        lists: dict[str, list[list[tuple[int, ...]]]] = {"pace": [], "held": [], "flight": []}
-        rows_of: list[np.ndarray] = []
+        """Each distinct (pp, vpp) placed once, its ranks spread to the configs that have it."""
+        group = np.zeros(len(c), dtype=np.int64)
+        splits: list[tuple[int, PipelineSplit]] = []
         for (pp, vpp), rows in grouped(c.pp, c.vpp):
-            split = stage_split(w, pp, vpp, engine, c.config(rows[0]).label())
+            group[rows] = len(splits)
+            splits.append((pp, stage_split(w, pp, vpp, engine, c.config(rows[0]).label())))
+        per_split: dict[str, list[list[tuple[int, ...]]]] = {"pace": [], "held": [], "flight": []}
+        for pp, split in splits:
             ranks = split.rank_layers
-            scalars["first"][rows] = split.first_layers
-            scalars["last"][rows] = split.last_layers
-            scalars["busiest"][rows] = max(ranks)
-            lists["pace"].append(sorted({(n, r == pp - 1) for r, n in enumerate(ranks)}))
-            held = {(n, r == 0, r == pp - 1) for r, n in enumerate(ranks)}
-            lists["held"].append(sorted(held))
+            per_split["pace"].append(sorted({(n, r == pp - 1) for r, n in enumerate(ranks)}))
+            per_split["held"].append(
+                sorted({(n, r == 0, r == pp - 1) for r, n in enumerate(ranks)})
+            )
             flight: dict[int, int] = {}
             for r, layers in enumerate(ranks[:-1]):
                 flight.setdefault(layers, r)
-            lists["flight"].append(sorted(flight.items()) or [(split.last_layers, 0)])
-            rows_of.append(rows)
+            per_split["flight"].append(sorted(flight.items()) or [(split.last_layers, 0)])
 
-        def padded(kind: str, field: int, dtype: type) -> np.ndarray:
-            width = max(len(entries) for entries in lists[kind])
-            out: np.ndarray = np.zeros((n, width), dtype=dtype)
-            for entries, rows in zip(lists[kind], rows_of, strict=True):
-                values = [e[field] for e in entries]
-                out[rows] = values + values[:1] * (width - len(values))
-            return out
+        def spread(kind: str, field: int, dtype: type) -> np.ndarray:
+            width = max(len(entries) for entries in per_split[kind])
+            rows = [[e[field] for e in entries] for entries in per_split[kind]]
+            padded = [r + r[:1] * (width - len(r)) for r in rows]
+            return np.array(padded, dtype=dtype).reshape(len(splits), width)[group]
+
+        def each(value: Callable[[PipelineSplit], int]) -> np.ndarray:
+            return np.array([value(split) for _, split in splits], dtype=np.int64)[group]
 
         return cls(
-            first_layers=scalars["first"],
-            last_layers=scalars["last"],
-            busiest=scalars["busiest"],
-            pace_layers=padded("pace", 0, np.int64),
-            pace_last=padded("pace", 1, np.bool_),
-            held_layers=padded("held", 0, np.int64),
-            held_first=padded("held", 1, np.bool_),
-            held_last=padded("held", 2, np.bool_),
-            flight_layers=padded("flight", 0, np.int64),
-            flight_rank=padded("flight", 1, np.int64),
+            first_layers=each(lambda split: split.first_layers),
+            last_layers=each(lambda split: split.last_layers),
+            busiest=each(lambda split: max(split.rank_layers)),
+            pace_layers=spread("pace", 0, np.int64),
+            pace_last=spread("pace", 1, np.bool_),
+            held_layers=spread("held", 0, np.int64),
+            held_first=spread("held", 1, np.bool_),
+            held_last=spread("held", 2, np.bool_),
+            flight_layers=spread("flight", 0, np.int64),
+            flight_rank=spread("flight", 1, np.int64),
         )
+
+    def take(self, rows: np.ndarray) -> Stages:
+        return Stages(**{name: a[rows] for name, a in vars(self).items()})
 
     def columns(self, kind: str) -> Iterator[tuple[np.ndarray, ...]]:
         """The ranks of one kind (pace, held, flight), one column of rows at a time."""

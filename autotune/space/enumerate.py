@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,25 +99,59 @@ def enumerate_space(
     for unset in unset_below:
         if unset & {"tp", "pp", "cp"}:
             unset.add("dp")  # derived from them
+    set_at = {name: depth + 1 for depth, name in enumerate(names)}
+    set_above = [_values_of(names[:depth], ordered=True) for depth in range(len(names) + 1)]
+    """The depth of the walk from which a knob is set."""
     # One config walks the tree: a node sets its knob, the rest stay at their defaults.
     config = _Reading.of({})
     knobs = object.__getattribute__(config, "__dict__")
     read = knobs["_read"]
 
-    def visit(depth: int, pending: tuple[Rule, ...]) -> None:
+    def wakes(unread: AbstractSet[str]) -> int:
+        """The depth at which the first of these unset knobs is set (dp: when tp, pp or cp
+        is): a rule, a pure function of the knobs it read, answers the same until then."""
+        if "dp" in unread:
+            unread = (unread - {"dp"}) | ({"tp", "pp", "cp"} & set_at.keys())
+        return min(set_at[name] for name in unread)
+
+    answers: list[list[tuple[Callable[[dict[str, Any]], Any], frozenset[str], dict[Any, bool]]]]
+    answers = [[] for _ in rules]
+    """Per rule, the answers it gave, by the knobs it read and their values: a rule is a pure
+    function of what it reads, so the same values give the same answer and the same reads."""
+
+    def answer(i: int) -> tuple[bool, frozenset[str]]:
+        for values_of, reads, seen in answers[i]:
+            ok = seen.get(values_of(knobs))
+            if ok is not None:
+                return ok, reads
+        read.clear()
+        ok = rules[i].ok(config, workload, cluster)
+        reads = frozenset(read)
+        for values_of, known, seen in answers[i]:
+            if known == reads:
+                seen[values_of(knobs)] = ok
+                break
+        else:
+            values_of = _values_of(reads)
+            answers[i].append((values_of, reads, {values_of(knobs): ok}))
+        return ok, reads
+
+    def visit(depth: int, pending: tuple[tuple[int, int], ...]) -> None:
         unset = unset_below[depth]
         knobs["dp"] = max(1, world // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
-        still: list[Rule] = []
-        for rule in pending:
-            read.clear()
-            ok = rule.ok(config, workload, cluster)
-            if read & unset:
-                still.append(rule)  # it read a knob not set yet: decided further down
+        still: list[tuple[int, int]] = []
+        for i, wake in pending:
+            if wake > depth:  # nothing it read has been set since it last answered
+                still.append((i, wake))
+                continue
+            ok, reads = answer(i)
+            if reads & unset:  # it read a knob not set yet: decided further down
+                still.append((i, wakes(reads & unset)))
             elif not ok:
-                removed[rule.name] += below[depth]
+                removed[rules[i].name] += below[depth]
                 return
         if not still:  # every completion is valid
-            valid.append((depth, tuple(knobs[name] for name in names[:depth])))
+            valid.append((depth, set_above[depth](knobs)))
             return
         name = names[depth]
         for value in options[depth]:
@@ -123,10 +159,25 @@ def enumerate_space(
             visit(depth + 1, tuple(still))
         knobs[name] = _DEFAULTS[name]
 
-    visit(0, tuple(rules))
+    visit(0, tuple((i, 0) for i in range(len(rules))))
     return Enumeration(
         valid=_columns(names, options, valid, world), total=below[0], removed=dict(removed)
     )
+
+
+def _values_of(
+    names: Sequence[str] | frozenset[str], ordered: bool = False
+) -> Callable[[dict[str, Any]], Any]:
+    """A fast reader of these knobs' values from a config's fields: a tuple (`ordered`: in
+    the order given), or a hashable stand-in for one."""
+    if not names:
+        return lambda _: ()
+    if len(names) == 1 and not ordered:
+        return operator.itemgetter(*names)
+    getter = operator.itemgetter(*names)
+    if len(names) == 1:
+        return lambda knobs: (getter(knobs),)
+    return getter
 
 
 def _columns(

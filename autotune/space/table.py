@@ -103,6 +103,14 @@ class ConfigTable(Sequence[TrainConfig]):
         rows = zip(*(getattr(self, name).tolist() for name in DTYPES), strict=True)
         return tuple(TrainConfig(**dict(zip(DTYPES, row, strict=True))) for row in rows)
 
+    def row_of(self, config: TrainConfig) -> int | None:
+        """The first row holding this config, if one does."""
+        same = np.ones(len(self), dtype=bool)
+        for name in DTYPES:
+            same &= getattr(self, name) == getattr(config, name)
+        rows = np.flatnonzero(same)
+        return int(rows[0]) if len(rows) else None
+
     def grad_accum(self, global_batch_size: int) -> np.ndarray:
         """Micro-batches per optimizer step on each data-parallel rank."""
         return global_batch_size // (self.mbs * self.dp)

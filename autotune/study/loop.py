@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import InputError
 from autotune.estimate.predict import estimate
-from autotune.estimate.ranking import memory_verdicts
+from autotune.estimate.ranking import memory_reason, memory_verdicts
 from autotune.estimate.steptime import Calibration
 from autotune.launchers import Launcher
 from autotune.problem import Problem
@@ -160,7 +160,7 @@ class _Search:
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
         self.cal = settings.calibration or Calibration()
-        self.ranked, self.too_big = memory_verdicts(problem, valid, self.cal)
+        self.ranked = memory_verdicts(problem, valid, self.cal)
         if not self.ranked:
             raise InputError(
                 f"none of the {len(valid)} valid configs is predicted to fit in "
@@ -171,7 +171,6 @@ class _Search:
             if settings.strategy == "guided"
             else None
         )
-        self.in_order = [c for c in valid if config_key(c) not in self.too_big]
         self.baseline = self._users_config()
         self._seed_from_plan()
         self.resumed_failed = fail_abandoned_trials(study)
@@ -188,7 +187,7 @@ class _Search:
         to fit: a new study measures it first, so the winner is compared with what they have
         (the study keeps its key as `USERS_CONFIG`)."""
         config = self.problem.users_config()
-        if config is None or config not in set(self.ranked.configs):
+        if config is None or self.ranked.table.row_of(config) is None:
             return None
         if not self.study.get_trials(deepcopy=False):
             self.study.set_user_attr(USERS_CONFIG, config_key(config))
@@ -254,8 +253,9 @@ class _Search:
         broken = first_violation(config, p.workload, p.cluster, p.rules)
         if broken is not None:
             return f"rule {broken.name}: {broken.reason}"
-        if key in self.too_big:
-            return self.too_big[key]
+        e = estimate(p.workload, config, p.cluster, p.engine.name, self.cal)
+        if not e.fits:
+            return memory_reason(e, p.cluster.device.memory_bytes)
         if key in self.seen:
             return f"config already measured in trial {self.seen[key]}"
         return None
@@ -319,7 +319,9 @@ class _Search:
         return config, None if config else "search space exhausted: every config is claimed"
 
     def _first_in_order(self, excluded: set[str]) -> TrainConfig | None:
-        return next((c for c in self.in_order if config_key(c) not in excluded), None)
+        return next(
+            (c for c in self.ranked.in_given_order() if config_key(c) not in excluded), None
+        )
 
     def refreshed(self) -> str | None:
         """Every worker's verdicts read again, and whether the budget is spent."""

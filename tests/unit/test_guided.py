@@ -53,7 +53,7 @@ def search(  # type: ignore[no-untyped-def]
 
 def test_first_proposal_is_the_plans_best_and_none_repeats(tmp_path: Path) -> None:
     problem, outcome, ran = search(tmp_path)
-    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    ranked = memory_verdicts(problem, problem.enumerate().valid, CAL)
     assert ran[0].user_attrs["config_key"] == config_key(ranked[0].config)
     keys = [t.user_attrs["config_key"] for t in ran]
     assert len(keys) == len(set(keys))
@@ -79,7 +79,7 @@ def test_same_seed_same_proposals(tmp_path: Path) -> None:
 
 def test_out_of_memory_tightens_the_memory_model() -> None:
     problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
-    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    ranked = memory_verdicts(problem, problem.enumerate().valid, CAL)
     guide = GuidedSearch(problem, ranked.configs, CAL, seed=0)
     big = max(ranked, key=lambda e: e.memory.total)
     study = optuna.create_study(direction="maximize")
@@ -129,7 +129,7 @@ def test_the_search_looks_around_a_config_that_measured_better_than_predicted() 
     # the model puts the leaders, which any refit of the defaults moves.
     cal = Calibration(compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07)
     problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
-    ranked, _ = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
     guide = GuidedSearch(problem, ranked.configs, cal, seed=0)
     surprising, expected = ranked[0], ranked[len(ranked) // 2]
     study = optuna.create_study(direction="maximize")
