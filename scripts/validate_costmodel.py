@@ -21,7 +21,8 @@ import pandas as pd
 
 from autotune.calibration.published import DATA, Case, cases
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
-from autotune.estimate.steptime import Calibration, step_time
+from autotune.estimate.predict import estimate
+from autotune.estimate.steptime import Calibration
 from autotune.specs import load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def main() -> None:
         observations.setdefault(cluster.device.generation, []).append(
             (c.source, Observation(c.workload, cluster, c.config, c.engine, c.published_step_s))
         )
-        pred = step_time(c.workload, c.config, load_cluster(c.cluster_name), c.engine)
+        pred = estimate(c.workload, c.config, load_cluster(c.cluster_name), c.engine).step
         gpus = c.config.tp * c.config.pp * c.config.dp
         rows.append(
             {

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from autotune.specs.workload import Precision, Workload
+
+if TYPE_CHECKING:  # torch is imported by the worker that reads a module, not by the tuner
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class ModelShape:
 def read_shape(module: nn.Module, tokens: torch.Tensor) -> ModelShape | None:
     """The shape of `module` given its first batch of token ids; None when it has no
     embedding (not a language model autotune can describe)."""
+    from torch import nn
+
     embeddings = [m for m in module.modules() if isinstance(m, nn.Embedding)]
     if not embeddings:
         return None
@@ -72,6 +75,8 @@ def read_shape(module: nn.Module, tokens: torch.Tensor) -> ModelShape | None:
 def token_ids(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """The token ids among a forward call's arguments: `input_ids` (Hugging Face), else the
     first integer tensor of two or more dimensions."""
+    import torch
+
     given = kwargs.get("input_ids")
     candidates = [given, *args, *kwargs.values()]
     for value in candidates:

@@ -14,7 +14,9 @@ Values = TypeVar("Values", int, float, np.ndarray)
 
 def grouped(*keys: np.ndarray) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
     """The distinct combinations of these columns' values, each with the rows that hold it:
-    what depends on a few knobs only is computed once per combination, not per config."""
+    what depends on a few knobs only is computed once per combination, not per config. For
+    columns of few values (knobs, group sizes, settings): the combinations are numbered by
+    the product of the columns' ranges, which must stay within int64."""
     if not len(keys[0]):
         return
     combined = np.zeros(len(keys[0]), dtype=np.int64)

@@ -81,12 +81,14 @@ def most_parameters(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
 
 
 def model_states(
-    w: Workload, c: ConfigTable, engine: str | EngineTraits, stages: Stages | None = None
+    w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray | None = None
 ) -> ModelStates[np.ndarray]:
     """Bytes of parameters, gradients and optimizer states on each config's most loaded
-    rank."""
+    rank, which holds `psi` parameters (its layers placed as the engine places them when
+    not given)."""
     t = traits_of(engine)
-    psi = most_parameters(w, c, stages or Stages.of(w, c, engine))
+    if psi is None:
+        psi = most_parameters(w, c, Stages.of(w, c, engine))
     n = c.dp * c.cp  # context-parallel ranks shard the optimizer with dp ones
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
@@ -261,13 +263,14 @@ def memory_breakdown(
     stages: Stages | None = None,
 ) -> MemoryBreakdown[np.ndarray]:
     stages = stages or Stages.of(w, c, engine)
-    states = model_states(w, c, engine, stages)
+    psi = most_parameters(w, c, stages)
+    states = model_states(w, c, engine, psi)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     return MemoryBreakdown(
         weights=states.params,
         gradients=states.grads,
         optimizer=states.optimizer,
         activations=activation_bytes(w, c, stages),
-        comm_buffers=comm_buffer_bytes(w, c, engine, most_parameters(w, c, stages)),
+        comm_buffers=comm_buffer_bytes(w, c, engine, psi),
         overhead=np.full(len(c), float(overhead)),
     )

@@ -3,7 +3,6 @@ breakdowns and the figures a trial would measure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +64,6 @@ class Predictions:
     tflops_per_device: np.ndarray
     mfu: np.ndarray | None
     fits: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.table)
 
     def row(self, i: int) -> Estimate:
         return Estimate(
@@ -146,13 +142,3 @@ def estimate(
 ) -> Estimate:
     """Step time and memory of one config: the table model on a table of one."""
     return predict(w, ConfigTable.of([config]), cluster, engine, cal).row(0)
-
-
-def predict_configs(
-    w: Workload,
-    configs: Sequence[TrainConfig],
-    cluster: Cluster,
-    engine: str,
-    cal: Calibration | None = None,
-) -> Predictions:
-    return predict(w, ConfigTable.of(configs), cluster, engine, cal)

@@ -47,6 +47,10 @@ class Ranked(Sequence[Estimate]):
         return self.predictions.table
 
     @property
+    def fastest_first(self) -> ConfigTable:
+        return self.table.take(self.order)
+
+    @property
     def configs(self) -> list[TrainConfig]:
         """The configs that fit, fastest first."""
         made = self.table.configs

@@ -49,7 +49,6 @@ class Stages:
     two-dimensional arrays list a few ranks per config, distinct in what the model asks of
     them, padded by repeating the first."""
 
-    first_layers: np.ndarray
     last_layers: np.ndarray
     busiest: np.ndarray
     """Layers on the rank with the most."""
@@ -87,7 +86,7 @@ class Stages:
             per_split["flight"].append(sorted(flight.items()) or [(split.last_layers, 0)])
 
         def spread(kind: str, field: int, dtype: type) -> np.ndarray:
-            width = max(len(entries) for entries in per_split[kind])
+            width = max((len(entries) for entries in per_split[kind]), default=1)
             rows = [[e[field] for e in entries] for entries in per_split[kind]]
             padded = [r + r[:1] * (width - len(r)) for r in rows]
             return np.array(padded, dtype=dtype).reshape(len(splits), width)[group]
@@ -96,7 +95,6 @@ class Stages:
             return np.array([value(split) for _, split in splits], dtype=np.int64)[group]
 
         return cls(
-            first_layers=each(lambda split: split.first_layers),
             last_layers=each(lambda split: split.last_layers),
             busiest=each(lambda split: max(split.rank_layers)),
             pace_layers=spread("pace", 0, np.int64),

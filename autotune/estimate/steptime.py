@@ -1,4 +1,4 @@
-"""Step time of one config, broken down by where the time goes.
+"""Step time of each config of a table, broken down by where the time goes.
 
 compute: model FLOPs of the worst pipeline stage (plus recomputation) over an achievable rate
 that grows with GEMM size; tensor parallel: 4 all-reduces (or all-gather + reduce-scatter with

@@ -4,8 +4,12 @@ The space is walked knob by knob (layout first) rather than as a flat product: a
 checked as soon as the knobs it read are all set, and a rule it breaks there removes the whole
 subtree at once. Which knobs a rule read is recorded while it runs (`_Reading`), so rules stay
 plain predicates and a rule that reads everything (a replay table's) is simply checked last.
-A space of millions of combinations with tens of thousands of valid configs is walked in a
-fraction of a second instead of building and checking every combination.
+A rule must be a pure function of the config (read as attributes, not `vars(c)`), the
+workload and the cluster, and keep nothing of the config it is given: the walk asks it again
+only once a knob it read is set, remembers its answers by the values it read, and hands every
+rule the one config object it walks the tree with. A space of millions of combinations with
+tens of thousands of valid configs is walked in a fraction of a second instead of building
+and checking every combination.
 """
 
 from __future__ import annotations
@@ -100,18 +104,19 @@ def enumerate_space(
         if unset & {"tp", "pp", "cp"}:
             unset.add("dp")  # derived from them
     set_at = {name: depth + 1 for depth, name in enumerate(names)}
-    set_above = [_values_of(names[:depth], ordered=True) for depth in range(len(names) + 1)]
     """The depth of the walk from which a knob is set."""
+    set_above = [_values_of(names[:depth], ordered=True) for depth in range(len(names) + 1)]
     # One config walks the tree: a node sets its knob, the rest stay at their defaults.
     config = _Reading.of({})
     knobs = object.__getattribute__(config, "__dict__")
     read = knobs["_read"]
 
-    def wakes(unread: AbstractSet[str]) -> int:
-        """The depth at which the first of these unset knobs is set (dp: when tp, pp or cp
-        is): a rule, a pure function of the knobs it read, answers the same until then."""
+    def wakes(unread: AbstractSet[str], unset: set[str]) -> int:
+        """The depth at which the first of these unset knobs is set (dp: when an unset tp,
+        pp or cp is): a rule, a pure function of the knobs it read, answers the same until
+        then."""
         if "dp" in unread:
-            unread = (unread - {"dp"}) | ({"tp", "pp", "cp"} & set_at.keys())
+            unread = (unread - {"dp"}) | ({"tp", "pp", "cp"} & unset)
         return min(set_at[name] for name in unread)
 
     answers: list[list[tuple[Callable[[dict[str, Any]], Any], frozenset[str], dict[Any, bool]]]]
@@ -146,7 +151,7 @@ def enumerate_space(
                 continue
             ok, reads = answer(i)
             if reads & unset:  # it read a knob not set yet: decided further down
-                still.append((i, wakes(reads & unset)))
+                still.append((i, wakes(reads & unset, unset)))
             elif not ok:
                 removed[rules[i].name] += below[depth]
                 return

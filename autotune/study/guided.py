@@ -68,11 +68,10 @@ FREE_PARAMETERS = tuple(BOUNDS)
 @dataclass(frozen=True)
 class Scored:
     """The configs still open, as rows of the candidate table, with each one's optimistic
-    log tokens/s and uncertainty (unsorted: a proposal needs only the best)."""
+    log tokens/s (unsorted: a proposal needs only the best)."""
 
     rows: np.ndarray
     score: np.ndarray
-    uncertainty: np.ndarray
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -162,7 +161,11 @@ class GuidedSearch:
 
     def _row(self, key: str) -> int | None:
         """The candidate with this key, if any."""
-        number = int(self._encode(TrainConfig(**json.loads(key))).astype(np.int64) @ self._weights)
+        try:
+            config = TrainConfig(**json.loads(key))
+        except TypeError:  # a knob this version does not have: no candidate has it
+            return None
+        number = int(self._encode(config).astype(np.int64) @ self._weights)
         at = int(np.searchsorted(self._numbers, number))
         found = at < len(self._numbers) and self._numbers[at] == number
         return int(self._by_number[at]) if found else None
@@ -230,7 +233,7 @@ class GuidedSearch:
         open_ = open_.copy()
         open_[[row for row in map(self._row, excluded) if row is not None]] = False
         rows = np.flatnonzero(open_)
-        return Scored(rows, expected[rows] + optimism * unc[rows], unc[rows])
+        return Scored(rows, expected[rows] + optimism * unc[rows])
 
     def _believe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per candidate, under the current fit: expected log tokens/s, its uncertainty, and

@@ -167,7 +167,7 @@ class _Search:
                 f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
             )
         self.guide = (
-            GuidedSearch(problem, self.ranked.table, self.cal, settings.seed)
+            GuidedSearch(problem, self.ranked.fastest_first, self.cal, settings.seed)
             if settings.strategy == "guided"
             else None
         )

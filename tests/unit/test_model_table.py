@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from autotune.estimate.commfit import CollectiveFit, Regime
-from autotune.estimate.predict import estimate, predict_configs
+from autotune.estimate.predict import estimate, predict
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.space.enumerate import build_config
+from autotune.space.table import ConfigTable
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "predictions.json"
 BLOOM = str(Path(__file__).parents[1] / "data" / "models" / "bloom-72l.yaml")
@@ -108,7 +109,7 @@ def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
         mine = [r for r in rows if r["problem"] == index]
         world = problem.cluster.world_size
         configs = [build_config(r["config"], world) for r in mine]
-        table = predict_configs(problem.workload, configs, problem.cluster, engine, cal)
+        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
         for i, golden in enumerate(mine):
             e = table.row(i)
             where = f"{engine} {Path(model).stem} {cluster} {configs[i].label()}"
@@ -127,7 +128,7 @@ def test_one_config_alone_is_predicted_as_in_any_table() -> None:
         world = problem.cluster.world_size
         configs = [build_config(r["config"], world) for r in rows if r["problem"] == index]
         rng.shuffle(configs)
-        table = predict_configs(problem.workload, configs, problem.cluster, engine, cal)
+        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
         for i in rng.sample(range(len(configs)), 25):
             alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
             assert alone == table.row(i)

@@ -185,3 +185,18 @@ def test_report_is_self_contained_and_labelled(tmp_path: Path) -> None:
     assert again.returncode == 0 and (tmp_path / "r.html").is_file()
     unknown = autotune("report", "--study", "nope", "--results", str(tmp_path), cwd=tmp_path)
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_too_big_for_the_cluster_plans_nothing_and_a_study_says_why(
+    tmp_path: Path,
+) -> None:
+    """llama3-70b on one 8-GPU node: every valid config is predicted not to fit. The plan
+    ranks none and counts them; a study refuses in one line, exit 2."""
+    small = ("--engine", "megatron", "--model", "llama3-70b", "--cluster", "dgx-h100:1")
+    planned = autotune("plan", *small, cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert re.search(r"(\d+) valid, \1 predicted not to fit, 0 ranked", planned.stdout)
+    ran = autotune("run", *small, "--launcher", "simulate", cwd=tmp_path)
+    assert ran.returncode == 2
+    assert "none of the" in ran.stderr and "is predicted to fit" in ran.stderr
+    assert "Traceback" not in ran.stderr
