@@ -106,8 +106,8 @@ class GuidedSearch:
     """What `_believe` says under the current fit, computed once per refit."""
     _memory_bytes: np.ndarray = field(init=False, repr=False)
     _codes: np.ndarray = field(init=False, repr=False)
-    """Each candidate's knob values as small integers, one column per knob: distances to a
-    measured config for a million candidates are one array comparison."""
+    """Each candidate's knob values as small integers, one row per knob (knob-major, so a
+    distance to a measured config is a pass over each knob's contiguous codes)."""
     _value_codes: dict[str, dict[object, int]] = field(init=False, repr=False)
     _weights: np.ndarray = field(init=False, repr=False)
     """Each knob's place value: a config's codes weighted by them are its number, by which
@@ -138,18 +138,18 @@ class GuidedSearch:
             values, codes = np.unique(getattr(table, name), return_inverse=True)
             self._value_codes[name] = {v: i for i, v in enumerate(values.tolist())}
             columns.append(codes.reshape(-1))
-        self._codes = np.stack(columns, axis=1).astype(np.int16)
+        self._codes = np.stack(columns).astype(np.int16)
         radix = [len(self._value_codes[name]) + 1 for name in KNOBS]  # + 1: a value unseen
         if math.prod(radix) >= 2**62:
             raise ValueError("too many knob values to number the configs of the space")
         self._weights = np.cumprod([1, *radix[:-1]]).astype(np.int64)
-        numbers = self._codes.astype(np.int64) @ self._weights
+        numbers = self._weights @ self._codes.astype(np.int64)
         self._by_number = np.argsort(numbers, kind="stable")
         self._numbers = numbers[self._by_number]
         nccl = [list(KNOBS).index(name) for name in ("nccl_algo", "nccl_proto")]
         defaults = np.array([self._encode(TrainConfig())[i] for i in nccl])
-        self._is_layout = (self._codes[:, nccl] == defaults).all(axis=1)
-        self._layout_of = numbers - (self._codes[:, nccl] - defaults) @ self._weights[nccl]
+        self._is_layout = (self._codes[nccl] == defaults[:, None]).all(axis=0)
+        self._layout_of = numbers - self._weights[nccl] @ (self._codes[nccl] - defaults[:, None])
 
     def _encode(self, config: TrainConfig) -> np.ndarray:
         """The config's knob codes; a value no candidate has gets the code past the last."""
@@ -314,10 +314,15 @@ class GuidedSearch:
             return np.zeros(n, dtype=np.int32), np.zeros(n)
         for config in self.measured:
             if config not in self._distances:
-                differing = (self._codes != self._encode(config)).sum(1, dtype=np.int8)
+                differing = np.zeros(n, dtype=np.int8)
+                for codes, value in zip(self._codes, self._encode(config), strict=True):
+                    differing += codes != value
                 self._distances[config] = differing
-        differing = np.stack([self._distances[c] for c in self.measured])
-        nearest = differing.min(0)
-        ties = differing == nearest
-        residuals = np.array(self.residuals)[:, None]
-        return nearest.astype(np.int32), (ties * residuals).sum(0) / ties.sum(0)
+        distances = [self._distances[c] for c in self.measured]
+        nearest = np.minimum.reduce(distances)
+        total, ties = np.zeros(n), np.zeros(n, dtype=np.int16)
+        for differing, residual in zip(distances, self.residuals, strict=True):
+            tied = differing == nearest
+            np.add(total, residual, out=total, where=tied)
+            ties += tied
+        return nearest.astype(np.int32), total / ties
