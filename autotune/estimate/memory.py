@@ -202,8 +202,14 @@ def stage_activation_bytes(
     backward pass comes: uniform units of `recompute_num_layers` layers, block units of one
     layer with the rest of the chunk kept whole."""
     layers = w.num_layers / c.pp if layers is None else layers
-    whole = _whole_layer_bytes(w, c)
-    unit_input = layer_activation_bytes(w, c)
+    return _stage_activations(w, c, layers, _whole_layer_bytes(w, c), layer_activation_bytes(w, c))
+
+
+def _stage_activations(
+    w: Workload, c: ConfigTable, layers: np.ndarray, whole: np.ndarray, unit_input: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`stage_activation_bytes` given a layer's activations kept whole and under full
+    recomputation (`unit_input`), which every stage of a config shares."""
     recomputed = recomputed_layers(w, c, layers)
     units = np.ceil(layers / c.vpp / c.recompute_num_layers) * c.vpp
     full, block = c.recompute == "full", c.recompute_method == "block"
@@ -227,10 +233,11 @@ def activation_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
     logits = c.mbs * w.seq_length // c.cp * w.vocab_size / c.tp * 4
     interleaved = 1 + (c.pp - 1) / (c.pp * c.vpp)
     worst = np.zeros(len(c))
+    per_layer = _whole_layer_bytes(w, c), layer_activation_bytes(w, c)
     for layers, rank in stages.columns("flight"):
-        kept, rebuilt = stage_activation_bytes(w, c, layers)
+        kept, rebuilt = _stage_activations(w, c, layers, *per_layer)
         worst = np.maximum(worst, kept * np.minimum(micro, c.pp - rank) * interleaved + rebuilt)
-    kept, rebuilt = stage_activation_bytes(w, c, stages.last_layers)
+    kept, rebuilt = _stage_activations(w, c, stages.last_layers, *per_layer)
     return np.maximum(worst, kept + rebuilt + logits)
 
 

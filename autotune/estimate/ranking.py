@@ -65,12 +65,11 @@ def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibra
     """Predictions of the configs that fit, best first."""
     w, cluster, engine = problem.workload, problem.cluster, problem.engine.name
     table = ConfigTable.of(valid)
-    memory = memory_breakdown(
-        w, table, engine, cluster.device.generation, Stages.of(w, table, engine)
-    )
+    stages = Stages.of(w, table, engine)
+    memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
     fitting = np.flatnonzero(memory.total <= cluster.device.memory_bytes)
-    kept = table.take(fitting)
-    p = Predictor.of(w, kept, cluster, engine, cal.collectives, memory.take(fitting)).at(cal)
+    kept, known = table.take(fitting), (memory.take(fitting), stages.take(fitting))
+    p = Predictor.of(w, kept, cluster, engine, cal.collectives, *known).at(cal)
     fastest = np.argsort(-p.tokens_per_s, kind="stable")
     return Ranked(p, fastest, len(table) - len(fitting))
 

@@ -137,19 +137,6 @@ def _rate(peak: float, width: np.ndarray, tokens: np.ndarray, cal: Calibration) 
     )
 
 
-def step_time(
-    w: Workload,
-    c: ConfigTable,
-    cluster: Cluster,
-    engine: str,
-    cal: Calibration | None = None,
-    stages: Stages | None = None,
-) -> StepTime[np.ndarray]:
-    """Each config's step time, all configs at once."""
-    cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
-    return step_parts(w, c, cluster, engine, cal.collectives, stages).time(cal)
-
-
 @dataclass(frozen=True)
 class StepParts:
     """A table's step times before calibration: FLOPs, communication timings and what decides
