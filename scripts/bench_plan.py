@@ -102,15 +102,20 @@ def timed(engine: str, model: str, cluster: str) -> dict[str, float]:
 
 
 def proposals(model: str, cluster: str) -> dict[str, float]:
-    """A guided search among the configs of the wide Megatron space that fit: seconds to set
-    it up, and per proposal (refit to the trials, predict every candidate, check the stop
+    """A guided search among the configs of the wide Megatron space that fit: seconds to plan
+    the space (in-process, and as a command with its peak memory), to set the search up, and
+    per proposal (refit to the trials, predict every candidate, check the stop
     rule, choose) after MEASURED_FIRST measured trials, each proposal then measured. The
     'measurements' are the model's own step times moved by a seeded 10% log-normal error:
     what is timed is the search's arithmetic, not what it finds."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    start = time.perf_counter()
     problem = load_problem("megatron", model, cluster, WIDE)
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
+    valid = problem.enumerate().valid
+    ranked = memory_verdicts(problem, valid, cal)
+    plan = time.perf_counter() - start
+    plan_command, plan_gib = command("megatron", model, cluster, WIDE)
     start = time.perf_counter()
     guide = GuidedSearch(problem, ranked.fastest_first, cal, seed=0)
     setup = time.perf_counter() - start
@@ -138,18 +143,23 @@ def proposals(model: str, cluster: str) -> dict[str, float]:
         assert config is not None
         measure(estimate(problem.workload, config, problem.cluster, "megatron", cal))
     return {
+        "valid": len(valid),
         "candidates": len(ranked),
+        "plan": plan,
+        "plan_command": plan_command,
+        "plan_gib": plan_gib,
         "setup": setup,
         "median": statistics.median(seconds),
         "max": max(seconds),
     }
 
 
-def command(engine: str, model: str, cluster: str) -> tuple[float, float]:
+def command(
+    engine: str, model: str, cluster: str, space: str | None = None
+) -> tuple[float, float]:
     """Seconds and peak resident GiB of `autotune plan` as a command."""
-    return run_measured(
-        ["plan", "--engine", engine, "--model", model, "--cluster", cluster, "--json"], REPO
-    )
+    args = ["plan", "--engine", engine, "--model", model, "--cluster", cluster, "--json"]
+    return run_measured(args + (["--space", space] if space else []), REPO)
 
 
 def main() -> None:
@@ -195,11 +205,14 @@ def main() -> None:
         "is what the study loop does between trials: refit the model to the trials, predict "
         f"every candidate, check the stop rule, choose; timed for {PROPOSALS} proposals after "
         f"{MEASURED_FIRST} measured trials. Setup (once per study) builds the candidates' "
-        "codes and the model's calibration-free parts.",
+        "codes and the model's calibration-free parts. `plan`: the space planned in-process "
+        "(once), and as `autotune plan --space ...` with its peak memory.",
         "",
-        "| candidates | setup | proposal median | proposal max |",
-        "|---|---|---|---|",
-        f"| {p['candidates']:,} | {p['setup']:.1f} | {p['median']:.3f} | {p['max']:.3f} |",
+        "| valid | candidates (fit) | plan | plan command | command GiB | setup "
+        "| proposal median | proposal max |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {p['valid']:,} | {p['candidates']:,} | {p['plan']:.2f} | {p['plan_command']:.2f} "
+        f"| {p['plan_gib']:.2f} | {p['setup']:.1f} | {p['median']:.3f} | {p['max']:.3f} |",
     ]
     print(lines[-1], flush=True)
     out = REPO / "results/bench/plan_speed.md"
