@@ -6,7 +6,9 @@ is either complete or absent.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import importlib.metadata
 import platform
 import re
@@ -67,13 +69,28 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         _write_all(staging, study, trial, engine, spec, verdict.note)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return sorted(out.iterdir())
+
+
+def replace_folder(staging: Path, out: Path) -> None:
+    """Rename `staging` to `out`, moving an older `out` aside first. Every step is a rename,
+    so workers of one study exporting at the same moment each leave a whole folder; the
+    last to rename wins."""
+    while True:
+        try:
+            staging.rename(out)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+        with contextlib.suppress(FileNotFoundError):  # another worker moved it aside first
+            out.rename(aside)  # replaces the empty folder just made
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _write_all(

@@ -7,14 +7,20 @@ plain predicates and a rule that reads everything (a replay table's) is simply c
 A rule must be a pure function of the config (read as attributes, not `vars(c)`), the
 workload and the cluster, and keep nothing of the config it is given: the walk asks it again
 only once a knob it read is set, remembers its answers by the values it read, and hands every
-rule the one config object it walks the tree with. A space of millions of combinations with
-tens of thousands of valid configs is walked in a fraction of a second instead of building
-and checking every combination.
+rule the one config object it walks the tree with.
+
+A subtree is walked once for every node with the same rules pending and the same values of
+the knobs set above that the subtree's rules read (`_Subtree`): late knobs that rules read only
+with a few early ones (buckets with overlap, recompute depth with recompute) are not walked
+again under every layout. The valid configs come out as blocks that numpy expands. A space of
+hundreds of millions of combinations with a million valid configs is walked in about a second
+instead of building and checking every combination.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from collections import Counter
@@ -88,6 +94,23 @@ class _Reading(TrainConfig):
     __hash__ = TrainConfig.__hash__
 
 
+@dataclass(frozen=True, eq=False)
+class _Subtree:
+    """The valid configs below one node of the walk, relative to it: the same for every node
+    of that depth whose pending rules, and the values of the knobs set above that the
+    subtree's rules read, are the same. Found once, it stands for each such node."""
+
+    entries: list[_Entry]
+    """Relative to the node: (depth below it, the values set from it down, a subtree)."""
+    removed: Counter[str]
+    depends_on: frozenset[str]
+
+
+_Entry = tuple[int, tuple[Any, ...], "_Subtree | None"]
+"""A block of valid configs: the values set down to a depth, then every completion below (None)
+or a subtree's configs."""
+
+
 def enumerate_space(
     space: SearchSpace, workload: Workload, cluster: Cluster, rules: Sequence[Rule]
 ) -> Enumeration:
@@ -95,8 +118,8 @@ def enumerate_space(
     options = [space.values[n] for n in names]
     below = [math.prod(len(o) for o in options[depth:]) for depth in range(len(names) + 1)]
     world = cluster.world_size
-    valid: list[tuple[int, tuple[Any, ...]]] = []
-    """Subtrees whose every completion is valid, in walk order: (depth, the values set)."""
+    valid: list[_Entry] = []
+    """Blocks of valid configs, in walk order."""
     removed: Counter[str] = Counter()
 
     unset_below = [set(names[depth:]) for depth in range(len(names) + 1)]
@@ -106,6 +129,7 @@ def enumerate_space(
     set_at = {name: depth + 1 for depth, name in enumerate(names)}
     """The depth of the walk from which a knob is set."""
     set_above = [_values_of(names[:depth], ordered=True) for depth in range(len(names) + 1)]
+    fixed_above = [_fixed_by(names[:depth]) for depth in range(len(names) + 1)]
     # One config walks the tree: a node sets its knob, the rest stay at their defaults.
     config = _Reading.of({})
     knobs = object.__getattribute__(config, "__dict__")
@@ -141,40 +165,108 @@ def enumerate_space(
             answers[i].append((values_of, reads, {values_of(knobs): ok}))
         return ok, reads
 
-    def visit(depth: int, pending: tuple[tuple[int, int], ...]) -> None:
+    subtrees: dict[
+        tuple[int, tuple[tuple[int, int], ...]],
+        list[tuple[Callable[[dict[str, Any]], Any], dict[Any, _Subtree]]],
+    ] = {}
+    """Per depth and pending rules, the subtrees found, by the values of the knobs set above
+    that they depend on (`_Subtree.depends_on`)."""
+
+    def visit(depth: int, pending: tuple[tuple[int, int], ...]) -> set[str]:
+        """Walk the subtree; the knobs its rules read (which it depends on)."""
         unset = unset_below[depth]
         knobs["dp"] = max(1, world // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
+        read_here: set[str] = set()
         still: list[tuple[int, int]] = []
         for i, wake in pending:
             if wake > depth:  # nothing it read has been set since it last answered
                 still.append((i, wake))
                 continue
             ok, reads = answer(i)
+            read_here |= reads
             if reads & unset:  # it read a knob not set yet: decided further down
                 still.append((i, wakes(reads & unset, unset)))
             elif not ok:
                 removed[rules[i].name] += below[depth]
-                return
+                return read_here
         if not still:  # every completion is valid
-            valid.append((depth, set_above[depth](knobs)))
-            return
+            valid.append((depth, set_above[depth](knobs), None))
+            return read_here
+        key = (depth, tuple(still))
+        for values_of, by_values in subtrees.get(key, ()):
+            known = by_values.get(values_of(knobs))
+            if known is not None:
+                valid.append((depth, set_above[depth](knobs), known))
+                removed.update(known.removed)
+                return read_here | known.depends_on
+        start, removed_before = len(valid), removed.copy()
+        read_below: set[str] = set()
         name = names[depth]
         for value in options[depth]:
             knobs[name] = value
-            visit(depth + 1, tuple(still))
+            read_below |= visit(depth + 1, tuple(still))
         knobs[name] = _DEFAULTS[name]
+        depends_on = fixed_above[depth](read_below)
+        subtree = _Subtree(
+            entries=[(d - depth, values[depth:], s) for d, values, s in valid[start:]],
+            removed=removed - removed_before,
+            depends_on=depends_on,
+        )
+        del valid[start:]
+        valid.append((depth, set_above[depth](knobs), subtree))
+        values_of = _values_of(depends_on)
+        known_by = subtrees.setdefault(key, [])
+        found: dict[Any, _Subtree] | None = next(
+            (f for reader, f in known_by if reader is values_of), None
+        )
+        if found is None:
+            found = {}
+            known_by.append((values_of, found))
+        found[values_of(knobs)] = subtree
+        return read_here | read_below
 
     visit(0, tuple((i, 0) for i in range(len(rules))))
-    return Enumeration(
-        valid=_columns(names, options, valid, world), total=below[0], removed=dict(removed)
-    )
+    code_of = [{value: code for code, value in enumerate(o)} for o in options]
+    codes = _columns(names, [len(o) for o in options], valid, code_of, {})
+    rows = len(codes[names[0]]) if names else 0
+    columns = {}
+    for name, kind in DTYPES.items():
+        dtype = None if kind is str else kind
+        if name in codes:
+            columns[name] = np.array(space.values[name], dtype=dtype)[codes[name]]
+        else:
+            columns[name] = np.full(rows, getattr(DEFAULT, name), dtype=dtype)
+    columns["dp"] = np.maximum(1, world // (columns["tp"] * columns["pp"] * columns["cp"]))
+    return Enumeration(valid=ConfigTable(**columns), total=below[0], removed=dict(removed))
+
+
+def _fixed_by(above: Sequence[str]) -> Callable[[set[str]], frozenset[str]]:
+    """Of the knobs a subtree's rules read, those set above it (dp: the tp, pp and cp set
+    above, which it is derived from)."""
+    names = frozenset(above)
+    parallel = names & {"tp", "pp", "cp"}
+
+    def fixed(reads: set[str]) -> frozenset[str]:
+        if "dp" in reads:
+            return (names & reads) | parallel
+        return names & reads
+
+    return fixed
 
 
 def _values_of(
     names: Sequence[str] | frozenset[str], ordered: bool = False
 ) -> Callable[[dict[str, Any]], Any]:
     """A fast reader of these knobs' values from a config's fields: a tuple (`ordered`: in
-    the order given), or a hashable stand-in for one."""
+    the order given), or a hashable stand-in for one. Readers are shared, one per set of
+    names, so two are the same reader exactly when they read the same knobs."""
+    return _reader(tuple(names) if ordered else frozenset(names), ordered)
+
+
+@functools.cache
+def _reader(
+    names: tuple[str, ...] | frozenset[str], ordered: bool
+) -> Callable[[dict[str, Any]], Any]:
     if not names:
         return lambda _: ()
     if len(names) == 1 and not ordered:
@@ -186,40 +278,59 @@ def _values_of(
 
 
 def _columns(
-    names: list[str],
-    options: Sequence[Sequence[Any]],
-    subtrees: list[tuple[int, tuple[Any, ...]]],
-    world: int,
-) -> ConfigTable:
-    """The valid configs as columns, in walk order: the subtrees of one depth at once, each
-    the values set above it repeated over the product of the options below it."""
+    names: Sequence[str],
+    sizes: Sequence[int],
+    entries: list[_Entry],
+    code_of: Sequence[dict[Any, int]],
+    made: dict[_Subtree, dict[str, np.ndarray]],
+) -> dict[str, np.ndarray]:
+    """The configs of these blocks as columns of these knobs, each value as its place among
+    the knob's options (`sizes` of them), in walk order: the blocks that end at one depth in
+    one way at once, each the values set above repeated over what lies below (every
+    completion, or a subtree's configs, worked out once per subtree)."""
+    groups: dict[tuple[int, _Subtree | None], list[int]] = {}
+    for i, (depth, _, subtree) in enumerate(entries):
+        groups.setdefault((depth, subtree), []).append(i)
     parts: list[dict[str, np.ndarray]] = []
     order: list[np.ndarray] = []
-    for depth in sorted({d for d, _ in subtrees}):
-        which = [i for i, (d, _) in enumerate(subtrees) if d == depth]
-        above = list(zip(*(subtrees[i][1] for i in which), strict=True))
-        size = math.prod(len(o) for o in options[depth:])
+    for (depth, subtree), which in groups.items():
+        if subtree is None:
+            inner = _product(names[depth:], sizes[depth:])
+        elif subtree in made:
+            inner = made[subtree]
+        else:
+            inner = made[subtree] = _columns(
+                names[depth:], sizes[depth:], subtree.entries, code_of[depth:], made
+            )
+        size = len(inner[names[depth]]) if depth < len(names) else 1
+        above = zip(*(entries[i][1] for i in which), strict=True)
         columns: dict[str, np.ndarray] = {}
-        for name, set_above in zip(names[:depth], above, strict=True):
-            columns[name] = np.repeat(np.array(set_above, dtype=DTYPES[name]), size)
-        inner = size
-        for name, values in zip(names[depth:], options[depth:], strict=True):
-            inner //= len(values)
-            block = np.repeat(np.array(values, dtype=DTYPES[name]), inner)
-            columns[name] = np.tile(block, len(which) * size // len(block))
-        rows = len(which) * size
-        for name, kind in DTYPES.items():
-            if name not in columns:
-                default = getattr(DEFAULT, name)
-                columns[name] = np.full(rows, default, dtype=None if kind is str else kind)
-        parallel = columns["tp"] * columns["pp"] * columns["cp"]
-        columns["dp"] = np.maximum(1, world // parallel)
+        for name, codes, set_above in zip(names[:depth], code_of, above, strict=False):
+            set_codes = np.fromiter(map(codes.__getitem__, set_above), np.int16, len(which))
+            columns[name] = np.repeat(set_codes, size)
+        for name, block in inner.items():
+            columns[name] = np.tile(block, len(which))
         parts.append(columns)
-        order.append(np.repeat(which, size))
-    table = ConfigTable.concatenate(parts)
+        order.append(np.repeat(np.array(which), size))
+    if not parts:
+        return {name: np.array([], dtype=np.int16) for name in names}
+    joined = {name: np.concatenate([p[name] for p in parts]) for name in names}
     if len(parts) < 2:
-        return table
-    return table.take(np.argsort(np.concatenate(order), kind="stable"))
+        return joined
+    rows = np.argsort(np.concatenate(order), kind="stable")
+    return {name: column[rows] for name, column in joined.items()}
+
+
+def _product(names: Sequence[str], sizes: Sequence[int]) -> dict[str, np.ndarray]:
+    """Every combination of these knobs' options (as places), the first varying slowest."""
+    total = math.prod(sizes)
+    columns = {}
+    inner = total
+    for name, size in zip(names, sizes, strict=True):
+        inner //= size
+        block = np.repeat(np.arange(size, dtype=np.int16), inner)
+        columns[name] = np.tile(block, total // len(block))
+    return columns
 
 
 DEFAULT = TrainConfig()

@@ -40,7 +40,7 @@ from autotune.study.trial_attrs import (
     Pruned,
 )
 from autotune.study.trial_run import Progress, run_one, script_fault
-from autotune.study.verdicts import best_value, claim, running_keys, verdicts
+from autotune.study.verdicts import best_value, claim, collisions, running_keys, verdicts
 from autotune.trial import folder as trials
 from autotune.trial.spec import StepPlan
 
@@ -48,6 +48,8 @@ SEEDS = 3
 """Top predicted configs a new study runs first."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
+MAX_STALE_PROPOSALS = 3
+"""Times a proposal is made again because another worker started it meanwhile."""
 
 
 COMMAND_TRIALS = 4
@@ -177,10 +179,8 @@ class _Search:
         self.seen = verdicts(study)
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start = 0, 0, time.monotonic()
-        self.deferred: set[str] = set()
-        """Configs this worker gave way on to an earlier trial: left out of its next proposal,
-        so the earliest of workers that collided takes the config alone instead of all of
-        them colliding on it again in step."""
+        self.gave_way: set[int] = set()
+        """This worker's trials that gave their config way to another worker's."""
 
     def _users_config(self) -> TrainConfig | None:
         """The config the user's command runs today, when it is in the space and predicted
@@ -240,8 +240,7 @@ class _Search:
         self.misses = 0
         owner = claim(self.study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
-            if owner < trial.number and self.settings.strategy in ENQUEUEING:
-                self.deferred.add(key)
+            self.gave_way.add(trial.number)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
         record = self.measure(trial, config, key)
@@ -297,15 +296,33 @@ class _Search:
         return record
 
     def next_config(self) -> tuple[TrainConfig | None, str | None]:
-        """The guided or grid proposal; (None, why) when there is none. A config deferred
-        after a collision is proposed only when nothing else is left."""
+        """The guided or grid proposal; (None, why) when there is none.
+
+        A config that workers collided on is retried by the one whose trial that gave way
+        has the lowest number; the others propose it only when nothing else is left, so the
+        workers do not collide on it again in step. What other workers run is read after
+        the refit and again after choosing: a refit takes long enough for another worker to
+        start the very config chosen."""
+        if self.guide is not None:
+            self.guide.learn(self.study.get_trials(deepcopy=False))
         claimed = set(self.seen) | running_keys(self.study)
-        avoided = claimed | self.deferred
-        self.deferred = set()
+        deferred = {
+            key for key, lowest in collisions(self.study).items() if lowest not in self.gave_way
+        }
+        for _ in range(MAX_STALE_PROPOSALS):
+            config, why = self._proposal(claimed, claimed | deferred)
+            running = running_keys(self.study)
+            if config is None or config_key(config) not in running:
+                return config, why
+            claimed |= running
+        return config, why
+
+    def _proposal(
+        self, claimed: set[str], avoided: set[str]
+    ) -> tuple[TrainConfig | None, str | None]:
         if self.baseline is not None and config_key(self.baseline) not in avoided:
             return self.baseline, None
         if self.guide is not None:
-            self.guide.learn(self.study.get_trials(deepcopy=False))
             why = self.guide.converged(claimed, best_value(self.study))
             if why:
                 return None, why

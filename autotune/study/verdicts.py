@@ -13,6 +13,8 @@ from autotune.study.trial_attrs import (
     CLAIM,
     CONFIG_KEY,
     KIND,
+    PRUNED_AS,
+    Pruned,
 )
 
 
@@ -63,3 +65,14 @@ def running_keys(study: optuna.Study) -> set[str]:
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if CLAIM in t.user_attrs
     }
+
+
+def collisions(study: optuna.Study) -> dict[str, int]:
+    """Configs a worker gave way on to another's claim, each with the lowest number of the
+    trials that gave it way: the worker that ran that trial retries the config."""
+    lowest: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+        if t.user_attrs.get(PRUNED_AS) == Pruned.CLAIMED and CLAIM in t.user_attrs:
+            key = t.user_attrs[CLAIM]
+            lowest[key] = min(lowest.get(key, t.number), t.number)
+    return lowest
