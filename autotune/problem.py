@@ -117,9 +117,28 @@ def load_problem(
         space=load_space(path, chosen.name, chosen.knobs),
     )
     if not command:
-        return dataclasses.replace(problem, space=_derived(problem.space, problem))
+        return _check_fp8(dataclasses.replace(problem, space=_derived(problem.space, problem)))
     job = parse_job(command, Path.cwd(), chosen.name)
-    return _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
+    return _check_fp8(
+        _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
+    )
+
+
+def _check_fp8(problem: Problem) -> Problem:
+    """FP8 needs the engine to run it and the devices to have FP8 tensor cores."""
+    recipe, device = problem.workload.fp8, problem.cluster.device
+    if recipe == "none":
+        return problem
+    if not problem.engine.traits.runs_fp8:
+        raise InputError(
+            f"fp8 {recipe}: the {problem.engine.name} engine does not train in FP8 "
+            "(use --engine megatron, which runs it through Transformer Engine)"
+        )
+    if "fp8" not in device.peak_flops:
+        raise InputError(f"fp8 {recipe}: {device.name} has no FP8 tensor cores")
+    if recipe == "mxfp8" and device.generation != "blackwell":
+        raise InputError(f"fp8 mxfp8: block-scaled FP8 needs Blackwell, not {device.name}")
+    return problem
 
 
 def _derived(

@@ -3,7 +3,8 @@
 
 Each generation's four parameters (compute efficiency, the GEMM width at which it halves, the
 bandwidth scale, overlap) are fitted from `Calibration()`'s generic values to every usable row
-of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's). With
+of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's); Hopper's
+FP8 efficiency then to the published bf16/FP8 pairs of runs (calibration/fp8_pairs.py). With
 --check it exits 1 when the code's constants differ from the fit (tests/unit/
 test_costmodel_fit.py runs the same check). scripts/validate_costmodel.py reports the fit's
 error per source, and held out by source.
@@ -32,7 +33,9 @@ def main() -> None:
             f'    "{generation}": Calibration(\n'
             f"        compute_efficiency={cal.compute_efficiency}, "
             f"gemm_half_size={cal.gemm_half_size}, bandwidth_scale={cal.bandwidth_scale}, "
-            f"overlap={cal.overlap}\n    ),"
+            f"overlap={cal.overlap}"
+            + (f", fp8_efficiency={cal.fp8_efficiency}" if cal.fp8_efficiency != 1.0 else "")
+            + "\n    ),"
         )
     differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]
     if differ:

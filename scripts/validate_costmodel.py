@@ -13,16 +13,18 @@ percentage error per source and overall, and Spearman rank correlation within ea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 from pathlib import Path
 
 import pandas as pd
 
+from autotune.calibration.fp8_pairs import Fp8Pair, pairs
 from autotune.calibration.published import DATA, Case, cases
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.specs import load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +73,7 @@ def main() -> None:
         )
     frame = pd.DataFrame(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(frame, skipped, total) + held_out(observations))
+    args.out.write_text(report(frame, skipped, total) + held_out(observations) + fp8_report())
     text = args.out.read_text()
     print(text.split("## Every row")[0] + "## Held-out" + text.split("## Held-out")[1])
 
@@ -144,6 +146,56 @@ def held_out(observations: dict[str, list[tuple[str, Observation]]]) -> str:
                 f"{median_abs_pct_error(Calibration(), test):.1%} | {held} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def fp8_report() -> str:
+    """FP8's speedup over bf16 on the published pairs of runs that differ only in FP8: as
+    the FP8 peak alone would give it, with the fitted `fp8_efficiency`, and with it fitted
+    to the other pair only."""
+    found = list(pairs())
+    hopper = DEFAULT_CALIBRATION["hopper"]
+    lines = [
+        "",
+        "## FP8 beside bf16 (published pairs of runs)",
+        "",
+        "Speedup of the FP8 run over its bf16 twin (same source, model, GPUs, batch and flags; "
+        "`autotune/calibration/fp8_pairs.py`). 'peak only': FP8 GEMMs at the FP8 peak with "
+        "bf16's efficiency (`fp8_efficiency` 1); 'fitted': Hopper's default "
+        f"(`fp8_efficiency` {hopper.fp8_efficiency}, fitted to both pairs); 'other pair': "
+        "fitted to the other pair alone. Both pairs are one source's (torchtitan, Llama 3 8B, "
+        "FSDP, torchao Float8 linears), so holding one out tests little.",
+        "",
+        "| rows (bf16, FP8) | GPUs | published | peak only | fitted | other pair |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pair in found:
+        others = [p for p in found if p is not pair]
+        held = fitted_fp8(hopper, others) if others else None
+        cells = [
+            f"{speedup(pair, cal):.2f}x"
+            for cal in (dataclasses.replace(hopper, fp8_efficiency=1.0), hopper)
+        ]
+        lines.append(
+            f"| {pair.rows[0]}, {pair.rows[1]} | {pair.bf16.config.dp} | "
+            f"{pair.bf16.step_time_s / pair.fp8.step_time_s:.2f}x | {cells[0]} | {cells[1]} | "
+            f"{f'{speedup(pair, held):.2f}x' if held else '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def fitted_fp8(start: Calibration, found: list[Fp8Pair]) -> Calibration:
+    source = fit([p.bf16 for p in found], start, free=("compute_efficiency",))
+    return fit([p.fp8 for p in found], source, free=("fp8_efficiency",))
+
+
+def speedup(pair: Fp8Pair, cal: Calibration) -> float:
+    """The model's bf16 step over its FP8 step, with the source's bf16 efficiency."""
+    source = fit([pair.bf16], cal, free=("compute_efficiency",))
+    steps = [
+        estimate(o.workload, o.config, o.cluster, o.engine, source).step.total_s
+        for o in (pair.bf16, pair.fp8)
+    ]
+    return steps[0] / steps[1]
 
 
 if __name__ == "__main__":

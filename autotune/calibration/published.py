@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from autotune.calibration.fp8_pairs import fitted_fp8_efficiency
 from autotune.engines import get_engine
 from autotune.estimate.calibrate import Observation, fit
 from autotune.estimate.steptime import Calibration
@@ -191,5 +192,10 @@ def rounded(cal: Calibration) -> Calibration:
 
 def fitted_defaults(path: Path = DATA) -> dict[str, Calibration]:
     """Each GPU generation's calibration fitted to all its published rows, from the generic
-    `Calibration()`."""
-    return {g: rounded(fit(data, Calibration())) for g, data in observations(path).items()}
+    `Calibration()`; Hopper's FP8 efficiency fitted to the published bf16/FP8 pairs
+    (`fp8_pairs`, all on H100) from there."""
+    fitted = {g: rounded(fit(data, Calibration())) for g, data in observations(path).items()}
+    if "hopper" in fitted:
+        hopper = fitted["hopper"]
+        fitted["hopper"] = replace(hopper, fp8_efficiency=fitted_fp8_efficiency(hopper))
+    return fitted

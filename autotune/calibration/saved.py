@@ -24,15 +24,16 @@ def noise_path(results: Path, cluster: Cluster) -> Path:
     return calibration_path(results, cluster).with_suffix(".noise.json")
 
 
-def read_calibration(path: Path) -> Calibration:
-    """A saved calibration, or an InputError naming the file when it is not one."""
+def read_calibration(path: Path, default: Calibration | None = None) -> Calibration:
+    """A saved calibration, or an InputError naming the file when it is not one. Parameters
+    the file predates (saved before the model had them) are the `default`'s."""
     try:
         stored = json.loads(path.read_text())["calibration"]
         fits = tuple(
             CollectiveFit(**{**f, "regimes": tuple(Regime(**r) for r in f["regimes"])})
             for f in stored.pop("collectives", [])
         )
-        return Calibration(**stored, collectives=fits)
+        return dataclasses.replace(default or Calibration(), **stored, collectives=fits)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InputError(
             f"calibration {path}: unreadable ({type(exc).__name__}); delete it or run "
@@ -43,9 +44,9 @@ def read_calibration(path: Path) -> Calibration:
 def load_calibration(results: Path, cluster: Cluster) -> tuple[Calibration, str]:
     """The cluster's fitted calibration if one was saved, else the default; and which."""
     path = calibration_path(results, cluster)
-    if path.is_file():
-        return read_calibration(path), f"fitted ({path})"
     default = DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    if path.is_file():
+        return read_calibration(path, default), f"fitted ({path})"
     return default, f"default for {cluster.device.generation}"
 
 

@@ -71,6 +71,7 @@ class MegatronEngine(Engine):
     worker_module = "autotune.engines.megatron_worker"
     traits = EngineTraits(
         pipeline_split="megatron",
+        runs_fp8=True,
         fp32_master="always",
         fp32_main_grads=True,
         reduces_bf16_grads_in_fp32=True,
@@ -223,6 +224,7 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         "attention_dropout": 0.0,
         "bf16": w.precision == "bf16",
         "fp16": w.precision == "fp16",
+        **({"fp8": "hybrid", "fp8_recipe": w.fp8} if w.fp8 != "none" else {}),
         "params_dtype": dtype,
         "pipeline_dtype": dtype,
         "tensor_model_parallel_size": c.tp,
@@ -352,6 +354,8 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
         "--attention-dropout 0",
         "--hidden-dropout 0",
         *([f"--{w.precision}"] if w.precision != "fp32" else []),
+        # E4M3 forward, E5M2 gradients: what NVIDIA's published FP8 recipes use.
+        *(["--fp8-format hybrid", f"--fp8-recipe {w.fp8}"] if w.fp8 != "none" else []),
     ]
     tokenizer = ["--tokenizer-type NullTokenizer", f"--vocab-size {w.vocab_size}"]
     return [

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import cast
 
 from autotune.engines.argv import flag_value, has_flag, without_flags
 from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
 from autotune.engines.megatron import pretrain_gpt_flags
 from autotune.errors import InputError
 from autotune.specs import Workload
-from autotune.specs.workload import Precision
+from autotune.specs.workload import Fp8Recipe, Precision
 from autotune.trial.spec import TrialSpec
 
 TUNED = {
@@ -153,6 +154,7 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
     )
     return Workload(
         name=name,
+        fp8=_fp8_recipe(argv),
         num_layers=_int_flag(argv, "--num-layers"),
         hidden_size=hidden,
         num_attention_heads=heads,
@@ -168,6 +170,22 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
         precision=precision,
         swiglu=swiglu,
     )
+
+
+def _fp8_recipe(argv: Sequence[str]) -> Fp8Recipe:
+    """The FP8 recipe the command trains with (`--fp8-format` turns FP8 on; Megatron-LM's
+    default recipe is delayed scaling)."""
+    if flag_value(argv, "--fp8-format") is None:
+        return "none"
+    recipe = flag_value(argv, "--fp8-recipe") or "delayed"
+    if recipe not in FP8_RECIPES:
+        raise InputError(
+            f"--fp8-recipe {recipe}: autotune models {', '.join(FP8_RECIPES)} scaling"
+        )
+    return cast(Fp8Recipe, recipe)
+
+
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
 
 
 def tuned_flags(spec: TrialSpec) -> list[str]:

@@ -136,6 +136,8 @@ class MegatronSession:
         dist.init_process_group(backend=spec.cluster.backend)
         self.device = torch.device("cuda", torch.cuda.current_device())
         w, c = spec.workload, spec.config
+        if w.fp8 != "none" and not has_transformer_engine():
+            raise RuntimeError(f"fp8 {w.fp8} needs Transformer Engine, which is not installed")
         init_model_parallel(c)
         model_parallel_cuda_manual_seed(0)
         chunks = [chunk.to(self.device) for chunk in build_chunks(spec)]

@@ -45,6 +45,8 @@ class EngineTraits:
     parameter gather with `overlap_param_gather` (Megatron-LM)."""
     script_hint: str
     """How a user's own training script uses this engine's exported config (train.sh)."""
+    runs_fp8: bool = False
+    """Trains with FP8 GEMMs through Transformer Engine (`Workload.fp8`)."""
     pipeline_split: Literal["uniform", "megatron"] = "uniform"
     """How layers that pp·vpp does not divide are placed (space/pipeline.py): contiguous
     chunks, the first ones a layer longer (DeepSpeed's PipelineModule, the torch worker), or

@@ -29,6 +29,7 @@ BOUNDS = {
     "gemm_half_size": (1e2, 1e9),
     "bandwidth_scale": (0.05, 1.25),
     "overlap": (0.0, 1.0),
+    "fp8_efficiency": (0.2, 1.0),
 }
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
 from autotune.estimate.arrays import Values
-from autotune.estimate.stages import Stages
+from autotune.estimate.stages import Stages, layer_linear_weights
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -51,10 +51,7 @@ class ModelStates(Generic[Bytes]):
 
 def layer_parameters(w: Workload, tp: Values) -> Values:
     """One decoder layer's parameters on a tp rank; norm weights are replicated."""
-    h = w.hidden_size
-    kv = w.num_query_groups * w.head_dim
-    sharded = 2 * h * h + 2 * h * kv + (3 if w.swiglu else 2) * h * w.ffn_hidden_size
-    return sharded // tp + 2 * h
+    return layer_linear_weights(w) // tp + 2 * w.hidden_size
 
 
 def stage_parameters(
@@ -262,6 +259,20 @@ def comm_buffer_bytes(
     return out
 
 
+FP8_WEIGHT_BYTES = {"delayed": 2.0, "tensorwise": 2.0, "mxfp8": 2 * (1 + 1 / 32)}
+"""Bytes per linear weight of Transformer Engine's FP8 copies, cached across a step's
+micro-batches: the weight and its transpose for the backward pass (MXFP8: row- and
+column-wise blocks, each with a one-byte scale per 32 values)."""
+
+
+def fp8_weight_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
+    """FP8 copies of the linear weights on the rank holding the most layers."""
+    if w.fp8 == "none":
+        return np.zeros(len(c))
+    layers = np.max([held[0] for held in stages.columns("held")], axis=0)
+    return FP8_WEIGHT_BYTES[w.fp8] * layers * (layer_linear_weights(w) // c.tp)
+
+
 def memory_breakdown(
     w: Workload,
     c: ConfigTable,
@@ -274,7 +285,7 @@ def memory_breakdown(
     states = model_states(w, c, engine, psi)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     return MemoryBreakdown(
-        weights=states.params,
+        weights=states.params + fp8_weight_bytes(w, c, stages),
         gradients=states.grads,
         optimizer=states.optimizer,
         activations=activation_bytes(w, c, stages),

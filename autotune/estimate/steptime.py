@@ -22,7 +22,12 @@ from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import most_parameters, recomputed_layers
-from autotune.estimate.stages import Stages, head_forward_flops, layer_forward_flops
+from autotune.estimate.stages import (
+    Stages,
+    head_forward_flops,
+    layer_forward_flops,
+    layer_linear_forward_flops,
+)
 from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -45,6 +50,9 @@ class Calibration:
     """Share of the collective model's bandwidth the fabric delivers."""
     overlap: float = 0.8
     """Share of the backward pass that data-parallel communication can hide behind."""
+    fp8_efficiency: float = 1.0
+    """Share of the FP8 peak an FP8 GEMM reaches where a bf16 one reaches all of the bf16
+    peak it would: what scaling, casts and transposes leave of FP8's doubled rate."""
     collectives: tuple[CollectiveFit, ...] = ()
     """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
     one matches, it replaces the collective model and bandwidth_scale."""
@@ -59,7 +67,11 @@ DEFAULT_CALIBRATION = {
         compute_efficiency=0.7, gemm_half_size=387.0, bandwidth_scale=1.25, overlap=1.0
     ),
     "hopper": Calibration(
-        compute_efficiency=0.46, gemm_half_size=230.0, bandwidth_scale=1.07, overlap=0.8
+        compute_efficiency=0.46,
+        gemm_half_size=230.0,
+        bandwidth_scale=1.07,
+        overlap=0.8,
+        fp8_efficiency=0.75,
     ),
     "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3),
 }
@@ -154,6 +166,9 @@ class StepParts:
     included (`recompute_flops`), and its tensor-parallel collectives (`tp_collectives`)."""
     recompute_flops: np.ndarray
     tp_collectives: np.ndarray
+    fp8_flops: np.ndarray
+    """Of `flops`, those in FP8 GEMMs, which run at `fp8_peak` (none without FP8)."""
+    fp8_peak: float | None
     per_collective: comm.Timing
     busiest: np.ndarray
     cp_ranks: np.ndarray
@@ -182,6 +197,9 @@ class StepParts:
         # The pipeline moves at the pace of its slowest rank: its layers' compute and
         # tensor-parallel collectives, plus the output layer on the last rank.
         compute = self.flops / rate
+        if self.fp8_peak is not None:
+            fp8_rate = _rate(self.fp8_peak * cal.fp8_efficiency, self.width, self.tokens, cal)
+            compute = (self.flops - self.fp8_flops) / rate + self.fp8_flops / fp8_rate
         tp = self.tp_collectives * self.per_collective.seconds(scale)
         slowest, configs = np.argmax(compute + tp, axis=0), np.arange(n)
         per_micro_compute = compute[slowest, configs]
@@ -278,6 +296,8 @@ def step_parts(
         flops=kinds[:, 0],
         recompute_flops=kinds[:, 1],
         tp_collectives=kinds[:, 2],
+        fp8_flops=kinds[:, 3],
+        fp8_peak=cluster.device.peak_flops["fp8"] if w.fp8 != "none" else None,
         per_collective=per_collective,
         busiest=stages.busiest,
         cp_ranks=c.cp,
@@ -299,22 +319,27 @@ def step_parts(
 
 def _rank_work(
     w: Workload, c: ConfigTable, layers: np.ndarray, last: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
-    tensor-parallel collectives)."""
+    tensor-parallel collectives, FLOPs in FP8 GEMMs)."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
     rebuilt = recomputed_layers(w, c, layers)
+    full = c.recompute == "full"
     recompute_fwd = np.select(
-        [c.recompute == "full", c.recompute == "selective"],
+        [full, c.recompute == "selective"],
         [
             rebuilt * layer_forward_flops(w, mbs) / split,
             layers * 4 * mbs * w.seq_length**2 * w.hidden_size / split,
         ],
         0.0,
     )
-    return 3 * fwd + recompute_fwd, recompute_fwd, 4 * layers + 2 * rebuilt
+    fp8 = np.zeros_like(fwd)
+    if w.fp8 != "none":  # the linear layers' GEMMs, forward, backward and recomputed
+        linear = layer_linear_forward_flops(w, mbs) / split
+        fp8 = 3 * layers * linear + np.where(full, rebuilt * linear, 0.0)
+    return 3 * fwd + recompute_fwd, recompute_fwd, 4 * layers + 2 * rebuilt, fp8
 
 
 def _context_parallel_sends(

@@ -16,7 +16,7 @@ from autotune.errors import InputError
 from autotune.specs.cluster import Cluster, DeviceKind, Link, SlurmSettings
 from autotune.specs.local import cpu_device, detect_local_cluster
 from autotune.specs.presets import CLUSTER_KINDS, DEVICES, WORKLOADS, GiB
-from autotune.specs.workload import Workload
+from autotune.specs.workload import Fp8Recipe, Workload
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -36,6 +36,7 @@ class WorkloadFile(_Strict):
     seq_length: PositiveInt
     global_batch_size: PositiveInt
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    fp8: Fp8Recipe = "none"
     swiglu: bool = False
 
 
@@ -47,7 +48,7 @@ class LinkFile(_Strict):
 class DeviceFile(_Strict):
     name: str
     memory_gib: PositiveFloat
-    peak_tflops: dict[Literal["bf16", "fp16", "fp32"], PositiveFloat]
+    peak_tflops: dict[Literal["bf16", "fp16", "fp32", "fp8"], PositiveFloat]
 
 
 class SlurmFile(_Strict):

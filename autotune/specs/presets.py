@@ -109,7 +109,8 @@ WORKLOADS["llama3-70b-64k"] = dataclasses.replace(
 DEVICES: dict[str, DeviceKind] = {
     d.name: d
     for d in (
-        # fp32 peaks are the TF32 tensor-core figures, which is what fp32 matmuls run on.
+        # fp32 peaks are the TF32 tensor-core figures, which is what fp32 matmuls run on; fp8
+        # (Hopper, Blackwell; mxfp8 runs at the same rate) from NVIDIA's datasheets, dense.
         DeviceKind(
             name="a100-80gb",
             memory_bytes=80 * GiB,
@@ -120,7 +121,7 @@ DEVICES: dict[str, DeviceKind] = {
         DeviceKind(
             name="h100-sxm",
             memory_bytes=80 * GiB,
-            peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
+            peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12, "fp8": 1979e12},
             memory_bandwidth_bytes_per_s=3.35e12,
         ),
         # Blackwell dense peaks: NVIDIA's DGX B200 and GB200 NVL72 datasheets (4.5 and 5 PFLOP/s
@@ -128,21 +129,21 @@ DEVICES: dict[str, DeviceKind] = {
         DeviceKind(
             name="b200",
             memory_bytes=180 * 10**9,
-            peak_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 1.125e15},
+            peak_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 1.125e15, "fp8": 4.5e15},
             memory_bandwidth_bytes_per_s=8e12,
             generation="blackwell",
         ),
         DeviceKind(
             name="gb200",
             memory_bytes=186 * 10**9,
-            peak_flops={"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 1.25e15},
+            peak_flops={"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 1.25e15, "fp8": 5e15},
             memory_bandwidth_bytes_per_s=8e12,
             generation="blackwell",
         ),
         DeviceKind(
             name="h200",
             memory_bytes=143771 * 2**20,
-            peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12},
+            peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12, "fp8": 1979e12},
             memory_bandwidth_bytes_per_s=4.8e12,
         ),
     )

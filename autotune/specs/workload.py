@@ -9,6 +9,10 @@ Precision = Literal["bf16", "fp16", "fp32"]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 
+Fp8Recipe = Literal["none", "delayed", "tensorwise", "mxfp8"]
+"""Transformer Engine's FP8 scaling recipes, as Megatron-LM's `--fp8-recipe` names them
+(mxfp8: Blackwell's block-scaled format)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
@@ -27,6 +31,10 @@ class Workload:
     global_batch_size: int
     """Sequences per optimizer step, over all data-parallel ranks and accumulation steps."""
     precision: Precision = "bf16"
+    fp8: Fp8Recipe = "none"
+    """FP8 training on top of `precision`: the linear layers' GEMMs run in FP8 (Transformer
+    Engine, Megatron's `--fp8-format hybrid --fp8-recipe ...`); attention's core, the output
+    layer, the weights, gradients and communication stay in `precision`."""
     swiglu: bool = False
 
     @property
