@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from autotune.calibration.published import DATA, fitted_defaults
-from autotune.estimate.steptime import DEFAULT_CALIBRATION
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 
 
 def main() -> None:
@@ -34,7 +34,11 @@ def main() -> None:
             f"        compute_efficiency={cal.compute_efficiency}, "
             f"gemm_half_size={cal.gemm_half_size}, bandwidth_scale={cal.bandwidth_scale}, "
             f"overlap={cal.overlap}"
-            + (f", fp8_efficiency={cal.fp8_efficiency}" if cal.fp8_efficiency != 1.0 else "")
+            + (
+                f", fp8_efficiency={cal.fp8_efficiency}"
+                if cal.fp8_efficiency != Calibration().fp8_efficiency
+                else ""
+            )
             + "\n    ),"
         )
     differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]

@@ -12,7 +12,7 @@ how fast the source's software is.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -87,4 +87,7 @@ def fitted_fp8_efficiency(start: Calibration, path: Path = DATA) -> float:
     runs as the published pairs are, from `start` (a generation's fitted calibration)."""
     found = list(pairs(path))
     source = fit([p.bf16 for p in found], start, free=("compute_efficiency",))
-    return round(fit([p.fp8 for p in found], source, free=("fp8_efficiency",)).fp8_efficiency, 2)
+    full_peak = replace(source, fp8_efficiency=1.0)  # the fit starts from no loss at all
+    return round(
+        fit([p.fp8 for p in found], full_peak, free=("fp8_efficiency",)).fp8_efficiency, 2
+    )

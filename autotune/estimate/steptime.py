@@ -50,9 +50,11 @@ class Calibration:
     """Share of the collective model's bandwidth the fabric delivers."""
     overlap: float = 0.8
     """Share of the backward pass that data-parallel communication can hide behind."""
-    fp8_efficiency: float = 1.0
+    fp8_efficiency: float = 0.75
     """Share of the FP8 peak an FP8 GEMM reaches where a bf16 one reaches all of the bf16
-    peak it would: what scaling, casts and transposes leave of FP8's doubled rate."""
+    peak it would: what scaling, casts and transposes leave of FP8's doubled rate. Fitted on
+    Hopper (`calibration/fp8_pairs.py`); the same prior elsewhere (Blackwell), as no
+    published pair measures it there."""
     collectives: tuple[CollectiveFit, ...] = ()
     """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
     one matches, it replaces the collective model and bandwidth_scale."""
@@ -71,7 +73,6 @@ DEFAULT_CALIBRATION = {
         gemm_half_size=230.0,
         bandwidth_scale=1.07,
         overlap=0.8,
-        fp8_efficiency=0.75,
     ),
     "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3),
 }
@@ -134,7 +135,16 @@ def achievable_flops(
 
 
 def _peak(w: Workload, cluster: Cluster) -> float:
-    return cluster.device.peak_flops.get(w.precision) or max(cluster.device.peak_flops.values())
+    peaks = cluster.device.peak_flops
+    return peaks.get(w.precision) or max(v for k, v in peaks.items() if k != "fp8")
+
+
+def _fp8_peak(w: Workload, cluster: Cluster) -> float | None:
+    if w.fp8 == "none":
+        return None
+    if "fp8" not in cluster.device.peak_flops:
+        raise ValueError(f"fp8 {w.fp8}: {cluster.device.name} has no FP8 peak")
+    return cluster.device.peak_flops["fp8"]
 
 
 def _rate(peak: float, width: np.ndarray, tokens: np.ndarray, cal: Calibration) -> np.ndarray:
@@ -167,7 +177,9 @@ class StepParts:
     recompute_flops: np.ndarray
     tp_collectives: np.ndarray
     fp8_flops: np.ndarray
-    """Of `flops`, those in FP8 GEMMs, which run at `fp8_peak` (none without FP8)."""
+    """Of `flops`, those in FP8 GEMMs, which run at `fp8_peak` (none without FP8);
+    `fp8_recompute_flops`, those of `recompute_flops`."""
+    fp8_recompute_flops: np.ndarray
     fp8_peak: float | None
     per_collective: comm.Timing
     busiest: np.ndarray
@@ -194,17 +206,27 @@ class StepParts:
     def time(self, cal: Calibration) -> StepTime[np.ndarray]:
         scale, n = cal.bandwidth_scale, len(self.micro)
         rate = _rate(self.peak, self.width, self.tokens, cal)
+        fp8_rate = (
+            _rate(self.fp8_peak * cal.fp8_efficiency, self.width, self.tokens, cal)
+            if self.fp8_peak is not None
+            else None
+        )
+
+        def seconds(flops: np.ndarray, in_fp8: np.ndarray) -> np.ndarray:
+            if fp8_rate is None:
+                return flops / rate
+            return (flops - in_fp8) / rate + in_fp8 / fp8_rate
+
         # The pipeline moves at the pace of its slowest rank: its layers' compute and
         # tensor-parallel collectives, plus the output layer on the last rank.
-        compute = self.flops / rate
-        if self.fp8_peak is not None:
-            fp8_rate = _rate(self.fp8_peak * cal.fp8_efficiency, self.width, self.tokens, cal)
-            compute = (self.flops - self.fp8_flops) / rate + self.fp8_flops / fp8_rate
+        compute = seconds(self.flops, self.fp8_flops)
         tp = self.tp_collectives * self.per_collective.seconds(scale)
         slowest, configs = np.argmax(compute + tp, axis=0), np.arange(n)
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
-        recompute_flops = self.recompute_flops[slowest, configs]
+        recompute = seconds(
+            self.recompute_flops[slowest, configs], self.fp8_recompute_flops[slowest, configs]
+        )
         forward = np.maximum(0.0, self.cp_send[0].seconds(scale) - self.cp_block / rate)
         backward = np.maximum(0.0, self.cp_send[1].seconds(scale) - 2 * self.cp_block / rate)
         ring = np.where(self.cp_ranks == 1, 0.0, (self.cp_ranks - 1) * (forward + backward))
@@ -215,7 +237,7 @@ class StepParts:
         dp_comm, dp_exposed = self._data_parallel(cal, per_micro_compute)
         return StepTime(
             compute_s=self.micro * per_micro_compute,
-            recompute_s=self.micro * recompute_flops / rate,
+            recompute_s=self.micro * recompute,
             tp_comm_s=self.micro * per_micro_tp,
             pp_bubble_s=bubble,
             pp_p2p_s=self.p2p.seconds(scale),
@@ -297,7 +319,8 @@ def step_parts(
         recompute_flops=kinds[:, 1],
         tp_collectives=kinds[:, 2],
         fp8_flops=kinds[:, 3],
-        fp8_peak=cluster.device.peak_flops["fp8"] if w.fp8 != "none" else None,
+        fp8_recompute_flops=kinds[:, 4],
+        fp8_peak=_fp8_peak(w, cluster),
         per_collective=per_collective,
         busiest=stages.busiest,
         cp_ranks=c.cp,
@@ -319,9 +342,9 @@ def step_parts(
 
 def _rank_work(
     w: Workload, c: ConfigTable, layers: np.ndarray, last: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
-    tensor-parallel collectives, FLOPs in FP8 GEMMs)."""
+    tensor-parallel collectives, FLOPs in FP8 GEMMs, of which recomputation)."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
@@ -335,11 +358,15 @@ def _rank_work(
         ],
         0.0,
     )
-    fp8 = np.zeros_like(fwd)
-    if w.fp8 != "none":  # the linear layers' GEMMs, forward, backward and recomputed
-        linear = layer_linear_forward_flops(w, mbs) / split
-        fp8 = 3 * layers * linear + np.where(full, rebuilt * linear, 0.0)
-    return 3 * fwd + recompute_fwd, recompute_fwd, 4 * layers + 2 * rebuilt, fp8
+    # In FP8: the linear layers' GEMMs, forward, backward and recomputed.
+    linear = layer_linear_forward_flops(w, mbs) / split if w.fp8 != "none" else 0.0
+    return (
+        3 * fwd + recompute_fwd,
+        recompute_fwd,
+        4 * layers + 2 * rebuilt,
+        (3 * layers + rebuilt) * linear,
+        rebuilt * linear,
+    )
 
 
 def _context_parallel_sends(

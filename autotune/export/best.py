@@ -53,7 +53,7 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
         raise InputError(f"study {study.study_name!r} has no completed trial to export")
     verdict = nccl_verdict(study, winner)
     trial = verdict.trial
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+    if not force and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"output folder {out} exists and is not empty (use --force)")
     engine_name, workload, cluster = stored_specs(study)
     engine = get_engine(engine_name)
@@ -69,11 +69,12 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         _write_all(staging, study, trial, engine, spec, verdict.note)
+        names = sorted(p.name for p in staging.iterdir())
         replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return sorted(out.iterdir())
+    return [out / name for name in names]  # what this export wrote, whoever renamed last
 
 
 def replace_folder(staging: Path, out: Path) -> None:
@@ -88,9 +89,11 @@ def replace_folder(staging: Path, out: Path) -> None:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
         aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
-        with contextlib.suppress(FileNotFoundError):  # another worker moved it aside first
-            out.rename(aside)  # replaces the empty folder just made
-        shutil.rmtree(aside, ignore_errors=True)
+        try:
+            with contextlib.suppress(FileNotFoundError):  # another worker moved it first
+                out.rename(aside)  # replaces the empty folder just made
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 def _write_all(

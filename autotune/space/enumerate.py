@@ -228,7 +228,7 @@ def enumerate_space(
     visit(0, tuple((i, 0) for i in range(len(rules))))
     code_of = [{value: code for code, value in enumerate(o)} for o in options]
     codes = _columns(names, [len(o) for o in options], valid, code_of, {})
-    rows = len(codes[names[0]]) if names else 0
+    rows = len(codes[names[0]]) if names else len(valid)  # no knobs: the default config
     columns = {}
     for name, kind in DTYPES.items():
         dtype = None if kind is str else kind

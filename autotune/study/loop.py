@@ -8,6 +8,7 @@ no budget; one that runs is told complete (tokens/s) or failed (with its kind).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import random
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ SEEDS = 3
 """Top predicted configs a new study runs first."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
+RETRY_WINDOW_S = 60.0
+"""How long after a collision the other workers leave its config to the one that retries it:
+long enough for its next proposal, short enough that a retrier that stopped holds nothing."""
 MAX_STALE_PROPOSALS = 3
 """Times a proposal is made again because another worker started it meanwhile."""
 
@@ -240,7 +244,8 @@ class _Search:
         self.misses = 0
         owner = claim(self.study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
-            self.gave_way.add(trial.number)
+            if self.settings.strategy in ENQUEUEING:
+                self.gave_way.add(trial.number)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
         record = self.measure(trial, config, key)
@@ -306,8 +311,11 @@ class _Search:
         if self.guide is not None:
             self.guide.learn(self.study.get_trials(deepcopy=False))
         claimed = set(self.seen) | running_keys(self.study)
+        recent = datetime.datetime.now() - datetime.timedelta(seconds=RETRY_WINDOW_S)
         deferred = {
-            key for key, lowest in collisions(self.study).items() if lowest not in self.gave_way
+            key
+            for key, lowest in collisions(self.study, recent).items()
+            if lowest not in self.gave_way
         }
         for _ in range(MAX_STALE_PROPOSALS):
             config, why = self._proposal(claimed, claimed | deferred)

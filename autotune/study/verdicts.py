@@ -3,6 +3,8 @@ which are claimed or running, and the best value so far."""
 
 from __future__ import annotations
 
+import datetime
+
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -67,12 +69,19 @@ def running_keys(study: optuna.Study) -> set[str]:
     }
 
 
-def collisions(study: optuna.Study) -> dict[str, int]:
-    """Configs a worker gave way on to another's claim, each with the lowest number of the
-    trials that gave it way: the worker that ran that trial retries the config."""
+def collisions(study: optuna.Study, since: datetime.datetime) -> dict[str, int]:
+    """Configs a worker gave way on to another's claim since `since`, each with the lowest
+    number of the trials that gave it way: the worker that ran that trial retries the
+    config (on its next proposal, so only recent collisions are waiting for it; one whose
+    worker has stopped since is anyone's again)."""
     lowest: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
-        if t.user_attrs.get(PRUNED_AS) == Pruned.CLAIMED and CLAIM in t.user_attrs:
+        if (
+            t.user_attrs.get(PRUNED_AS) == Pruned.CLAIMED
+            and CLAIM in t.user_attrs
+            and t.datetime_complete is not None
+            and t.datetime_complete >= since
+        ):
             key = t.user_attrs[CLAIM]
             lowest[key] = min(lowest.get(key, t.number), t.number)
     return lowest
