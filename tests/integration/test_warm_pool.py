@@ -5,6 +5,7 @@ crashes is typed while the next one runs in a fresh pool."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,12 @@ def test_pooled_trials_are_independent_and_a_crash_starts_a_fresh_pool(
     assert first.peak_memory_bytes and after.peak_memory_bytes and wide_run.peak_memory_bytes
     grown = after.peak_memory_bytes - first.peak_memory_bytes
     assert grown < 0.25 * (wide_run.peak_memory_bytes - first.peak_memory_bytes)
-    # Each trial's fastest step: what the config costs when no other process interferes
-    # (a median of a few 40 ms steps moved 1.5x on this shared machine).
-    assert first.step_time_min_s and after.step_time_min_s
-    assert 1 / 1.5 < after.step_time_min_s / first.step_time_min_s < 1.5
+    # Each trial's fastest step: what the config costs when no other process interferes.
+    # Even so, the same 35 ms step measured 0.89-1.39x apart in two fresh pools on this
+    # shared machine, and the trial after the wide one 0.90-1.82x the first (torch, eight
+    # runs): compared with the nearer of the two clean runs, a pool that carried the wide
+    # trial's work or memory over would be several times slower, noise is not.
+    assert first.step_time_min_s and after.step_time_min_s and fresh.step_time_min_s
+    clean = (first.step_time_min_s, fresh.step_time_min_s)
+    nearest = min(clean, key=lambda s: abs(math.log(after.step_time_min_s / s)))
+    assert 1 / 2 < after.step_time_min_s / nearest < 2
