@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from autotune.calibration.fp8_pairs import Fp8Pair, pairs
+from autotune.calibration.fp8_pairs import Fp8Pair, fit_fp8, pairs, source_calibration
 from autotune.calibration.published import DATA, Case, cases
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.predict import estimate
@@ -170,7 +170,7 @@ def fp8_report() -> str:
     ]
     for pair in found:
         others = [p for p in found if p is not pair]
-        held = fitted_fp8(hopper, others) if others else None
+        held = fit_fp8(others, hopper) if others else None
         cells = [
             f"{speedup(pair, cal):.2f}x"
             for cal in (dataclasses.replace(hopper, fp8_efficiency=1.0), hopper)
@@ -183,14 +183,9 @@ def fp8_report() -> str:
     return "\n".join(lines) + "\n"
 
 
-def fitted_fp8(start: Calibration, found: list[Fp8Pair]) -> Calibration:
-    source = fit([p.bf16 for p in found], start, free=("compute_efficiency",))
-    return fit([p.fp8 for p in found], source, free=("fp8_efficiency",))
-
-
 def speedup(pair: Fp8Pair, cal: Calibration) -> float:
     """The model's bf16 step over its FP8 step, with the source's bf16 efficiency."""
-    source = fit([pair.bf16], cal, free=("compute_efficiency",))
+    source = source_calibration([pair], cal)
     steps = [
         estimate(o.workload, o.config, o.cluster, o.engine, source).step.total_s
         for o in (pair.bf16, pair.fp8)

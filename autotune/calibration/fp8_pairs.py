@@ -11,7 +11,7 @@ how fast the source's software is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -82,12 +82,21 @@ def _fsdp_run(r: pd.Series, fp8: Fp8Recipe) -> Observation:
     return Observation(workload, load_cluster(f"dgx-h100:{gpus // 8}"), config, "torch", step)
 
 
+def source_calibration(found: Sequence[Fp8Pair], start: Calibration) -> Calibration:
+    """`start` with the compute efficiency of these pairs' bf16 runs: the source's own
+    software level, which FP8's gain is measured against."""
+    return fit([p.bf16 for p in found], start, free=("compute_efficiency",))
+
+
+def fit_fp8(found: Sequence[Fp8Pair], start: Calibration) -> Calibration:
+    """The source's calibration with the share of the FP8 peak that makes the model's FP8
+    runs as much faster than its bf16 runs as these pairs are; the fit starts from no loss
+    at all, so its result does not depend on `start`'s share."""
+    full_peak = replace(source_calibration(found, start), fp8_efficiency=1.0)
+    return fit([p.fp8 for p in found], full_peak, free=("fp8_efficiency",))
+
+
 def fitted_fp8_efficiency(start: Calibration, path: Path = DATA) -> float:
-    """The share of the FP8 peak that makes the model's FP8 runs as much faster than its bf16
-    runs as the published pairs are, from `start` (a generation's fitted calibration)."""
-    found = list(pairs(path))
-    source = fit([p.bf16 for p in found], start, free=("compute_efficiency",))
-    full_peak = replace(source, fp8_efficiency=1.0)  # the fit starts from no loss at all
-    return round(
-        fit([p.fp8 for p in found], full_peak, free=("fp8_efficiency",)).fp8_efficiency, 2
-    )
+    """`fit_fp8` over every published pair, from `start` (a generation's fitted calibration),
+    rounded as the code states it."""
+    return round(fit_fp8(list(pairs(path)), start).fp8_efficiency, 2)

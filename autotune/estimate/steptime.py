@@ -69,10 +69,7 @@ DEFAULT_CALIBRATION = {
         compute_efficiency=0.7, gemm_half_size=387.0, bandwidth_scale=1.25, overlap=1.0
     ),
     "hopper": Calibration(
-        compute_efficiency=0.46,
-        gemm_half_size=230.0,
-        bandwidth_scale=1.07,
-        overlap=0.8,
+        compute_efficiency=0.46, gemm_half_size=230.0, bandwidth_scale=1.07, overlap=0.8
     ),
     "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3),
 }
@@ -349,9 +346,8 @@ def _rank_work(
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
     rebuilt = recomputed_layers(w, c, layers)
-    full = c.recompute == "full"
     recompute_fwd = np.select(
-        [full, c.recompute == "selective"],
+        [c.recompute == "full", c.recompute == "selective"],
         [
             rebuilt * layer_forward_flops(w, mbs) / split,
             layers * 4 * mbs * w.seq_length**2 * w.hidden_size / split,

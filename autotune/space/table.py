@@ -67,13 +67,6 @@ class ConfigTable(Sequence[TrainConfig]):
         table.__dict__["configs"] = tuple(configs)  # known already: never rebuilt
         return table
 
-    @classmethod
-    def concatenate(cls, parts: Sequence[dict[str, np.ndarray]]) -> ConfigTable:
-        """A table of these blocks of columns, in order."""
-        if not parts:
-            return cls(**{name: np.array([], dtype=kind) for name, kind in DTYPES.items()})
-        return cls(**{name: np.concatenate([p[name] for p in parts]) for name in DTYPES})
-
     def __len__(self) -> int:
         return len(self.tp)
 
