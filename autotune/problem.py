@@ -117,15 +117,21 @@ def load_problem(
         space=load_space(path, chosen.name, chosen.knobs),
     )
     if not command:
-        return _check_fp8(dataclasses.replace(problem, space=_derived(problem.space, problem)))
+        return _check_runs(dataclasses.replace(problem, space=_derived(problem.space, problem)))
     job = parse_job(command, Path.cwd(), chosen.name)
-    return _check_fp8(
+    return _check_runs(
         _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
     )
 
 
-def _check_fp8(problem: Problem) -> Problem:
-    """FP8 needs the engine to run it and the devices to have FP8 tensor cores."""
+def _check_runs(problem: Problem) -> Problem:
+    """A mixture of experts and FP8 need the engine to run them, FP8 the devices to have
+    FP8 tensor cores."""
+    if problem.workload.is_moe and not problem.engine.traits.runs_moe:
+        raise InputError(
+            f"{problem.workload.name}: the {problem.engine.name} engine does not build "
+            "mixture-of-experts layers (use --engine megatron)"
+        )
     recipe, device = problem.workload.fp8, problem.cluster.device
     if recipe == "none":
         return problem

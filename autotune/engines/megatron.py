@@ -72,6 +72,7 @@ class MegatronEngine(Engine):
     traits = EngineTraits(
         pipeline_split="megatron",
         runs_fp8=True,
+        runs_moe=True,
         fp32_master="always",
         fp32_main_grads=True,
         reduces_bf16_grads_in_fp32=True,
@@ -88,6 +89,9 @@ class MegatronEngine(Engine):
                 "pp",
                 "vpp",
                 "cp",
+                "ep",
+                "etp",
+                "moe_dispatcher",
                 "sp",
                 "zero",
                 "mbs",
@@ -110,6 +114,10 @@ class MegatronEngine(Engine):
         "--decoder-first/last-pipeline-num-layers)",
         "cp": "--context-parallel-size (Transformer Engine attention; the gradients are "
         "reduced, and the distributed optimizer sharded, over dp·cp ranks)",
+        "ep": "--expert-model-parallel-size (mixtures of experts: the routed experts split "
+        "over ep of a stage's tp·cp·dp ranks)",
+        "etp": "--expert-tensor-parallel-size (always written: Megatron's default is tp)",
+        "moe_dispatcher": "--moe-token-dispatcher-type (alltoall, allgather)",
         "sp": "--sequence-parallel",
         "zero": "0 plain DDP; 1 --use-distributed-optimizer (optimizer states and fp32 master "
         "weights sharded over data-parallel ranks)",
@@ -129,6 +137,12 @@ class MegatronEngine(Engine):
             "context parallelism cuts each sequence into 2·cp equal chunks (causal load "
             "balancing, Megatron-LM get_batch_on_this_cp_rank): seq_length must divide by 2·cp",
             lambda c, w, _k: w.seq_length % (2 * c.cp) == 0,
+        ),
+        Rule(
+            "megatron_moe_tp_needs_sp",
+            "a mixture of experts with tp > 1 needs sequence parallelism (megatron-core's "
+            "MoELayer.forward raises otherwise: each rank routes its own sequence shard)",
+            lambda c, w, _k: not w.is_moe or c.tp == 1 or c.sp,
         ),
         Rule(
             "megatron_zero_is_distributed_optimizer",
@@ -216,6 +230,8 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         "ffn_hidden_size": w.ffn_hidden_size,
         "num_attention_heads": w.num_attention_heads,
         "num_query_groups": w.num_query_groups,
+        **({"kv_channels": w.kv_channels} if w.kv_channels else {}),
+        **_moe_kwargs(w, c),
         "normalization": "RMSNorm",
         "add_bias_linear": False,
         "gated_linear_unit": w.swiglu,
@@ -238,6 +254,53 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         "recompute_num_layers": c.recompute_num_layers if full else None,
         "deallocate_pipeline_outputs": True,
     }
+
+
+def _moe_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
+    """TransformerConfig's mixture-of-experts fields (none for a dense model): the shape,
+    the expert layout and dispatcher, and grouped GEMMs for the experts, as every published
+    recipe runs them."""
+    if not w.is_moe:
+        return {}
+    return {
+        "num_moe_experts": w.num_moe_experts,
+        "moe_router_topk": w.moe_router_topk,
+        "moe_ffn_hidden_size": w.expert_ffn_size,
+        **(
+            {"moe_shared_expert_intermediate_size": w.moe_shared_expert_intermediate_size}
+            if w.moe_shared_expert_intermediate_size
+            else {}
+        ),
+        "moe_layer_freq": w.moe_layer_freq,
+        "moe_token_dispatcher_type": c.moe_dispatcher,
+        "moe_grouped_gemm": True,
+        "expert_model_parallel_size": c.ep,
+        "expert_tensor_parallel_size": c.etp,
+    }
+
+
+def _moe_flags(w: Workload, c: TrainConfig) -> tuple[list[str], list[str]]:
+    """(layout flags, shape flags) of a mixture of experts; both empty for a dense model."""
+    if not w.is_moe:
+        return [], []
+    layout = [
+        f"--expert-model-parallel-size {c.ep}",
+        f"--expert-tensor-parallel-size {c.etp}",
+        f"--moe-token-dispatcher-type {c.moe_dispatcher}",
+    ]
+    shape = [
+        f"--num-experts {w.num_moe_experts}",
+        f"--moe-router-topk {w.moe_router_topk}",
+        f"--moe-ffn-hidden-size {w.expert_ffn_size}",
+        *(
+            [f"--moe-shared-expert-intermediate-size {w.moe_shared_expert_intermediate_size}"]
+            if w.moe_shared_expert_intermediate_size
+            else []
+        ),
+        *([f"--moe-layer-freq {w.moe_layer_freq}"] if w.moe_layer_freq != 1 else []),
+        "--moe-grouped-gemm",
+    ]
+    return layout, shape
 
 
 def _uneven_split_kwargs(split: PipelineSplit) -> dict[str, Any]:
@@ -319,6 +382,8 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
         ]
     if c.cp > 1:
         layout.append(f"--context-parallel-size {c.cp}")
+    moe_layout, moe_shape = _moe_flags(w, c)
+    layout += moe_layout
     if c.sp:
         layout.append("--sequence-parallel")
     if c.zero == 1:
@@ -343,6 +408,9 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
     ]
     if w.num_query_groups != w.num_attention_heads:
         shape += ["--group-query-attention", f"--num-query-groups {w.num_query_groups}"]
+    if w.kv_channels:
+        shape.append(f"--kv-channels {w.kv_channels}")
+    shape += moe_shape
     shape += [
         f"--seq-length {w.seq_length}",
         f"--max-position-embeddings {w.seq_length}",

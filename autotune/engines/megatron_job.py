@@ -30,6 +30,9 @@ TUNED = {
     "--tensor-model-parallel-size": 1,
     "--pipeline-model-parallel-size": 1,
     "--context-parallel-size": 1,
+    "--expert-model-parallel-size": 1,
+    "--expert-tensor-parallel-size": 1,
+    "--moe-token-dispatcher-type": 1,
     "--num-layers-per-virtual-pipeline-stage": 1,
     "--num-virtual-stages-per-pipeline-rank": 1,
     "--sequence-parallel": 0,
@@ -70,10 +73,6 @@ RUN_LENGTH = {
 }
 """What a trial sets itself: its length, a log line per iteration, no evaluation, no
 checkpoint written to or read from the user's folders, the steady global batch."""
-NOT_YET = {
-    "--num-experts": "mixture of experts",
-    "--expert-model-parallel-size": "expert parallelism",
-}
 GPT2_VOCAB = 50257
 """GPT2BPETokenizer's vocabulary, for commands that give a vocabulary file, not a size."""
 
@@ -123,11 +122,6 @@ def runs_local_attention(argv: Sequence[str]) -> bool:
 def workload_from_command(argv: Sequence[str], name: str) -> Workload:
     """The model and global batch the command trains, as Megatron-LM's arguments.py reads
     them (its default MLP width included)."""
-    for flag, what in NOT_YET.items():
-        if _int_flag(argv, flag, 1) > 1:
-            raise InputError(
-                f"{flag}: tuning {what} in a Megatron-LM command is not supported yet"
-            )
     if has_flag(argv, "--hierarchical-context-parallel-sizes") or flag_value(
         argv, "--cp-comm-type"
     ) not in (None, "p2p"):
@@ -145,9 +139,16 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
         raise InputError(
             "the Megatron-LM command must give --vocab-size (or use GPT2BPETokenizer)"
         )
-    if hidden % heads:
+    kv_channels = _int_flag(argv, "--kv-channels", 0)
+    if hidden % heads and not kv_channels:
         raise InputError(
             f"--hidden-size {hidden} is not divisible by --num-attention-heads {heads}"
+        )
+    moe_layer_freq = flag_value(argv, "--moe-layer-freq") or "1"
+    if not moe_layer_freq.isdigit() or int(moe_layer_freq) < 1:
+        raise InputError(
+            f"--moe-layer-freq {moe_layer_freq}: autotune models every k-th layer as MoE "
+            "(an integer), not a list of layers"
         )
     precision: Precision = (
         "bf16" if has_flag(argv, "--bf16") else "fp16" if has_flag(argv, "--fp16") else "fp32"
@@ -169,6 +170,14 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
         global_batch_size=_int_flag(argv, "--global-batch-size"),
         precision=precision,
         swiglu=swiglu,
+        kv_channels=kv_channels,
+        num_moe_experts=_int_flag(argv, "--num-experts", 0),
+        moe_router_topk=_int_flag(argv, "--moe-router-topk", 2),
+        moe_ffn_hidden_size=_int_flag(argv, "--moe-ffn-hidden-size", 0),
+        moe_shared_expert_intermediate_size=_int_flag(
+            argv, "--moe-shared-expert-intermediate-size", 0
+        ),
+        moe_layer_freq=int(moe_layer_freq),
     )
 
 

@@ -21,6 +21,7 @@ from megatron.core.distributed import (  # noqa: E402
 )
 from megatron.core.models.gpt import GPTModel  # noqa: E402
 from megatron.core.models.gpt.gpt_layer_specs import (  # noqa: E402
+    get_gpt_decoder_block_spec,
     get_gpt_layer_local_spec,
     get_gpt_layer_with_transformer_engine_spec,
 )
@@ -28,7 +29,6 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # n
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 from megatron.core.transformer.module import Float16Module  # noqa: E402
-from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 from megatron.core.utils import get_batch_on_this_cp_rank  # noqa: E402
 
@@ -62,10 +62,16 @@ def has_transformer_engine() -> bool:
     return True
 
 
-def layer_spec() -> ModuleSpec:
+def layer_spec(config: TransformerConfig, vp_stage: int | None) -> Any:
     """Transformer Engine's layers where installed (what Megatron users run on GPUs), else
-    megatron-core's local ones."""
-    if has_transformer_engine():
+    megatron-core's local ones; for a mixture of experts, the decoder block's spec, which
+    places MoE and dense layers by `moe_layer_freq` (Megatron-LM's way)."""
+    te = has_transformer_engine()
+    if config.num_moe_experts:
+        return get_gpt_decoder_block_spec(
+            config, use_transformer_engine=te, normalization="RMSNorm", vp_stage=vp_stage
+        )
+    if te:
         return get_gpt_layer_with_transformer_engine_spec()
     return get_gpt_layer_local_spec(normalization="RMSNorm")
 
@@ -76,6 +82,8 @@ def init_model_parallel(c: TrainConfig) -> None:
         pipeline_model_parallel_size=c.pp,
         virtual_pipeline_model_parallel_size=c.vpp if c.vpp > 1 else None,
         context_parallel_size=c.cp,
+        expert_model_parallel_size=c.ep,
+        expert_tensor_parallel_size=c.etp,
     )
 
 
@@ -83,16 +91,18 @@ def build_chunks(spec: TrialSpec, on_cpu: bool = False) -> list[GPTModel]:
     """This rank's model chunks: its pipeline stage, or its virtual stages when interleaved.
 
     `on_cpu` (for tests on machines without GPUs) initialises weights on the CPU and leaves
-    out rotary embeddings, whose frequencies megatron-core moves to CUDA at every forward."""
+    out rotary embeddings, whose frequencies megatron-core moves to CUDA at every forward,
+    and grouped expert GEMMs, which are CUDA kernels (each expert runs alone)."""
     w, c = spec.workload, spec.config
     if c.cp > 1 and not has_transformer_engine():
         raise RuntimeError(
             "context parallelism needs Transformer Engine's attention; megatron-core's local "
             "attention has none (install transformer-engine)"
         )
-    config = TransformerConfig(
-        **resolve(transformer_config_kwargs(w, c)), use_cpu_initialization=on_cpu
-    )
+    kwargs = resolve(transformer_config_kwargs(w, c))
+    if on_cpu and w.is_moe:
+        kwargs["moe_grouped_gemm"] = False
+    config = TransformerConfig(**kwargs, use_cpu_initialization=on_cpu)
     model_kwargs = gpt_model_kwargs(w)
     if on_cpu:
         model_kwargs["position_embedding_type"] = "none"
@@ -102,7 +112,7 @@ def build_chunks(spec: TrialSpec, on_cpu: bool = False) -> list[GPTModel]:
         chunks.append(
             GPTModel(
                 config,
-                layer_spec(),
+                layer_spec(config, vp_stage),
                 pre_process=parallel_state.is_pipeline_first_stage(
                     ignore_virtual=False, vp_stage=vp_stage
                 ),

@@ -19,12 +19,13 @@ class Attention(nn.Module):
     def __init__(self, w: Workload, selective_recompute: bool) -> None:
         super().__init__()
         h, kv = w.hidden_size, w.num_query_groups * w.head_dim
+        query = w.num_attention_heads * w.head_dim
         self.head_dim = w.head_dim
         self.selective_recompute = selective_recompute
-        self.q = nn.Linear(h, h, bias=False)
+        self.q = nn.Linear(h, query, bias=False)
         self.k = nn.Linear(h, kv, bias=False)
         self.v = nn.Linear(h, kv, bias=False)
-        self.o = nn.Linear(h, h, bias=False)
+        self.o = nn.Linear(query, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.shape[0], x.shape[1]

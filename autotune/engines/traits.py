@@ -47,6 +47,9 @@ class EngineTraits:
     """How a user's own training script uses this engine's exported config (train.sh)."""
     runs_fp8: bool = False
     """Trains with FP8 GEMMs through Transformer Engine (`Workload.fp8`)."""
+    runs_moe: bool = False
+    """Builds mixture-of-experts layers (`Workload.num_moe_experts`) with expert
+    parallelism."""
     pipeline_split: Literal["uniform", "megatron"] = "uniform"
     """How layers that pp·vpp does not divide are placed (space/pipeline.py): contiguous
     chunks, the first ones a layer longer (DeepSpeed's PipelineModule, the torch worker), or

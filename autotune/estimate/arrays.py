@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-Values = TypeVar("Values", int, float, np.ndarray)
+Values = TypeVar("Values", float, np.ndarray)
 """A formula's operands: one config's numbers, or a column of a table's."""
 
 

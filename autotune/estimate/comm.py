@@ -72,6 +72,9 @@ class Timing:
     def seconds(self, bandwidth_scale: float) -> np.ndarray:
         return self.fixed + self.scaled / bandwidth_scale
 
+    def __add__(self, other: Timing) -> Timing:
+        return Timing(self.fixed + other.fixed, self.scaled + other.scaled)
+
 
 @dataclass(frozen=True)
 class NcclSettings:
@@ -149,3 +152,21 @@ def timing(
             fixed[at] = steps * link.latency_s
             scaled[at] = moved / link.bandwidth_bytes_per_s
     return Timing(fixed, scaled)
+
+
+def all_to_all(per_rank_bytes: np.ndarray | float, group: Group, cluster: Cluster) -> Timing:
+    """One all-to-all per config: each rank sends an n-th of its bytes to each peer, all at
+    once (NCCL runs it as grouped point-to-point sends, outside its collective model and its
+    algorithm and protocol settings). The peers in its NVLink domain get theirs over NVLink,
+    the rest over the network; the slower share sets the time."""
+    size, nodes = np.asarray(group.size), np.asarray(group.nodes)
+    nbytes = np.asarray(per_rank_bytes, dtype=float)
+    per_domain = -(-size // nodes)
+    intra, inter = cluster.intra_link, cluster.inter_link
+    within = (per_domain - 1) / size / intra.bandwidth_bytes_per_s
+    across = (size - per_domain) / size / inter.bandwidth_bytes_per_s
+    latency = np.where(nodes > 1, inter.latency_s, intra.latency_s)
+    active = size > 1
+    return Timing(
+        np.where(active, latency, 0.0), np.where(active, nbytes * np.maximum(within, across), 0.0)
+    )

@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
 from autotune.estimate.arrays import Values
-from autotune.estimate.stages import Stages, layer_linear_weights
+from autotune.estimate.stages import Stages
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
@@ -50,43 +50,103 @@ class ModelStates(Generic[Bytes]):
 
 
 def layer_parameters(w: Workload, tp: Values) -> Values:
-    """One decoder layer's parameters on a tp rank; norm weights are replicated."""
-    return layer_linear_weights(w) // tp + 2 * w.hidden_size
+    """One decoder layer's parameters on a tp rank besides its routed experts; norm weights
+    are replicated."""
+    dense = w.attention_weights + w.moe_share * w.dense_mlp_weights
+    dense += (1 - w.moe_share) * w.mlp_matrices * w.hidden_size * w.ffn_hidden_size
+    return dense // tp + 2 * w.hidden_size
+
+
+def layer_expert_parameters(w: Workload, experts_split: Values) -> Values:
+    """The average layer's routed-expert parameters on a rank: every expert of an MoE layer
+    split over ep·etp ranks (`experts_split`)."""
+    return w.moe_share * w.expert_weights / experts_split
 
 
 def stage_parameters(
-    w: Workload, tp: Values, layers: Values, first: Values, last: Values
+    w: Workload,
+    tp: Values,
+    layers: Values,
+    first: Values,
+    last: Values,
+    experts_split: Values,
 ) -> Values:
-    """Parameters of a pipeline stage of `layers` on a tp rank: its layers plus the input
-    embedding (`first`, a 0/1 flag) or the final norm and output layer (`last`)."""
+    """Parameters of a pipeline stage of `layers` on a tp rank: its layers (their experts
+    split over `experts_split` ranks) plus the input embedding (`first`, a 0/1 flag) or the
+    final norm and output layer (`last`)."""
     h = w.hidden_size
     embedding = w.vocab_size * h // tp
     head = w.vocab_size * h // tp + h
-    return layers * layer_parameters(w, tp) + embedding * first + head * last
+    per_layer = layer_parameters(w, tp) + layer_expert_parameters(w, experts_split)
+    return layers * per_layer + embedding * first + head * last
 
 
-def rank_parameters(w: Workload, tp: int, pp: int) -> int:
+def rank_parameters(w: Workload, tp: int, pp: int) -> float:
     """Parameters held by the most loaded rank when pp stages split the layers evenly."""
     per_stage = w.num_layers // pp
-    return max(stage_parameters(w, tp, per_stage, s == 0, s == pp - 1) for s in range(pp))
+    return max(stage_parameters(w, tp, per_stage, s == 0, s == pp - 1, 1) for s in range(pp))
 
 
-def most_parameters(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
+@dataclass(frozen=True)
+class HeldParameters:
+    """Parameters on each config's most loaded rank, and of those the routed experts', which
+    are reduced and sharded over the expert data-parallel ranks instead of the dp·cp ones."""
+
+    total: np.ndarray
+    experts: np.ndarray
+
+    @property
+    def dense(self) -> np.ndarray:
+        return self.total - self.experts
+
+
+def most_parameters(w: Workload, c: ConfigTable, stages: Stages) -> HeldParameters:
     """Parameters held by each config's most loaded rank, its layers placed as the engine
     places them."""
-    return np.max([stage_parameters(w, c.tp, *ranks) for ranks in stages.columns("held")], axis=0)
+    split = c.ep * c.etp
+    held = [
+        (stage_parameters(w, c.tp, layers, first, last, split), layers)
+        for layers, first, last in stages.columns("held")
+    ]
+    totals = np.array([total for total, _ in held], dtype=float)
+    layers = np.array([layers for _, layers in held])
+    most = np.argmax(totals, axis=0)
+    configs = np.arange(len(c))
+    experts = layers[most, configs] * layer_expert_parameters(w, split)
+    return HeldParameters(totals[most, configs], np.asarray(experts, dtype=float))
+
+
+def expert_data_parallel(c: ConfigTable) -> np.ndarray:
+    """Ranks holding the same experts: Megatron lays the tp·cp·dp ranks of a pipeline stage
+    out again as etp·ep·edp for the experts."""
+    return c.tp * c.cp * c.dp // (c.ep * c.etp)
 
 
 def model_states(
-    w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray | None = None
+    w: Workload, c: ConfigTable, engine: str | EngineTraits, held: HeldParameters | None = None
 ) -> ModelStates[np.ndarray]:
     """Bytes of parameters, gradients and optimizer states on each config's most loaded
-    rank, which holds `psi` parameters (its layers placed as the engine places them when
-    not given)."""
+    rank, which holds `held` (its layers placed as the engine places them when not given):
+    dense ones sharded over dp·cp (context-parallel ranks shard the optimizer with dp ones),
+    routed experts over the expert data-parallel ranks."""
+    if held is None:
+        held = most_parameters(w, c, Stages.of(w, c, engine))
+    dense = _states(w, c, engine, held.dense, c.dp * c.cp)
+    if not w.is_moe:
+        return dense
+    experts = _states(w, c, engine, held.experts, expert_data_parallel(c))
+    return ModelStates(
+        dense.params + experts.params,
+        dense.grads + experts.grads,
+        dense.optimizer + experts.optimizer,
+    )
+
+
+def _states(
+    w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray, n: np.ndarray
+) -> ModelStates[np.ndarray]:
+    """ZeRO's arithmetic for `psi` parameters sharded over `n` ranks."""
     t = traits_of(engine)
-    if psi is None:
-        psi = most_parameters(w, c, Stages.of(w, c, engine))
-    n = c.dp * c.cp  # context-parallel ranks shard the optimizer with dp ones
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
     partitioned = (t.fp32_master == "mixed_or_partitioned") & ((c.zero == 1) | (c.zero == 2))
@@ -174,10 +234,25 @@ def _whole_layer_bytes(w: Workload, c: ConfigTable) -> np.ndarray:
     """A layer's activations when none is recomputed."""
     s, b, h, t = w.seq_length // c.cp, c.mbs, w.hidden_size, c.tp
     scale = BYTES_PER_ELEMENT[w.precision] / 2
-    mlp = 4 * w.ffn_hidden_size / h * (1.5 if w.swiglu else 1.0)
+    mlp = _mlp_activations(w, c)
     return np.where(
         c.sp, s * b * h * (18 + mlp) / t * scale, s * b * h * (10 + (8 + mlp) / t) * scale
     )
+
+
+def _mlp_activations(w: Workload, c: ConfigTable) -> np.ndarray | float:
+    """The average layer's MLP activations in units of s·b·h 2-byte values: `4·f/h` of a
+    dense MLP (SwiGLU: x1.5). A mixture of experts keeps, for each of its top-k copies of a
+    token, the expert's (its width f_moe split over etp ranks that each see etp times the
+    tokens, which is no split) and the permuted input the expert read (gathered over etp),
+    plus the shared expert's."""
+    h, glu = w.hidden_size, 1.5 if w.swiglu else 1.0
+    dense = 4 * w.ffn_hidden_size / h * glu
+    if not w.is_moe:
+        return dense
+    routed = w.moe_router_topk * (4 * w.expert_ffn_size / h * glu + 2 * c.etp)
+    shared = 4 * w.moe_shared_expert_intermediate_size / h * glu
+    return w.moe_share * (routed + shared) + (1 - w.moe_share) * dense
 
 
 def recomputed_layers(w: Workload, c: ConfigTable, layers: np.ndarray) -> np.ndarray:
@@ -270,7 +345,9 @@ def fp8_weight_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
     if w.fp8 == "none":
         return np.zeros(len(c))
     layers = np.max([held[0] for held in stages.columns("held")], axis=0)
-    return FP8_WEIGHT_BYTES[w.fp8] * layers * (layer_linear_weights(w) // c.tp)
+    per_layer = layer_parameters(w, c.tp) - 2 * w.hidden_size
+    per_layer = per_layer + layer_expert_parameters(w, c.ep * c.etp)
+    return FP8_WEIGHT_BYTES[w.fp8] * layers * per_layer
 
 
 def memory_breakdown(
@@ -281,14 +358,14 @@ def memory_breakdown(
     stages: Stages | None = None,
 ) -> MemoryBreakdown[np.ndarray]:
     stages = stages or Stages.of(w, c, engine)
-    psi = most_parameters(w, c, stages)
-    states = model_states(w, c, engine, psi)
+    held = most_parameters(w, c, stages)
+    states = model_states(w, c, engine, held)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     return MemoryBreakdown(
         weights=states.params + fp8_weight_bytes(w, c, stages),
         gradients=states.grads,
         optimizer=states.optimizer,
         activations=activation_bytes(w, c, stages),
-        comm_buffers=comm_buffer_bytes(w, c, engine, psi),
+        comm_buffers=comm_buffer_bytes(w, c, engine, held.total),
         overhead=np.full(len(c), float(overhead)),
     )

@@ -19,8 +19,8 @@ from autotune.specs import Workload
 def layer_forward_flops(w: Workload, micro_batch: Values) -> Values:
     """Forward FLOPs of one layer for one micro-batch, the per-layer part of Megatron's
     formula: 2·b·s·(2h² + 2h²g/a + glu·2hf... ) written out term by term."""
-    s, h = w.seq_length, w.hidden_size
-    attention = 2 * s * h  # QK^T and AV, full (non-causal) as Megatron counts
+    s = w.seq_length
+    attention = 2 * s * w.num_attention_heads * w.head_dim  # QK^T and AV, non-causal as Megatron
     return 2 * micro_batch * s * (layer_linear_weights(w) + attention)
 
 
@@ -29,11 +29,10 @@ def layer_linear_forward_flops(w: Workload, micro_batch: Values) -> Values:
     return 2 * micro_batch * w.seq_length * layer_linear_weights(w)
 
 
-def layer_linear_weights(w: Workload) -> int:
-    """Weights of one layer's linear layers (q, k, v, o and the MLP), unsharded."""
-    h, f = w.hidden_size, w.ffn_hidden_size
-    kv = w.num_query_groups * w.head_dim
-    return 2 * h * h + 2 * h * kv + (3 if w.swiglu else 2) * h * f
+def layer_linear_weights(w: Workload) -> float:
+    """Weights of the average layer's linear layers that a token passes through (q, k, v, o
+    and the MLP: a mixture of experts' router, shared expert and top-k experts), unsharded."""
+    return w.attention_weights + w.mean_layer_mlp_weights
 
 
 def head_forward_flops(w: Workload, micro_batch: Values) -> Values:

@@ -6,7 +6,10 @@ sequence parallelism) of b·s·h per layer and micro-batch, 2 more under full re
 pipeline: the 1F1B bubble (p-1)/v micro-batch times and the activation point-to-point
 transfers; data parallel: gradient all-reduce (ZeRO 1-2: reduce-scatter + parameter
 all-gather; ZeRO 3: per-micro-batch parameter gathers too) in buckets, partly hidden behind
-the backward pass; optimizer: one pass over the rank's states at memory bandwidth.
+the backward pass; expert parallel: each MoE layer's tokens sent to their experts and back,
+all-to-all over the expert-parallel group (gathered over expert tensor parallel ranks),
+twice forward and twice backward, not overlapped; expert gradients reduced over the expert
+data-parallel ranks; optimizer: one pass over the rank's states at memory bandwidth.
 Formulas: shared research comm_cost_model.md §5.
 """
 
@@ -21,7 +24,7 @@ from autotune.engines import traits_of
 from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
-from autotune.estimate.memory import most_parameters, recomputed_layers
+from autotune.estimate.memory import expert_data_parallel, most_parameters, recomputed_layers
 from autotune.estimate.stages import (
     Stages,
     head_forward_flops,
@@ -91,6 +94,8 @@ class StepTime(Generic[Seconds]):
     pp_p2p_s: Seconds
     cp_comm_s: Seconds
     """Context-parallel key/value exchange not hidden behind attention."""
+    ep_comm_s: Seconds
+    """Mixture-of-experts token dispatch and combine (expert parallel)."""
     dp_comm_s: Seconds
     """All data-parallel communication of the step, hidden or not."""
     dp_exposed_s: Seconds
@@ -99,7 +104,7 @@ class StepTime(Generic[Seconds]):
     @property
     def exposed_comm_s(self) -> Seconds:
         """Communication the step waits for: what NCCL settings could shorten."""
-        return self.tp_comm_s + self.pp_p2p_s + self.cp_comm_s + self.dp_exposed_s
+        return self.tp_comm_s + self.pp_p2p_s + self.cp_comm_s + self.ep_comm_s + self.dp_exposed_s
 
     @property
     def total_s(self) -> Seconds:
@@ -109,6 +114,7 @@ class StepTime(Generic[Seconds]):
             + self.pp_bubble_s
             + self.pp_p2p_s
             + self.cp_comm_s
+            + self.ep_comm_s
             + self.dp_exposed_s
             + self.optimizer_s
         )
@@ -173,12 +179,16 @@ class StepParts:
     included (`recompute_flops`), and its tensor-parallel collectives (`tp_collectives`)."""
     recompute_flops: np.ndarray
     tp_collectives: np.ndarray
+    moe_exchanges: np.ndarray
+    """Per kind of pipeline rank and config: one micro-batch's MoE token exchanges (each a
+    layer's forward dispatch and combine, `moe_exchange`)."""
     fp8_flops: np.ndarray
     """Of `flops`, those in FP8 GEMMs, which run at `fp8_peak` (none without FP8);
     `fp8_recompute_flops`, those of `recompute_flops`."""
     fp8_recompute_flops: np.ndarray
     fp8_peak: float | None
     per_collective: comm.Timing
+    moe_exchange: comm.Timing
     busiest: np.ndarray
     cp_ranks: np.ndarray
     cp_send: tuple[comm.Timing, comm.Timing]
@@ -218,9 +228,11 @@ class StepParts:
         # tensor-parallel collectives, plus the output layer on the last rank.
         compute = seconds(self.flops, self.fp8_flops)
         tp = self.tp_collectives * self.per_collective.seconds(scale)
-        slowest, configs = np.argmax(compute + tp, axis=0), np.arange(n)
+        ep = self.moe_exchanges * self.moe_exchange.seconds(scale)
+        slowest, configs = np.argmax(compute + tp + ep, axis=0), np.arange(n)
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
+        per_micro_ep = ep[slowest, configs]
         recompute = seconds(
             self.recompute_flops[slowest, configs], self.fp8_recompute_flops[slowest, configs]
         )
@@ -230,7 +242,9 @@ class StepParts:
         per_micro_cp = self.busiest * ring
         # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
         # context-parallel exchange included.
-        bubble = self.bubble_share * (per_micro_compute + per_micro_tp + per_micro_cp)
+        bubble = self.bubble_share * (
+            per_micro_compute + per_micro_tp + per_micro_cp + per_micro_ep
+        )
         dp_comm, dp_exposed = self._data_parallel(cal, per_micro_compute)
         return StepTime(
             compute_s=self.micro * per_micro_compute,
@@ -239,6 +253,7 @@ class StepParts:
             pp_bubble_s=bubble,
             pp_p2p_s=self.p2p.seconds(scale),
             cp_comm_s=self.micro * per_micro_cp,
+            ep_comm_s=self.micro * per_micro_ep,
             dp_comm_s=dp_comm,
             dp_exposed_s=dp_exposed,
             optimizer_s=self.optimizer,
@@ -292,7 +307,7 @@ def step_parts(
     domain = cluster.domain_size
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
-    psi = most_parameters(w, c, stages)
+    held = most_parameters(w, c, stages)
     activation = c.mbs * w.seq_length // c.cp * w.hidden_size * width
     tp_group = comm.place(c.tp, 1, domain)
     nccl = comm.NcclSettings.of(c.nccl_algo, c.nccl_proto)
@@ -302,11 +317,22 @@ def step_parts(
     latency, bandwidth = comm.over_links(cluster, pp_group)
     p2p_bytes = activation / np.where(c.tp > 1, c.tp, 1)
     transfers = np.where(c.pp == 1, 0.0, 2 * micro * c.vpp)
+    replicas = c.dp * c.cp
+    dense = comm.place(replicas, c.tp, domain)
     grads, gathers, n_buckets = _data_parallel(
-        w, c, cluster, engine, micro, psi, nccl, collectives
+        w, c, cluster, engine, micro, (held.dense, replicas, dense), nccl, collectives
     )
-    shards = np.where(c.zero >= 1, c.dp * c.cp, 1)
-    optimizer = psi / shards * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
+    # Experts' gradients reduce, and their optimizer shards, over the expert data-parallel
+    # ranks, laid out past the ep·etp ones.
+    edp = expert_data_parallel(c)
+    if w.is_moe:
+        experts = (held.experts, edp, comm.place(edp, c.ep * c.etp, domain))
+        expert_parts = _data_parallel(w, c, cluster, engine, micro, experts, nccl, collectives)
+        grads, gathers = grads + expert_parts[0], gathers + expert_parts[1]
+        n_buckets = n_buckets + expert_parts[2]
+    on_rank = held.dense / np.where(c.zero >= 1, replicas, 1)
+    on_rank = on_rank + held.experts / np.where(c.zero >= 1, edp, 1)
+    optimizer = on_rank * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
     return StepParts(
         peak=_peak(w, cluster),
         width=w.hidden_size / c.tp,
@@ -315,10 +341,12 @@ def step_parts(
         flops=kinds[:, 0],
         recompute_flops=kinds[:, 1],
         tp_collectives=kinds[:, 2],
+        moe_exchanges=kinds[:, 5],
         fp8_flops=kinds[:, 3],
         fp8_recompute_flops=kinds[:, 4],
         fp8_peak=_fp8_peak(w, cluster),
         per_collective=per_collective,
+        moe_exchange=_moe_exchange(w, c, cluster, nccl, collectives),
         busiest=stages.busiest,
         cp_ranks=c.cp,
         cp_send=_context_parallel_sends(w, c, cluster),
@@ -332,16 +360,17 @@ def step_parts(
         overlap_comm=c.overlap_comm,
         overlap_param_gather=c.overlap_param_gather,
         zero=c.zero,
-        alone=c.dp * c.cp == 1,
+        alone=(c.dp * c.cp == 1) & ((edp == 1) | (not w.is_moe)),
         optimizer=optimizer,
     )
 
 
 def _rank_work(
     w: Workload, c: ConfigTable, layers: np.ndarray, last: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
-    tensor-parallel collectives, FLOPs in FP8 GEMMs, of which recomputation)."""
+    tensor-parallel collectives, FLOPs in FP8 GEMMs, of which recomputation, MoE token
+    exchanges: forward, backward and recomputed)."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
@@ -362,6 +391,44 @@ def _rank_work(
         4 * layers + 2 * rebuilt,
         (3 * layers + rebuilt) * linear,
         rebuilt * linear,
+        w.moe_share * (2 * layers + rebuilt),
+    )
+
+
+def _moe_exchange(
+    w: Workload,
+    c: ConfigTable,
+    cluster: Cluster,
+    nccl: comm.NcclSettings,
+    collectives: tuple[CollectiveFit, ...],
+) -> comm.Timing:
+    """One MoE layer's forward token exchange for one micro-batch (megatron-core's token
+    dispatchers; backward mirrors it). Each rank routes its own share of the tokens,
+    T = b·s/(cp·tp) under sequence parallelism. alltoall: dispatch and combine of its T·k
+    routed copies over the expert-parallel group, and with etp > 1 an all-gather of what
+    arrived and a reduce-scatter back over the expert tensor-parallel group. allgather: all
+    T tokens gathered over the etp·ep ranks and reduce-scattered back."""
+    if not w.is_moe:
+        return comm.Timing(np.zeros(len(c)), np.zeros(len(c)))
+    width = BYTES_PER_ELEMENT[w.precision]
+    tokens = c.mbs * w.seq_length / (c.cp * c.tp)
+    domain = cluster.domain_size
+    routed = tokens * w.moe_router_topk * w.hidden_size * width
+    expert_tp = comm.place(c.etp, 1, domain)
+    alltoall = comm.all_to_all(routed, comm.place(c.ep, c.etp, domain), cluster)
+    alltoall = comm.Timing(2 * alltoall.fixed, 2 * alltoall.scaled)
+    gather_and_scatter: tuple[Op, ...] = ("all_gather", "reduce_scatter")
+    for op in gather_and_scatter:
+        alltoall = alltoall + comm.timing(op, routed, expert_tp, cluster, nccl, collectives)
+    gathered = comm.place(c.ep * c.etp, 1, domain)
+    allgather = comm.Timing(np.zeros(len(c)), np.zeros(len(c)))
+    for op in gather_and_scatter:
+        plain = tokens * w.hidden_size * width
+        allgather = allgather + comm.timing(op, plain, gathered, cluster, nccl, collectives)
+    chosen = c.moe_dispatcher == "alltoall"
+    return comm.Timing(
+        np.where(chosen, alltoall.fixed, allgather.fixed),
+        np.where(chosen, alltoall.scaled, allgather.scaled),
     )
 
 
@@ -388,15 +455,16 @@ def _data_parallel(
     cluster: Cluster,
     engine: str,
     micro: np.ndarray,
-    psi: np.ndarray,
+    held: tuple[np.ndarray, np.ndarray, comm.Group],
     nccl: comm.NcclSettings,
     collectives: tuple[CollectiveFit, ...],
 ) -> tuple[comm.Timing, comm.Timing, np.ndarray]:
-    """(gradient reduction, parameter gathers, buckets) of each config's step. Context-
-    parallel ranks hold the same weights: gradients are reduced, and optimizer states
-    sharded, over dp·cp ranks (Megatron's data-parallel group with cp)."""
-    replicas = c.dp * c.cp
-    group = comm.place(replicas, c.tp, cluster.domain_size)
+    """(gradient reduction, parameter gathers, buckets) of each config's step for `held`:
+    parameters on the most loaded rank, the ranks that share them and their group.
+    Context-parallel ranks hold the same weights: dense gradients are reduced, and optimizer
+    states sharded, over dp·cp ranks (Megatron's data-parallel group with cp); experts' over
+    the expert data-parallel ranks."""
+    psi, replicas, group = held
     t = traits_of(engine)
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":

@@ -71,7 +71,7 @@ def trial_note(
             _seconds(
                 sum(
                     step.get(k, 0.0)
-                    for k in ("tp_comm_s", "pp_p2p_s", "cp_comm_s", "dp_exposed_s")
+                    for k in ("tp_comm_s", "pp_p2p_s", "cp_comm_s", "ep_comm_s", "dp_exposed_s")
                 )
                 if step
                 else None

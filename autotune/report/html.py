@@ -254,7 +254,9 @@ def _time_split(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.
             comm = (
                 predicted["tp_comm_s"]
                 + predicted["pp_p2p_s"]
-                + predicted.get("cp_comm_s", 0.0)  # studies from before context parallelism
+                # studies from before context and expert parallelism lack these
+                + predicted.get("cp_comm_s", 0.0)
+                + predicted.get("ep_comm_s", 0.0)
                 + predicted["dp_exposed_s"]
             )
             rows.append(

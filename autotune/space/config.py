@@ -11,6 +11,7 @@ from autotune.errors import InputError
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
+MoeDispatcher = Literal["alltoall", "allgather"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +26,15 @@ class TrainConfig:
     """Context parallel (Megatron --context-parallel-size): each sequence split over cp ranks,
     which exchange keys and values around a ring in attention."""
     dp: int = 1
+    ep: int = 1
+    """Expert parallel (Megatron --expert-model-parallel-size): a mixture of experts' routed
+    experts split over ep ranks of the tp·cp·dp ones, which exchange tokens all-to-all."""
+    etp: int = 1
+    """Expert tensor parallel (--expert-tensor-parallel-size): each expert's matrices split
+    over etp ranks. The expert data-parallel size is tp·cp·dp / (ep·etp)."""
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """How tokens reach their experts (--moe-token-dispatcher-type): all-to-all over the
+    expert-parallel group, or all-gather of every token and a reduce-scatter back."""
     zero: int = 0
     """ZeRO stage 0-3 (DeepSpeed; FSDP for torch); Megatron: 1 = distributed optimizer."""
     mbs: int = 1
@@ -77,6 +87,7 @@ KNOBS: dict[str, type] = {
 }
 RECOMPUTE_VALUES = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
+MOE_DISPATCHERS = ("alltoall", "allgather")
 
 
 def coerce_knob(name: str, value: Any, where: str) -> Any:
@@ -107,6 +118,10 @@ def coerce_knob(name: str, value: Any, where: str) -> Any:
         raise InputError(
             f"{where}: recompute_method takes {', '.join(RECOMPUTE_METHODS)}, not {text!r}"
         )
+    if name == "moe_dispatcher" and text not in MOE_DISPATCHERS:
+        raise InputError(
+            f"{where}: moe_dispatcher takes {', '.join(MOE_DISPATCHERS)}, not {text!r}"
+        )
 
     return text
 
@@ -125,7 +140,7 @@ def parse_overrides(text: str) -> dict[str, Any]:
 _KNOB_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 
-_KEYED_WHEN_SET = {"cp": 1}
+_KEYED_WHEN_SET: dict[str, Any] = {"cp": 1, "ep": 1, "etp": 1, "moe_dispatcher": "alltoall"}
 """Knobs added after studies were stored: left out of the key at their default, so that a
 study from before them resumes with its configs still known."""
 

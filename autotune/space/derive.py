@@ -10,6 +10,8 @@ bounded by a named limit, and `autotune space` shows where each came from:
 - pp: divisors of the world size, up to the layers (stages may be uneven: space/pipeline.py);
 - cp: divisors of the world size that leave each rank `MIN_CP_TOKENS` of the sequence, in
   the 2·cp chunks Megatron's causal load balancing cuts;
+- ep: for a mixture of experts, divisors of the experts that divide the world size; etp:
+  divisors of an NVLink domain's devices that divide each expert's width and the world;
 - vpp: up to `MAX_VPP` virtual stages per rank, each holding a layer at least;
 - mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
 
@@ -78,6 +80,19 @@ def derive_space(
         origins["cp"] = (
             f"divisors of the world size {world} that split the {seq}-token sequence into 2·cp "
             f"equal chunks of at least {MIN_CP_TOKENS // 2} tokens"
+        )
+    if workload.is_moe and "ep" in knobs and "ep" not in values:
+        experts = workload.num_moe_experts
+        values["ep"] = tuple(d for d in divisors(experts) if world % d == 0)
+        origins["ep"] = f"divisors of the {experts} experts that divide the world size {world}"
+    if workload.is_moe and "etp" in knobs and "etp" not in values:
+        width = workload.expert_ffn_size
+        values["etp"] = tuple(
+            d for d in divisors(math.gcd(width, cluster.domain_size)) if world % d == 0
+        )
+        origins["etp"] = (
+            f"divisors of an NVLink domain's {cluster.domain_size} devices that divide an "
+            f"expert's width {width} and the world size {world}"
         )
     if "vpp" in knobs and "vpp" not in values:
         values["vpp"] = _union(

@@ -45,6 +45,30 @@ GENERIC_RULES: tuple[Rule, ...] = (
         lambda c, w, _: w.num_query_groups % c.tp == 0,
     ),
     Rule(
+        "expert_knobs_need_experts",
+        "expert parallelism and the token dispatcher apply to mixtures of experts only "
+        "(num_moe_experts > 0)",
+        lambda c, w, _: w.is_moe or (c.ep, c.etp, c.moe_dispatcher) == (1, 1, "alltoall"),
+    ),
+    Rule(
+        "experts_divisible_by_ep",
+        "the routed experts must divide evenly across ep ranks (Megatron: 'Number of experts "
+        "should be a multiple of expert model parallel_size')",
+        lambda c, w, _: not w.is_moe or w.num_moe_experts % c.ep == 0,
+    ),
+    Rule(
+        "expert_grid_divides",
+        "ep·etp must divide a pipeline stage's tp·cp·dp ranks, which Megatron lays out again "
+        "as etp·ep·edp for the experts ('world_size is not divisible by "
+        "expert_tensor_model_pipeline_parallel size')",
+        lambda c, _w, _k: (c.tp * c.cp * c.dp) % (c.ep * c.etp) == 0,
+    ),
+    Rule(
+        "expert_ffn_divisible_by_etp",
+        "each expert's MLP width must divide evenly across etp ranks",
+        lambda c, w, _: w.expert_ffn_size % c.etp == 0,
+    ),
+    Rule(
         "vpp_needs_pp",
         "virtual pipeline stages need pipeline parallelism (pp > 1)",
         lambda c, _w, _k: c.vpp == 1 or c.pp > 1,

@@ -14,11 +14,11 @@ import numpy as np
 from autotune.space.config import KNOBS, TrainConfig
 
 NUMBERS = (
-    *("tp", "pp", "vpp", "cp", "dp", "zero", "mbs", "recompute_num_layers"),
+    *("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "zero", "mbs", "recompute_num_layers"),
     *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
 )
 FLAGS = ("sp", "overlap_comm", "overlap_param_gather")
-WORDS = ("recompute", "recompute_method", "nccl_algo", "nccl_proto")
+WORDS = ("recompute", "recompute_method", "moe_dispatcher", "nccl_algo", "nccl_proto")
 DTYPES: dict[str, Any] = {
     **{name: np.int64 for name in NUMBERS},
     **{name: np.bool_ for name in FLAGS},
@@ -37,6 +37,8 @@ class ConfigTable(Sequence[TrainConfig]):
     vpp: np.ndarray
     cp: np.ndarray
     dp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
     zero: np.ndarray
     mbs: np.ndarray
     recompute_num_layers: np.ndarray
@@ -48,6 +50,7 @@ class ConfigTable(Sequence[TrainConfig]):
     overlap_param_gather: np.ndarray
     recompute: np.ndarray
     recompute_method: np.ndarray
+    moe_dispatcher: np.ndarray
     nccl_algo: np.ndarray
     nccl_proto: np.ndarray
 

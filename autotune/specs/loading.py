@@ -38,6 +38,12 @@ class WorkloadFile(_Strict):
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     fp8: Fp8Recipe = "none"
     swiglu: bool = False
+    kv_channels: int = Field(default=0, ge=0, description="0: hidden_size / heads")
+    num_moe_experts: int = Field(default=0, ge=0)
+    moe_router_topk: PositiveInt = 2
+    moe_ffn_hidden_size: int = Field(default=0, ge=0, description="0: ffn_hidden_size")
+    moe_shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    moe_layer_freq: PositiveInt = 1
 
 
 class LinkFile(_Strict):
@@ -78,16 +84,22 @@ def load_workload(value: str) -> Workload:
         return WORKLOADS[value]
     path = _existing_file(value, "model", sorted(WORKLOADS))
     spec = _validate(WorkloadFile, read_yaml_mapping(path), path)
-    if spec.hidden_size % spec.num_attention_heads:
+    if not spec.kv_channels and spec.hidden_size % spec.num_attention_heads:
         raise InputError(
             f"{path}: hidden_size {spec.hidden_size} is not divisible by "
-            f"num_attention_heads {spec.num_attention_heads}"
+            f"num_attention_heads {spec.num_attention_heads} (set kv_channels, the width of "
+            "a head, if the heads are not hidden_size / num_attention_heads wide)"
         )
     groups = spec.num_query_groups or spec.num_attention_heads
     if spec.num_attention_heads % groups:
         raise InputError(
             f"{path}: num_attention_heads {spec.num_attention_heads} is not "
             f"divisible by num_query_groups {groups}"
+        )
+    if spec.num_moe_experts and spec.moe_router_topk > spec.num_moe_experts:
+        raise InputError(
+            f"{path}: moe_router_topk {spec.moe_router_topk} is more than the "
+            f"{spec.num_moe_experts} experts"
         )
     fields = spec.model_dump(exclude_none=True)
     fields.setdefault("name", path.stem)

@@ -106,6 +106,42 @@ WORKLOADS["llama3-70b-64k"] = dataclasses.replace(
     WORKLOADS["llama3-70b"], name="llama3-70b-64k", seq_length=65536, global_batch_size=512
 )
 
+# Mixtures of experts, shaped as their published configs (Hugging Face config.json, Megatron
+# names) and batched as Megatron-Bridge's performance recipes run them: Mixtral 8x7B (8
+# experts, top-2; recipe on 64 H100: TP1 PP4 VPP8 EP8, global batch 256 of 4,096 tokens) and
+# Qwen3-30B-A3B (128 experts of width 768, top-8, 128-wide heads on a 2,048 hidden size;
+# recipe on 16 H100: EP16, global batch 1,024 of 4,096 tokens; on 8 GPUs: EP8, 512).
+WORKLOADS["mixtral-8x7b"] = Workload(
+    name="mixtral-8x7b",
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_query_groups=8,
+    ffn_hidden_size=14336,
+    vocab_size=32000,
+    seq_length=4096,
+    global_batch_size=256,
+    swiglu=True,
+    num_moe_experts=8,
+    moe_router_topk=2,
+)
+WORKLOADS["qwen3-30b-a3b"] = Workload(
+    name="qwen3-30b-a3b",
+    num_layers=48,
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_query_groups=4,
+    kv_channels=128,
+    ffn_hidden_size=6144,
+    vocab_size=151936,
+    seq_length=4096,
+    global_batch_size=512,
+    swiglu=True,
+    num_moe_experts=128,
+    moe_router_topk=8,
+    moe_ffn_hidden_size=768,
+)
+
 DEVICES: dict[str, DeviceKind] = {
     d.name: d
     for d in (

@@ -11,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from autotune.estimate.memory import rank_parameters
+from autotune.estimate.memory import most_parameters, rank_parameters
+from autotune.estimate.stages import Stages
+from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
 from tests.conftest import REPO
+from tests.integration.megatron_moe_probe import MOE_CONFIG, MOE_WORKLOAD
 
 pytestmark = pytest.mark.slow
 
 
-def test_tp2_pp2_model_builds_and_its_mlp_path_trains_on_gloo(tmp_path: Path) -> None:
-    done = subprocess.run(
+def _torchrun(probe: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -27,14 +30,18 @@ def test_tp2_pp2_model_builds_and_its_mlp_path_trains_on_gloo(tmp_path: Path) ->
             "--standalone",
             "--nproc-per-node",
             "4",
-            str(REPO / "tests" / "integration" / "megatron_cpu_probe.py"),
-            str(tmp_path),
+            str(REPO / "tests" / "integration" / probe),
+            str(out),
         ],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=REPO,
     )
+
+
+def test_tp2_pp2_model_builds_and_its_mlp_path_trains_on_gloo(tmp_path: Path) -> None:
+    done = _torchrun("megatron_cpu_probe.py", tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
     firsts = [r for r in reports if r["first"]]
@@ -50,3 +57,17 @@ def test_tp2_pp2_model_builds_and_its_mlp_path_trains_on_gloo(tmp_path: Path) ->
     for r in reports:
         assert all("input_layernorm" in name for name in r["params_without_grad"]), r
         assert "CUDA" in r["attention"], r  # what megatron-core does not allow on CPU
+
+
+def test_mixture_of_experts_shards_hold_what_the_memory_model_counts(tmp_path: Path) -> None:
+    """megatron-core's own MoE layers, experts split over two expert-parallel ranks of a
+    pipeline stage: the most loaded rank holds what the memory model says, its experts too."""
+    done = _torchrun("megatron_moe_probe.py", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    table = ConfigTable.of([MOE_CONFIG])
+    held = most_parameters(MOE_WORKLOAD, table, Stages.of(MOE_WORKLOAD, table, "megatron"))
+    most = max(reports, key=lambda r: r["parameters"])
+    assert most["parameters"] == held.total[0]
+    assert most["experts"] == held.experts[0]
+    assert most["experts"] == 2 * 4 // 2 * 2 * 64 * 128  # 2 layers, 2 of 4 experts, 2 matrices

@@ -130,8 +130,24 @@ def test_megatron_model_is_read_from_the_users_flags() -> None:
     without_batch = [a for a in PRETRAIN if a not in ("--global-batch-size", "256")]
     with pytest.raises(InputError, match="must give --global-batch-size"):
         megatron_job.workload_from_command(without_batch, "x")
-    with pytest.raises(InputError, match="expert parallelism"):
-        megatron_job.workload_from_command([*PRETRAIN, "--expert-model-parallel-size", "2"], "x")
+    moe = [*PRETRAIN, "--num-experts", "8", "--moe-router-topk", "2", "--moe-layer-freq", "2"]
+    mixture = megatron_job.workload_from_command([*moe, "--kv-channels", "256"], "x")
+    assert (mixture.num_moe_experts, mixture.moe_router_topk, mixture.moe_layers) == (8, 2, 16)
+    assert mixture.expert_ffn_size == w.ffn_hidden_size  # Megatron's default expert width
+    assert mixture.head_dim == 256
+    with pytest.raises(InputError, match="not a list of layers"):
+        megatron_job.workload_from_command([*moe, "--moe-layer-freq", "([1]*3+[0])*8"], "x")
+
+
+def test_megatron_trials_replace_the_users_expert_layout() -> None:
+    command = [*PRETRAIN, "--num-experts", "8", "--expert-model-parallel-size", "2"]
+    command += ["--moe-token-dispatcher-type", "allgather"]
+    argv = megatron_job.trial_argv(megatron_spec(TrainConfig(tp=2, dp=8, ep=4, sp=True), command))
+    args = megatron_parser().parse_args(argv[1:])  # Megatron-LM's own flag list
+    assert (args.expert_model_parallel_size, args.expert_tensor_parallel_size) == ("4", "1")
+    assert args.moe_token_dispatcher_type == "alltoall"  # the user's allgather, replaced
+    assert argv.count("--expert-model-parallel-size") == 1
+    assert args.num_experts == "8"  # the model stays the user's
 
 
 def test_megatron_trial_command_is_one_megatron_lm_parses_with_the_trials_config() -> None:

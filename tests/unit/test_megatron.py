@@ -54,11 +54,24 @@ RECOMPUTING = TrainConfig(
 UNEVEN = TrainConfig(tp=8, pp=6, dp=1, sp=True, mbs=1)
 # NeMo's llama3_70b recipe itself, with context parallelism: TP4 PP4 CP2 VPP5 on 64 GPUs.
 CONTEXT_PARALLEL = dataclasses.replace(NEMO_LIKE, cp=2)
+MIXTRAL = load_workload("mixtral-8x7b")
+# Megatron-Bridge's Mixtral 8x7B layout on 64 H100: TP1 PP4 VPP8 EP8.
+EXPERT_PARALLEL = TrainConfig(
+    pp=4, vpp=8, dp=16, ep=8, zero=1, mbs=1, overlap_comm=True, overlap_param_gather=True
+)
+# Qwen3-30B-A3B (128-wide heads on a 2,048 hidden size) with experts split over tensor ranks
+# too, tokens gathered rather than sent all-to-all.
+QWEN3 = load_workload("qwen3-30b-a3b")
+EXPERT_TENSOR_PARALLEL = TrainConfig(
+    tp=2, dp=8, ep=4, etp=2, sp=True, zero=1, mbs=2, moe_dispatcher="allgather"
+)
 CASES = {
-    "nemo_like": NEMO_LIKE,
-    "recomputing": RECOMPUTING,
-    "uneven_stages": UNEVEN,
-    "context_parallel": CONTEXT_PARALLEL,
+    "nemo_like": (LLAMA70, NEMO_LIKE),
+    "recomputing": (LLAMA70, RECOMPUTING),
+    "uneven_stages": (LLAMA70, UNEVEN),
+    "context_parallel": (LLAMA70, CONTEXT_PARALLEL),
+    "expert_parallel": (MIXTRAL, EXPERT_PARALLEL),
+    "expert_tensor_parallel": (QWEN3, EXPERT_TENSOR_PARALLEL),
 }
 LLAMA405 = load_workload("llama3.1-405b")
 # Megatron-Bridge's Llama 3.1 405B layout (perf_recipes/llama/h100/llama31.py, without CP):
@@ -98,9 +111,9 @@ def best_trial(tokens_per_s: float, source: str) -> optuna.trial.FrozenTrial:
 
 @pytest.mark.parametrize("name", CASES)
 def test_args_and_snippet_match_golden_files(name: str) -> None:
-    config = CASES[name]
-    check_golden(f"{name}.megatron_args.txt", args_text(LLAMA70, config))
-    check_golden(f"{name}.megatron_core.py", core_snippet(LLAMA70, config))
+    workload, config = CASES[name]
+    check_golden(f"{name}.megatron_args.txt", args_text(workload, config))
+    check_golden(f"{name}.megatron_core.py", core_snippet(workload, config))
 
 
 def test_train_script_and_nccl_env_match_golden_files() -> None:
@@ -119,7 +132,7 @@ def test_train_script_and_nccl_env_match_golden_files() -> None:
 @pytest.mark.parametrize("name", CASES)
 def test_every_flag_is_one_megatron_lm_defines(name: str) -> None:
     known = megatron_flags()
-    for _comment, lines in pretrain_gpt_flags(LLAMA70, CASES[name]):
+    for _comment, lines in pretrain_gpt_flags(*CASES[name]):
         for line in lines:
             flag, *values = line.split()
             assert flag in known, f"Megatron-LM has no {flag}"
@@ -195,11 +208,16 @@ def test_megatron_core_config_classes_accept_a_grid_of_layouts() -> None:
 
 @pytest.mark.parametrize("name", CASES)
 def test_exported_snippet_builds_the_config_objects(name: str) -> None:
+    workload, config = CASES[name]
     scope: dict[str, object] = {}
-    exec(core_snippet(LLAMA70, CASES[name]), scope)  # noqa: S102 - our own export
+    exec(core_snippet(workload, config), scope)  # noqa: S102 - our own export
     transformer = scope["transformer_config"]
-    assert transformer.pipeline_model_parallel_size == CASES[name].pp  # type: ignore[attr-defined]
-    assert scope["num_microbatches"] == CASES[name].grad_accum(LLAMA70.global_batch_size)
+    assert transformer.pipeline_model_parallel_size == config.pp  # type: ignore[attr-defined]
+    if workload.is_moe:
+        experts = (transformer.expert_model_parallel_size, transformer.expert_tensor_parallel_size)  # type: ignore[attr-defined]
+        assert experts == (config.ep, config.etp)
+        assert transformer.num_moe_experts == workload.num_moe_experts  # type: ignore[attr-defined]
+    assert scope["num_microbatches"] == config.grad_accum(workload.global_batch_size)
 
 
 def test_local_megatron_trials_are_refused_on_cpu(tmp_path: Path) -> None:

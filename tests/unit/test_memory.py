@@ -6,7 +6,8 @@ import pytest
 
 from autotune.engines import EngineTraits
 from autotune.estimate import model_states, rank_parameters
-from autotune.estimate.memory import stage_activation_bytes
+from autotune.estimate.memory import most_parameters, stage_activation_bytes
+from autotune.estimate.stages import Stages
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
@@ -126,3 +127,29 @@ def test_context_parallel_memory_by_hand() -> None:
     psi = rank_parameters(bf16, 1, 1)
     sharded = model_states(bf16, ConfigTable.of([TrainConfig(dp=2, cp=2, zero=1)]), "megatron")
     assert sharded.total == pytest.approx((6 + 12 / 4) * psi)
+
+
+def test_mixture_of_experts_memory_by_hand() -> None:
+    """Routed experts split over ep ranks, their optimizer sharded over the expert
+    data-parallel ranks (tp·cp·dp / (ep·etp)); each token keeps top-k experts' activations."""
+    moe = dataclasses.replace(
+        TINY, precision="bf16", num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128
+    )
+    experts_per_layer = 4 * 2 * 64 * 128 // 2  # 4 experts of two 64x128 matrices, over ep 2
+    dense_per_layer = 12288 + 64 * 4 + 2 * 64  # q, k, v, o; the router; two norms
+    embedding_and_head = 2 * 512 * 64 + 64
+    config = TrainConfig(dp=4, ep=2, zero=1)
+    held = most_parameters(
+        moe, ConfigTable.of([config]), Stages.of(moe, ConfigTable.of([config]), "megatron")
+    )
+    assert held.total[0] == 4 * (dense_per_layer + experts_per_layer) + embedding_and_head
+    assert held.experts[0] == 4 * experts_per_layer
+    states = model_states(moe, ConfigTable.of([config]), "megatron")
+    dense = 4 * dense_per_layer + embedding_and_head
+    # bf16 weights and fp32 gradients (6 bytes) everywhere; Adam's 12 over dp 4 or edp 2.
+    assert states.total[0] == pytest.approx(
+        dense * (6 + 12 / 4) + 4 * experts_per_layer * (6 + 12 / 2)
+    )
+    # s·b·h·(10 + 8 + mlp) with mlp = k·(4·f_moe/h + 2): 2·(8 + 2) = 20, where dense has 16.
+    kept, _ = stage_activation_bytes(moe, ConfigTable.of([TrainConfig(mbs=1, ep=2)]), 1)
+    assert kept[0] == 64 * 64 * (10 + 8 + 20)

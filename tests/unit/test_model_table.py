@@ -23,6 +23,17 @@ from autotune.space.enumerate import build_config
 from autotune.space.table import ConfigTable
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "predictions.json"
+GOLDEN_CORE_PEAK = 2596.146e6 * 64
+"""The CPU core peak the golden's gloo problems were predicted with: the writing host's
+clock (2,596.146 MHz, AVX-512) x 64 FLOPs a cycle; read from /proc/cpuinfo, it differs from
+host to host and moment to moment."""
+
+
+@pytest.fixture(autouse=True)
+def golden_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("autotune.specs.local._core_peak_flops", lambda: GOLDEN_CORE_PEAK)
+
+
 BLOOM = str(Path(__file__).parents[1] / "data" / "models" / "bloom-72l.yaml")
 PER_PROBLEM = 300
 NCCL_SETTINGS = [
@@ -113,7 +124,9 @@ def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
         for i, golden in enumerate(mine):
             e = table.row(i)
             where = f"{engine} {Path(model).stem} {cluster} {configs[i].label()}"
-            assert e.step.as_dict() == pytest.approx(golden["step"], rel=1e-9), where
+            step = e.step.as_dict()
+            assert step.pop("ep_comm_s") == 0.0, where  # dense models exchange no tokens
+            assert step == pytest.approx(golden["step"], rel=1e-9), where
             assert e.memory.as_dict() == pytest.approx(golden["memory"], rel=1e-9), where
             assert e.tokens_per_s == pytest.approx(golden["tokens_per_s"], rel=1e-9), where
 

@@ -14,6 +14,7 @@ LOCAL8 = load_cluster("local:8")
 H100 = load_cluster("dgx-h100:2")
 LLAMA70 = load_workload("llama3-70b")  # 80 layers, global batch 128
 H100x4 = load_cluster("dgx-h100:4")  # 32 GPUs
+MIXTRAL = load_workload("mixtral-8x7b")  # 8 experts of width 14336, 32 layers
 
 # rule name -> (engine, workload, cluster, breaking config, passing config)
 CASES = {
@@ -199,6 +200,41 @@ CASES = {
         H100x4,
         TrainConfig(tp=8, cp=4, dp=1),
         TrainConfig(tp=8, cp=2, dp=2),
+    ),
+    "expert_knobs_need_experts": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, ep=2, sp=True),
+        TrainConfig(tp=8, dp=4, sp=True),
+    ),
+    "experts_divisible_by_ep": (
+        "megatron",
+        MIXTRAL,
+        H100,
+        TrainConfig(dp=16, ep=16),
+        TrainConfig(dp=16, ep=8),
+    ),
+    "expert_grid_divides": (  # a stage of 4 ranks cannot hold 8 expert-parallel ones
+        "megatron",
+        MIXTRAL,
+        H100,
+        TrainConfig(pp=4, dp=4, ep=8),
+        TrainConfig(pp=4, dp=4, ep=4),
+    ),
+    "expert_ffn_divisible_by_etp": (
+        "megatron",
+        dataclasses.replace(MIXTRAL, moe_ffn_hidden_size=1000),
+        H100,
+        TrainConfig(dp=16, etp=16),
+        TrainConfig(dp=16, etp=8),
+    ),
+    "megatron_moe_tp_needs_sp": (
+        "megatron",
+        MIXTRAL,
+        H100,
+        TrainConfig(tp=2, dp=8, ep=2),
+        TrainConfig(tp=2, dp=8, ep=2, sp=True),
     ),
     "megatron_overlap_needs_dp": (
         "megatron",
