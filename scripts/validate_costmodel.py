@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from autotune.calibration import published_moe_cp
 from autotune.calibration.fp8_pairs import Fp8Pair, fit_fp8, pairs, source_calibration
 from autotune.calibration.published import DATA, Case, cases
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
@@ -73,7 +74,9 @@ def main() -> None:
         )
     frame = pd.DataFrame(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(frame, skipped, total) + held_out(observations) + fp8_report())
+    args.out.write_text(
+        report(frame, skipped, total) + held_out(observations) + fp8_report() + moe_cp_report()
+    )
     text = args.out.read_text()
     print(text.split("## Every row")[0] + "## Held-out" + text.split("## Held-out")[1])
 
@@ -181,6 +184,75 @@ def fp8_report() -> str:
             f"{f'{speedup(pair, held):.2f}x' if held else '-'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def moe_cp_report() -> str:
+    """The Megatron runs with expert or context parallelism (`published_moe_cp`), predicted
+    with the default calibration, which none of them was fitted to."""
+    rows, skipped = [], {}
+    for c in published_moe_cp.cases():
+        if not isinstance(c, published_moe_cp.MoeCpCase):
+            skipped[c] = skipped.get(c, 0) + 1
+            continue
+        pred = estimate(c.workload, c.config, c.cluster, "megatron").step
+        gpus = c.cluster.world_size
+        rows.append(
+            {
+                "row": c.row_id,
+                "source": c.source,
+                "sweep": c.sweep,
+                "gpus": gpus,
+                "layout": c.config.label(),
+                "published_s": c.published_step_s,
+                "predicted_s": pred.total_s,
+                "error": pred.total_s / c.published_step_s - 1,
+                "published_tps": c.workload.tokens_per_step / c.published_step_s / gpus,
+                "predicted_tps": c.workload.tokens_per_step / pred.total_s / gpus,
+                "dominant": pred.dominant(),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    frame["abs_error"] = frame["error"].abs()
+    lines = [
+        "",
+        "## Expert- and context-parallel runs (published_moe_cp_runs.csv)",
+        "",
+        "Megatron-Bridge's and NeMo's pages (`autotune/calibration/published_moe_cp.py`: MoE "
+        "shapes from the models' configs, recipe defaults where the pages are silent), "
+        "predicted with the default calibration, held out entirely (nothing was fitted to "
+        "them). A sweep is one source, model, GPU and precision, across releases and layouts.",
+        "",
+        f"{len(frame)} rows predicted; skipped: "
+        + "; ".join(f"{why} ({n})" for why, n in sorted(skipped.items(), key=lambda i: -i[1]))
+        + ".",
+        "",
+        "| source | rows | median abs error | median signed error | rank corr within sweeps |",
+        "|---|---|---|---|---|",
+    ]
+    for source, part in frame.groupby("source"):
+        corrs = [
+            f"{spearman(list(g.published_tps), list(g.predicted_tps)):.2f} ({sweep}, {len(g)})"
+            for sweep, g in part.groupby("sweep")
+            if len(g) > 2 and g["layout"].nunique() > 1
+        ]
+        lines.append(
+            f"| {source} | {len(part)} | {part['abs_error'].median():.1%} | "
+            f"{part['error'].median():+.1%} | {'; '.join(corrs) or '-'} |"
+        )
+    for kind, part in frame.groupby(frame["sweep"].str.contains("Qwen3|Mixtral")):
+        label = "MoE" if kind else "dense with CP"
+        lines.append(
+            f"| {label} | {len(part)} | {part['abs_error'].median():.1%} | "
+            f"{part['error'].median():+.1%} | |"
+        )
+    lines += [
+        f"| all | {len(frame)} | {frame['abs_error'].median():.1%} | "
+        f"{frame['error'].median():+.1%} | |",
+        "",
+        frame.drop(columns=["abs_error"]).to_markdown(index=False, floatfmt=".3g"),
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def speedup(pair: Fp8Pair, cal: Calibration) -> float:

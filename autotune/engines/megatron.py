@@ -259,7 +259,7 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
 def _moe_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
     """TransformerConfig's mixture-of-experts fields (none for a dense model): the shape,
     the expert layout and dispatcher, and grouped GEMMs for the experts, as every published
-    recipe runs them."""
+    recipe runs them (bf16 only: Megatron-LM's grouped GEMM takes no other dtype)."""
     if not w.is_moe:
         return {}
     return {
@@ -273,7 +273,7 @@ def _moe_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         ),
         "moe_layer_freq": w.moe_layer_freq,
         "moe_token_dispatcher_type": c.moe_dispatcher,
-        "moe_grouped_gemm": True,
+        "moe_grouped_gemm": w.precision == "bf16",
         "expert_model_parallel_size": c.ep,
         "expert_tensor_parallel_size": c.etp,
     }
@@ -298,7 +298,8 @@ def _moe_flags(w: Workload, c: TrainConfig) -> tuple[list[str], list[str]]:
             else []
         ),
         *([f"--moe-layer-freq {w.moe_layer_freq}"] if w.moe_layer_freq != 1 else []),
-        "--moe-grouped-gemm",
+        # Megatron-LM's grouped expert GEMMs take bf16 only.
+        *(["--moe-grouped-gemm"] if w.precision == "bf16" else []),
     ]
     return layout, shape
 

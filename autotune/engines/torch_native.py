@@ -38,15 +38,17 @@ class TorchEngine(Engine):
         overlap="always",
         script_hint="torch_parallel.yaml lists the mesh and wrappers to apply in your script",
     )
-    knobs = frozenset({"tp", "pp", "vpp", "zero", "mbs", "recompute", "sp", "ddp_bucket_mb"}) | (
-        NCCL_KNOBS
-    )
+    knobs = frozenset(
+        {"tp", "pp", "vpp", "zero", "hsdp", "mbs", "recompute", "sp", "ddp_bucket_mb"}
+    ) | (NCCL_KNOBS)
     knob_meanings = {
         "tp": "DTensor tensor parallelism (ColwiseParallel/RowwiseParallel, Megatron-style)",
         "pp": "torch.distributed.pipelining stages (Schedule1F1B)",
         "vpp": "stages per pipeline rank (ScheduleInterleaved1F1B when > 1)",
         "zero": "0 DDP; 1 DDP + ZeroRedundancyOptimizer; 2 FSDP2 fully_shard("
         "reshard_after_forward=False); 3 FSDP2 reshard_after_forward=True",
+        "hsdp": "FSDP2 replicas: fully_shard over a 2-D (replicate, shard) DeviceMesh, "
+        "each replica sharding over dp/hsdp ranks (HSDP); 1: plain FSDP2",
         "mbs": "micro-batch per rank (accumulation keeps the global batch)",
         "recompute": RECOMPUTE_MEANING,
         "sp": "sequence parallelism beside tp (SequenceParallel norms, residual Shard(1))",
@@ -54,6 +56,11 @@ class TorchEngine(Engine):
         **NCCL_MEANINGS,
     }
     engine_rules = (
+        Rule(
+            "torch_hsdp_needs_fsdp",
+            "hybrid sharding is FSDP2's (zero 2 or 3)",
+            lambda c, _w, _k: c.hsdp == 1 or c.zero >= 2,
+        ),
         Rule(
             "torch_zero1_plain_ddp",
             "ZeroRedundancyOptimizer (zero 1) wraps plain DDP only: no tp, no pp",
@@ -101,8 +108,12 @@ def parallel_settings(spec: TrialSpec) -> dict[str, object]:
     schedule = (
         "none" if c.pp == 1 else ("Schedule1F1B" if c.vpp == 1 else "ScheduleInterleaved1F1B")
     )
+    mesh: dict[str, int] = {"pp": c.pp, "dp": c.dp, "tp": c.tp}
+    if c.hsdp > 1:
+        mesh = {"pp": c.pp, "dp_replicate": c.hsdp, "dp_shard": c.dp // c.hsdp, "tp": c.tp}
+        data_parallel = f"HSDP: {data_parallel} over the (dp_replicate, dp_shard) mesh"
     return {
-        "mesh": {"pp": c.pp, "dp": c.dp, "tp": c.tp},
+        "mesh": mesh,
         "data_parallel": data_parallel if c.dp > 1 else "none",
         "ddp_bucket_cap_mb": c.ddp_bucket_mb,
         "tensor_parallel": {"degree": c.tp, "sequence_parallel": c.sp},

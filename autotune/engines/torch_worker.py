@@ -54,9 +54,14 @@ class TorchSession:
         self.config = c
         self.grad_accum = c.grad_accum(w.global_batch_size)
         self.low_precision = DTYPES.get(w.precision)
+        # dp as (replicate, shard): HSDP shards over the inner dimension and replicates over
+        # the outer; without it the shard dimension is the whole of dp.
         mesh = init_device_mesh(
-            self.device.type, (c.pp, c.dp, c.tp), mesh_dim_names=("pp", "dp", "tp")
+            self.device.type,
+            (c.pp, c.hsdp, c.dp // c.hsdp, c.tp),
+            mesh_dim_names=("pp", "replicate", "shard", "tp"),
         )
+        dp_mesh = mesh["shard"] if c.hsdp == 1 else mesh["replicate", "shard"]
         torch.manual_seed(0)
         pp_rank = mesh["pp"].get_local_rank()
         stage_ids = [pp_rank + k * c.pp for k in range(c.vpp)]
@@ -75,14 +80,14 @@ class TorchSession:
             for module in self.modules:
                 tensor_parallel(cast(Decoder, module), mesh["tp"], c.sp)
         if c.dp > 1:
-            self.modules = [self._data_parallel(m, mesh["dp"], c) for m in self.modules]
+            self.modules = [self._data_parallel(m, dp_mesh, c) for m in self.modules]
         params = [p for m in self.modules for p in m.parameters()]
         if c.zero == 1:
             self.optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
                 params,
                 optimizer_class=torch.optim.AdamW,
                 lr=1e-4,
-                process_group=mesh["dp"].get_group(),
+                process_group=dp_mesh.get_group(),
             )
         else:
             self.optimizer = torch.optim.AdamW(params, lr=1e-4)

@@ -3,7 +3,8 @@
 torchtitan takes its settings from a TOML file (`--job.config_file`) overridden by tyro
 flags (`--section.field VALUE`). The trial's tensor-parallel degree, data-parallel kind
 (DDP: `data_parallel_replicate_degree`; FSDP2: `data_parallel_shard_degree` with
-`fsdp_reshard_after_forward` never for zero 2, always for zero 3), local batch and activation
+`fsdp_reshard_after_forward` never for zero 2, always for zero 3; HSDP: both, the replicas
+`hsdp`), local batch and activation
 checkpointing are flags added after the user's own; the global batch stays the user's. A
 trial runs a fixed number of steps, each logged, without checkpoints or validation.
 
@@ -181,7 +182,7 @@ def model_preset(argv: Sequence[str], workdir: Path) -> str | None:
 
 def tuned_flags(spec: TrialSpec) -> list[str]:
     c = spec.config
-    replicate, shard = (c.dp, 1) if c.zero == 0 else (1, c.dp)
+    replicate, shard = (c.dp, 1) if c.zero == 0 else (c.hsdp, c.dp // c.hsdp)
     flags = [
         *["--parallelism.tensor_parallel_degree", str(c.tp)],
         *["--parallelism.pipeline_parallel_degree", str(c.pp)],

@@ -50,11 +50,11 @@ class ModelStates(Generic[Bytes]):
 
 
 def layer_parameters(w: Workload, tp: Values) -> Values:
-    """One decoder layer's parameters on a tp rank besides its routed experts; norm weights
-    are replicated."""
-    dense = w.attention_weights + w.moe_share * w.dense_mlp_weights
-    dense += (1 - w.moe_share) * w.mlp_matrices * w.hidden_size * w.ffn_hidden_size
-    return dense // tp + 2 * w.hidden_size
+    """The average decoder layer's parameters on a tp rank besides its routed experts; norm
+    weights and an MoE layer's router are replicated."""
+    split = w.attention_weights + w.moe_share * w.shared_expert_weights
+    split += (1 - w.moe_share) * w.mlp_matrices * w.hidden_size * w.ffn_hidden_size
+    return split // tp + 2 * w.hidden_size + w.moe_share * w.router_weights
 
 
 def layer_expert_parameters(w: Workload, experts_split: Values) -> Values:
@@ -82,7 +82,8 @@ def stage_parameters(
 
 
 def rank_parameters(w: Workload, tp: int, pp: int) -> float:
-    """Parameters held by the most loaded rank when pp stages split the layers evenly."""
+    """Parameters held by the most loaded rank when pp stages split the layers evenly, a
+    mixture of experts' experts unsplit (`most_parameters` splits them)."""
     per_stage = w.num_layers // pp
     return max(stage_parameters(w, tp, per_stage, s == 0, s == pp - 1, 1) for s in range(pp))
 
@@ -102,7 +103,10 @@ class HeldParameters:
 
 def most_parameters(w: Workload, c: ConfigTable, stages: Stages) -> HeldParameters:
     """Parameters held by each config's most loaded rank, its layers placed as the engine
-    places them."""
+    places them. The rank with most parameters stands for the one with most model-state
+    bytes, which for a mixture of experts may be another (dense and expert states shard
+    over different groups): a near tie between pipeline stages, off by a few bytes a
+    parameter on the difference."""
     split = c.ep * c.etp
     held = [
         (stage_parameters(w, c.tp, layers, first, last, split), layers)
@@ -131,7 +135,7 @@ def model_states(
     routed experts over the expert data-parallel ranks."""
     if held is None:
         held = most_parameters(w, c, Stages.of(w, c, engine))
-    dense = _states(w, c, engine, held.dense, c.dp * c.cp)
+    dense = _states(w, c, engine, held.dense, c.dp * c.cp // c.hsdp)
     if not w.is_moe:
         return dense
     experts = _states(w, c, engine, held.experts, expert_data_parallel(c))

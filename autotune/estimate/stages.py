@@ -17,8 +17,9 @@ from autotune.specs import Workload
 
 
 def layer_forward_flops(w: Workload, micro_batch: Values) -> Values:
-    """Forward FLOPs of one layer for one micro-batch, the per-layer part of Megatron's
-    formula: 2·b·s·(2h² + 2h²g/a + glu·2hf... ) written out term by term."""
+    """Forward FLOPs of the average layer for one micro-batch, the per-layer part of
+    Megatron's formula: 2·b·s·(the linear weights a token passes through + 2·s·a·d for the
+    attention scores and their product with the values)."""
     s = w.seq_length
     attention = 2 * s * w.num_attention_heads * w.head_dim  # QK^T and AV, non-causal as Megatron
     return 2 * micro_batch * s * (layer_linear_weights(w) + attention)

@@ -317,20 +317,28 @@ def step_parts(
     latency, bandwidth = comm.over_links(cluster, pp_group)
     p2p_bytes = activation / np.where(c.tp > 1, c.tp, 1)
     transfers = np.where(c.pp == 1, 0.0, 2 * micro * c.vpp)
-    replicas = c.dp * c.cp
-    dense = comm.place(replicas, c.tp, domain)
+    # HSDP: each replica's dp/hsdp ranks shard the states (the inner mesh dimension), the
+    # replicas all-reduce their shards.
+    shards = c.dp * c.cp // c.hsdp
+    dense = _Reduced(
+        held.dense,
+        shards,
+        comm.place(shards, c.tp, domain),
+        comm.place(c.hsdp, c.tp * shards, domain),
+    )
     grads, gathers, n_buckets = _data_parallel(
-        w, c, cluster, engine, micro, (held.dense, replicas, dense), nccl, collectives
+        w, c, cluster, engine, micro, dense, nccl, collectives
     )
     # Experts' gradients reduce, and their optimizer shards, over the expert data-parallel
     # ranks, laid out past the ep·etp ones.
     edp = expert_data_parallel(c)
     if w.is_moe:
-        experts = (held.experts, edp, comm.place(edp, c.ep * c.etp, domain))
+        alone = comm.place(1, 1, domain)
+        experts = _Reduced(held.experts, edp, comm.place(edp, c.ep * c.etp, domain), alone)
         expert_parts = _data_parallel(w, c, cluster, engine, micro, experts, nccl, collectives)
         grads, gathers = grads + expert_parts[0], gathers + expert_parts[1]
-        n_buckets = n_buckets + expert_parts[2]
-    on_rank = held.dense / np.where(c.zero >= 1, replicas, 1)
+        n_buckets = n_buckets + np.where(edp > 1, expert_parts[2], 0)
+    on_rank = held.dense / np.where(c.zero >= 1, shards, 1)
     on_rank = on_rank + held.experts / np.where(c.zero >= 1, edp, 1)
     optimizer = on_rank * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
     return StepParts(
@@ -350,7 +358,12 @@ def step_parts(
         busiest=stages.busiest,
         cp_ranks=c.cp,
         cp_send=_context_parallel_sends(w, c, cluster),
-        cp_block=2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.hidden_size / c.tp,
+        cp_block=2
+        * c.mbs
+        * (w.seq_length / c.cp) ** 2
+        * w.num_attention_heads
+        * w.head_dim
+        / c.tp,
         bubble_share=(c.pp - 1) / c.vpp,
         p2p=comm.Timing(transfers * latency, transfers * (p2p_bytes / bandwidth)),
         grads=grads,
@@ -379,16 +392,20 @@ def _rank_work(
         [c.recompute == "full", c.recompute == "selective"],
         [
             rebuilt * layer_forward_flops(w, mbs) / split,
-            layers * 4 * mbs * w.seq_length**2 * w.hidden_size / split,
+            layers * 4 * mbs * w.seq_length**2 * w.num_attention_heads * w.head_dim / split,
         ],
         0.0,
     )
     # In FP8: the linear layers' GEMMs, forward, backward and recomputed.
     linear = layer_linear_forward_flops(w, mbs) / split if w.fp8 != "none" else 0.0
+    # Tensor-parallel collectives of a layer's forward: attention's and the MLP's; an MoE
+    # layer's routed experts take none (tokens stay sequence-sharded into the dispatcher),
+    # its shared expert takes the MLP's.
+    per_layer = 2 - w.moe_share * (w.moe_shared_expert_intermediate_size == 0)
     return (
         3 * fwd + recompute_fwd,
         recompute_fwd,
-        4 * layers + 2 * rebuilt,
+        2 * per_layer * layers + per_layer * rebuilt,
         (3 * layers + rebuilt) * linear,
         rebuilt * linear,
         w.moe_share * (2 * layers + rebuilt),
@@ -422,8 +439,8 @@ def _moe_exchange(
         alltoall = alltoall + comm.timing(op, routed, expert_tp, cluster, nccl, collectives)
     gathered = comm.place(c.ep * c.etp, 1, domain)
     allgather = comm.Timing(np.zeros(len(c)), np.zeros(len(c)))
+    plain = tokens * w.hidden_size * width
     for op in gather_and_scatter:
-        plain = tokens * w.hidden_size * width
         allgather = allgather + comm.timing(op, plain, gathered, cluster, nccl, collectives)
     chosen = c.moe_dispatcher == "alltoall"
     return comm.Timing(
@@ -449,22 +466,34 @@ def _context_parallel_sends(
     )
 
 
+@dataclass(frozen=True)
+class _Reduced:
+    """Parameters whose gradients a step reduces: how many on the most loaded rank, over how
+    many ranks sharded (or all-reduced, without ZeRO) and their group, and the group of
+    replicas that all-reduce each shard (HSDP; one rank otherwise)."""
+
+    psi: np.ndarray
+    shards: np.ndarray
+    group: comm.Group
+    replicate: comm.Group
+
+
 def _data_parallel(
     w: Workload,
     c: ConfigTable,
     cluster: Cluster,
     engine: str,
     micro: np.ndarray,
-    held: tuple[np.ndarray, np.ndarray, comm.Group],
+    held: _Reduced,
     nccl: comm.NcclSettings,
     collectives: tuple[CollectiveFit, ...],
 ) -> tuple[comm.Timing, comm.Timing, np.ndarray]:
-    """(gradient reduction, parameter gathers, buckets) of each config's step for `held`:
-    parameters on the most loaded rank, the ranks that share them and their group.
+    """(gradient reduction, parameter gathers, buckets) of each config's step for `held`.
     Context-parallel ranks hold the same weights: dense gradients are reduced, and optimizer
-    states sharded, over dp·cp ranks (Megatron's data-parallel group with cp); experts' over
-    the expert data-parallel ranks."""
-    psi, replicas, group = held
+    states sharded, over dp·cp ranks (Megatron's data-parallel group with cp; over dp·cp/hsdp
+    under HSDP, whose replicas then all-reduce the shards); experts' over the expert
+    data-parallel ranks."""
+    psi, replicas, group = held.psi, held.shards, held.group
     t = traits_of(engine)
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":
@@ -475,10 +504,15 @@ def _data_parallel(
     if t.one_bucket_without_overlap:
         n_buckets = np.where(c.overlap_comm, n_buckets, 1)
 
-    def bucketed(op: Op, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def bucketed(
+        op: Op, rows: np.ndarray, over: comm.Group = group
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The op's (fixed, scaled) seconds over all buckets where it runs (0 elsewhere)."""
-        shard = grad_bytes / n_buckets / (replicas if op != "all_reduce" else 1)
-        sub = comm.Group(group.size[rows], group.nodes[rows])
+        shard = (
+            grad_bytes / n_buckets / (replicas if over is not group or op != "all_reduce" else 1)
+        )
+        sizes, nodes = np.broadcast_arrays(over.size, over.nodes, np.zeros(len(c)))[:2]
+        sub = comm.Group(sizes[rows], nodes[rows])
         one = comm.timing(op, shard[rows], sub, cluster, nccl.take(rows), collectives)
         fixed, scaled = np.zeros(len(c)), np.zeros(len(c))
         fixed[rows], scaled[rows] = n_buckets[rows] * one.fixed, n_buckets[rows] * one.scaled
@@ -487,6 +521,8 @@ def _data_parallel(
     sharded = np.flatnonzero(c.zero >= 1)
     reduce = bucketed("all_reduce", np.flatnonzero(c.zero == 0))
     scatter = bucketed("reduce_scatter", sharded)
+    across = bucketed("all_reduce", sharded, held.replicate)
+    scatter = (scatter[0] + across[0], scatter[1] + across[1])
     gather = bucketed("all_gather", sharded)
     # ZeRO-2/3 and FSDP reduce every micro-batch; ZeRO-3 gathers parameters for forward and
     # backward.

@@ -37,6 +37,10 @@ class TrainConfig:
     expert-parallel group, or all-gather of every token and a reduce-scatter back."""
     zero: int = 0
     """ZeRO stage 0-3 (DeepSpeed; FSDP for torch); Megatron: 1 = distributed optimizer."""
+    hsdp: int = 1
+    """Replicas of hybrid sharding (torch FSDP2 over a 2-D replicate x shard mesh): each of
+    hsdp replicas shards the states over dp/hsdp ranks, and the replicas all-reduce their
+    shards' gradients; 1: every data-parallel rank shards."""
     mbs: int = 1
     recompute: Recompute = "none"
     recompute_method: RecomputeMethod = "uniform"
@@ -140,7 +144,13 @@ def parse_overrides(text: str) -> dict[str, Any]:
 _KNOB_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 
-_KEYED_WHEN_SET: dict[str, Any] = {"cp": 1, "ep": 1, "etp": 1, "moe_dispatcher": "alltoall"}
+_KEYED_WHEN_SET: dict[str, Any] = {
+    "cp": 1,
+    "ep": 1,
+    "etp": 1,
+    "moe_dispatcher": "alltoall",
+    "hsdp": 1,
+}
 """Knobs added after studies were stored: left out of the key at their default, so that a
 study from before them resumes with its configs still known."""
 

@@ -12,6 +12,10 @@ bounded by a named limit, and `autotune space` shows where each came from:
   the 2·cp chunks Megatron's causal load balancing cuts;
 - ep: for a mixture of experts, divisors of the experts that divide the world size; etp:
   divisors of an NVLink domain's devices that divide each expert's width and the world;
+  the token dispatcher stays alltoall, which every published recipe runs (a space file
+  lists allgather to search it);
+- hsdp: replicas of hybrid sharding, divisors of the NVLink domains (each replica shards
+  within whole domains);
 - vpp: up to `MAX_VPP` virtual stages per rank, each holding a layer at least;
 - mbs: divisors of each data-parallel replica's share of the global batch, up to `MAX_MBS`.
 
@@ -93,6 +97,13 @@ def derive_space(
         origins["etp"] = (
             f"divisors of an NVLink domain's {cluster.domain_size} devices that divide an "
             f"expert's width {width} and the world size {world}"
+        )
+    if "hsdp" in knobs and "hsdp" not in values:
+        domains = world // cluster.domain_size
+        values["hsdp"] = divisors(domains) if domains > 1 else (1,)
+        origins["hsdp"] = (
+            f"divisors of the {domains} NVLink domains: each replica shards within whole "
+            "domains, the replicas all-reduce across them"
         )
     if "vpp" in knobs and "vpp" not in values:
         values["vpp"] = _union(

@@ -86,6 +86,11 @@ GENERIC_RULES: tuple[Rule, ...] = (
         lambda c, _w, _k: c.zero == 0 or c.dp * c.cp > 1,
     ),
     Rule(
+        "hsdp_splits_dp",
+        "hybrid sharding needs replicas that divide dp, each with more than one shard (hsdp < dp)",
+        lambda c, _w, _k: c.hsdp == 1 or (c.dp % c.hsdp == 0 and c.dp > c.hsdp),
+    ),
+    Rule(
         "sp_needs_tp",
         "sequence parallelism splits along the tp group (needs tp > 1)",
         lambda c, _w, _k: not c.sp or c.tp > 1,

@@ -14,7 +14,8 @@ import numpy as np
 from autotune.space.config import KNOBS, TrainConfig
 
 NUMBERS = (
-    *("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "zero", "mbs", "recompute_num_layers"),
+    *("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "zero", "hsdp", "mbs"),
+    "recompute_num_layers",
     *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
 )
 FLAGS = ("sp", "overlap_comm", "overlap_param_gather")
@@ -40,6 +41,7 @@ class ConfigTable(Sequence[TrainConfig]):
     ep: np.ndarray
     etp: np.ndarray
     zero: np.ndarray
+    hsdp: np.ndarray
     mbs: np.ndarray
     recompute_num_layers: np.ndarray
     reduce_bucket: np.ndarray

@@ -92,13 +92,14 @@ class Workload:
         return self.num_moe_experts * self.mlp_matrices * self.hidden_size * self.expert_ffn_size
 
     @property
-    def dense_mlp_weights(self) -> int:
-        """Weights of an MoE layer besides its routed experts (router, shared expert), or of a
-        dense layer's MLP: what tensor parallelism shards as usual (the router is
-        replicated, counted here for its FLOPs)."""
-        h = self.hidden_size
-        shared = self.mlp_matrices * h * self.moe_shared_expert_intermediate_size
-        return h * self.num_moe_experts + shared
+    def router_weights(self) -> int:
+        """An MoE layer's router, replicated on every tensor-parallel rank."""
+        return self.hidden_size * self.num_moe_experts
+
+    @property
+    def shared_expert_weights(self) -> int:
+        """An MoE layer's shared expert, split over tensor-parallel ranks like a dense MLP."""
+        return self.mlp_matrices * self.hidden_size * self.moe_shared_expert_intermediate_size
 
     @property
     def mean_layer_mlp_weights(self) -> float:
@@ -107,7 +108,7 @@ class Workload:
         h = self.hidden_size
         dense = self.mlp_matrices * h * self.ffn_hidden_size
         routed = self.moe_router_topk * self.mlp_matrices * h * self.expert_ffn_size
-        moe = self.dense_mlp_weights + routed
+        moe = self.router_weights + self.shared_expert_weights + routed
         return self.moe_share * moe + (1 - self.moe_share) * dense
 
     @property
@@ -119,7 +120,7 @@ class Workload:
         """Parameters of the decoder as autotune builds it (untied input and output embeddings)."""
         h = self.hidden_size
         dense_mlp = self.mlp_matrices * h * self.ffn_hidden_size
-        moe_mlp = self.expert_weights + self.dense_mlp_weights
+        moe_mlp = self.expert_weights + self.router_weights + self.shared_expert_weights
         mlps = self.moe_layers * moe_mlp + (self.num_layers - self.moe_layers) * dense_mlp
         per_layer = self.attention_weights + 2 * h  # q, k, v, o, two norms
         return self.num_layers * per_layer + mlps + 2 * self.vocab_size * h + h

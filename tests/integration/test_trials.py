@@ -58,6 +58,8 @@ LAYOUTS = [
     ("torch", "tp=2,mbs=4", "local:2"),
     ("torch", "tp=2,sp=true,mbs=4", "local:2"),
     ("torch", "tp=2,zero=3,mbs=4", "cpu4"),
+    ("torch", "zero=2,hsdp=2,mbs=2", "cpu4"),  # HSDP: 2 replicas of 2 shards
+    ("torch", "zero=3,hsdp=2,mbs=2", "cpu4"),
     ("torch", "pp=2,mbs=2", "cpu4"),
     ("torch", "pp=3,mbs=2", "local:3"),  # 4 layers on 3 stages: 2, 1, 1
     ("deepspeed", "pp=3,mbs=2", "local:3"),

@@ -343,8 +343,9 @@ def config_manager() -> Iterator[Any]:
         TrainConfig(tp=2, dp=4, zero=3, mbs=2, recompute="full"),
         TrainConfig(dp=8, zero=0, mbs=8, recompute="none"),
         TrainConfig(tp=4, dp=2, zero=2, mbs=4, recompute="selective"),
+        TrainConfig(dp=8, zero=3, hsdp=2, mbs=2),
     ],
-    ids=["fsdp_tp", "ddp", "zero2"],
+    ids=["fsdp_tp", "ddp", "zero2", "hsdp"],
 )
 def test_torchtitan_trial_command_is_one_torchtitan_parses_with_the_trials_config(
     config: TrainConfig, titan_dir: Path, config_manager: Any, monkeypatch: pytest.MonkeyPatch
@@ -360,7 +361,8 @@ def test_torchtitan_trial_command_is_one_torchtitan_parses_with_the_trials_confi
     if config.zero == 0:
         assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (config.dp, 1)
     else:
-        assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (1, config.dp)
+        degrees = (config.hsdp, config.dp // config.hsdp)  # HSDP: replicas of shards
+        assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == degrees
         assert p.fsdp_reshard_after_forward == ("always" if config.zero == 3 else "never")
     assert (t.local_batch_size, t.global_batch_size, t.seq_len) == (config.mbs, 64, 8192)
     assert parsed.activation_checkpoint.mode == config.recompute

@@ -201,6 +201,20 @@ CASES = {
         TrainConfig(tp=8, cp=4, dp=1),
         TrainConfig(tp=8, cp=2, dp=2),
     ),
+    "hsdp_splits_dp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(dp=8, zero=2, hsdp=8),
+        TrainConfig(dp=8, zero=2, hsdp=2),
+    ),
+    "torch_hsdp_needs_fsdp": (
+        "torch",
+        TINY,
+        LOCAL8,
+        TrainConfig(dp=8, hsdp=2),
+        TrainConfig(dp=8, zero=3, hsdp=2),
+    ),
     "expert_knobs_need_experts": (
         "megatron",
         LLAMA70,

@@ -1,0 +1,166 @@
+"""Published Megatron runs with expert or context parallelism (the copy of
+shared/data/published_moe_cp_runs.csv in data/), read as cases for the step-time model.
+
+The table gives each run's degrees, batch, precision and figure but no MoE shapes, so those
+come from the models' published configs (`SHAPES`; DeepSeek's latent attention, GPT-OSS's
+sinks and the Nemotron hybrids are not shapes the model has). Settings the performance pages
+leave to Megatron-Bridge's recipe files are its defaults: the distributed optimizer with both
+overlaps, sequence parallelism with tp > 1, experts' tensor parallelism 1, no recomputation
+unless stated. The runs route tokens "force-balanced", as the model assumes; real routing is
+slower (the data's README: 8-20%).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from autotune.engines import get_engine
+from autotune.space import TrainConfig, first_violation
+from autotune.specs import Cluster, Workload, load_cluster, load_workload
+from autotune.specs.workload import Fp8Recipe
+
+DATA = Path(__file__).resolve().parent / "data" / "published_moe_cp_runs.csv"
+ROLES = ("moe_ep", "cp", "moe_and_cp")
+MEGATRON_SOURCES = ("M1", "M3", "M6", "M7", "M8")
+"""Megatron-Bridge and NeMo's pages; M2 (Automodel, FSDP2) and M9 (torchtitan) run other
+engines."""
+SHAPES: dict[str, Workload] = {
+    "Qwen3-30B-A3B": load_workload("qwen3-30b-a3b"),
+    "Mixtral-8x7B": load_workload("mixtral-8x7b"),
+    # Qwen3-235B-A22B's config.json: 94 layers, 64 heads of 128 over a 4,096 hidden size,
+    # 4 KV heads, 128 experts of width 1,536, top-8.
+    "Qwen3-235B-A22B": dataclasses.replace(
+        load_workload("qwen3-30b-a3b"),
+        name="Qwen3-235B-A22B",
+        num_layers=94,
+        hidden_size=4096,
+        num_attention_heads=64,
+        ffn_hidden_size=12288,
+        moe_ffn_hidden_size=1536,
+    ),
+}
+"""MoE models by the table's name, as their Hugging Face configs give them."""
+CLUSTERS = {"H100": "dgx-h100", "B200": "dgx-b200", "GB200": "gb200-nvl72"}
+
+
+@dataclass(frozen=True)
+class MoeCpCase:
+    row_id: int
+    source: str
+    sweep: str
+    """Runs of one source, model, GPU and precision: what a rank correlation compares."""
+    workload: Workload
+    cluster: Cluster
+    config: TrainConfig
+    published_step_s: float
+
+
+def cases(path: Path = DATA) -> Iterator[MoeCpCase | str]:
+    """Each expert- or context-parallel row as a case, or why it is left out."""
+    rows = pd.read_csv(path)
+    for _, row in rows[rows.row_role.isin(ROLES)].iterrows():
+        yield _case(row)
+
+
+def _case(r: pd.Series) -> MoeCpCase | str:
+    if r.source_id not in MEGATRON_SOURCES:
+        return f"{r.source_id}: not a Megatron run"
+    if not pd.isna(r.flags) and "swapped" in str(r.flags).lower():
+        return "batch flagged as misprinted by the data"
+    gpu = str(r.gpu).split()[0]
+    if gpu not in CLUSTERS:
+        return f"{gpu}: no device preset"
+    missing = [k for k in ("tp", "pp", "mbs", "gbs", "seq_len") if pd.isna(r[k])]
+    if pd.isna(r.tokens_per_s_per_gpu) and pd.isna(r.step_time_s):
+        missing.append("tokens/s or step time")
+    if missing:
+        return f"incomplete: no {', '.join(missing)}"
+    workload = _workload(r)
+    if isinstance(workload, str):
+        return workload
+    gpus = int(r.num_gpus)
+    cluster = _cluster(gpu, gpus)
+    tp, pp, cp = int(r.tp), int(r.pp), _degree(r.cp)
+    if gpus % (tp * pp * cp):
+        return "tp·pp·cp does not divide the GPUs (as printed)"
+    config = TrainConfig(
+        tp=tp,
+        pp=pp,
+        vpp=_degree(r.vpp),
+        cp=cp,
+        dp=gpus // (tp * pp * cp),
+        ep=_degree(r.ep),
+        etp=_degree(r.etp),
+        sp=tp > 1,
+        zero=1,
+        mbs=int(r.mbs),
+        recompute="full" if str(r.recompute).lower().startswith("full") else "none",
+        overlap_comm=True,
+        overlap_param_gather=True,
+    )
+    broken = first_violation(config, workload, cluster, get_engine("megatron").rules)
+    if broken is not None:
+        return f"breaks {broken.name}"
+    step = (
+        float(r.step_time_s)
+        if not pd.isna(r.step_time_s)
+        else workload.tokens_per_step / (float(r.tokens_per_s_per_gpu) * gpus)
+    )
+    sweep = f"{r.source_id} {r.model} {gpu} {workload.fp8}"
+    return MoeCpCase(int(r.row_id), str(r.source_id), sweep, workload, cluster, config, step)
+
+
+def _degree(value: object) -> int:
+    return 1 if pd.isna(value) else int(value)  # type: ignore[call-overload]
+
+
+def _workload(r: pd.Series) -> Workload | str:
+    fp8 = _fp8(str(r.precision), str(r.gpu))
+    if fp8 is None:
+        return f"precision {r.precision}: not modelled"
+    seq, batch = int(r.seq_len), int(r.gbs)
+    if r.row_role == "cp":
+        if any(pd.isna(r[k]) for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")):
+            return "incomplete: no model shape"
+        return Workload(
+            name=str(r.model),
+            num_layers=int(r.layers),
+            hidden_size=int(r.hidden),
+            num_attention_heads=int(r.heads),
+            num_query_groups=_degree(r.kv_heads) if not pd.isna(r.kv_heads) else int(r.heads),
+            ffn_hidden_size=int(r.ffn_hidden),
+            vocab_size=int(r.vocab),
+            swiglu=True,
+            seq_length=seq,
+            global_batch_size=batch,
+            fp8=fp8,
+        )
+    shape = SHAPES.get(str(r.model))
+    if shape is None:
+        return f"{r.model}: no shape (latent attention, sinks or hybrid layers)"
+    return dataclasses.replace(shape, seq_length=seq, global_batch_size=batch, fp8=fp8)
+
+
+def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
+    """Transformer Engine's recipe the page's precision names: MXFP8 (Blackwell), current
+    (tensorwise) scaling for FP8-CS and the plain FP8 of Megatron-Bridge's pages, delayed
+    for NeMo 24.x's FP8."""
+    word = precision.split()[0].upper()
+    if word == "BF16":
+        return "none"
+    if word in ("MXFP8", "FP8-MX"):
+        return "mxfp8" if gpu.split()[0] in ("B200", "GB200") else None
+    if word in ("FP8", "FP8-CS"):
+        return "tensorwise"
+    return None
+
+
+def _cluster(gpu: str, gpus: int) -> Cluster:
+    """The preset cluster of these GPUs: nodes of 8, or NVL72 trays of 4 in one rack."""
+    base = load_cluster(f"{CLUSTERS[gpu]}:1")
+    return dataclasses.replace(base, name=f"{gpu} x {gpus}", nodes=gpus // base.devices_per_node)
