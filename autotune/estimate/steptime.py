@@ -430,7 +430,9 @@ def _moe_exchange(
     width = BYTES_PER_ELEMENT[w.precision]
     tokens = c.mbs * w.seq_length / (c.cp * c.tp)
     domain = cluster.domain_size
-    routed = tokens * w.moe_router_topk * w.hidden_size * width
+    chosen = c.moe_dispatcher == "alltoall"
+    # Each dispatcher's bytes only on the rows that use it: the others cost no grouping.
+    routed = np.where(chosen, tokens * w.moe_router_topk * w.hidden_size * width, 0.0)
     expert_tp = comm.place(c.etp, 1, domain)
     alltoall = comm.all_to_all(routed, comm.place(c.ep, c.etp, domain), cluster)
     alltoall = comm.Timing(2 * alltoall.fixed, 2 * alltoall.scaled)
@@ -439,10 +441,9 @@ def _moe_exchange(
         alltoall = alltoall + comm.timing(op, routed, expert_tp, cluster, nccl, collectives)
     gathered = comm.place(c.ep * c.etp, 1, domain)
     allgather = comm.Timing(np.zeros(len(c)), np.zeros(len(c)))
-    plain = tokens * w.hidden_size * width
+    plain = np.where(chosen, 0.0, tokens * w.hidden_size * width)
     for op in gather_and_scatter:
         allgather = allgather + comm.timing(op, plain, gathered, cluster, nccl, collectives)
-    chosen = c.moe_dispatcher == "alltoall"
     return comm.Timing(
         np.where(chosen, alltoall.fixed, allgather.fixed),
         np.where(chosen, alltoall.scaled, allgather.scaled),
