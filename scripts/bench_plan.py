@@ -57,7 +57,7 @@ CASES = [
     ("megatron", "mixtral-8x7b", "dgx-h100:8"),
     ("megatron", "qwen3-30b-a3b", "dgx-h100:128"),
 ]
-FLAT_LIMIT = 5_000_000
+FLAT_LIMIT = 15_000_000
 """Spaces of more combinations skip the flat walk, which would take many minutes."""
 
 

@@ -182,6 +182,8 @@ class StepParts:
     moe_exchanges: np.ndarray
     """Per kind of pipeline rank and config: one micro-batch's MoE token exchanges (each a
     layer's forward dispatch and combine, `moe_exchange`)."""
+    moe: bool
+    """A mixture of experts: its exchanges are counted (none otherwise)."""
     fp8_flops: np.ndarray
     """Of `flops`, those in FP8 GEMMs, which run at `fp8_peak` (none without FP8);
     `fp8_recompute_flops`, those of `recompute_flops`."""
@@ -191,6 +193,8 @@ class StepParts:
     moe_exchange: comm.Timing
     busiest: np.ndarray
     cp_ranks: np.ndarray
+    context_parallel: bool
+    """Some config splits the sequence: the ring is counted (none otherwise)."""
     cp_send: tuple[comm.Timing, comm.Timing]
     """One context-parallel ring step's send, forward (keys, values) and backward (and their
     gradients), and the attention FLOPs of a forward step that hide it (`cp_block`)."""
@@ -228,18 +232,23 @@ class StepParts:
         # tensor-parallel collectives, plus the output layer on the last rank.
         compute = seconds(self.flops, self.fp8_flops)
         tp = self.tp_collectives * self.per_collective.seconds(scale)
-        ep = self.moe_exchanges * self.moe_exchange.seconds(scale)
-        slowest, configs = np.argmax(compute + tp + ep, axis=0), np.arange(n)
+        pace, ep = compute + tp, None
+        if self.moe:  # a search refits often: dense tables skip what is zero for them
+            ep = self.moe_exchanges * self.moe_exchange.seconds(scale)
+            pace += ep
+        slowest, configs = np.argmax(pace, axis=0), np.arange(n)
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
-        per_micro_ep = ep[slowest, configs]
+        per_micro_ep = np.zeros(n) if ep is None else ep[slowest, configs]
         recompute = seconds(
             self.recompute_flops[slowest, configs], self.fp8_recompute_flops[slowest, configs]
         )
-        forward = np.maximum(0.0, self.cp_send[0].seconds(scale) - self.cp_block / rate)
-        backward = np.maximum(0.0, self.cp_send[1].seconds(scale) - 2 * self.cp_block / rate)
-        ring = np.where(self.cp_ranks == 1, 0.0, (self.cp_ranks - 1) * (forward + backward))
-        per_micro_cp = self.busiest * ring
+        per_micro_cp = np.zeros(n)
+        if self.context_parallel:
+            forward = np.maximum(0.0, self.cp_send[0].seconds(scale) - self.cp_block / rate)
+            backward = np.maximum(0.0, self.cp_send[1].seconds(scale) - 2 * self.cp_block / rate)
+            ring = np.where(self.cp_ranks == 1, 0.0, (self.cp_ranks - 1) * (forward + backward))
+            per_micro_cp = self.busiest * ring
         # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
         # context-parallel exchange included.
         bubble = self.bubble_share * (
@@ -350,6 +359,7 @@ def step_parts(
         recompute_flops=kinds[:, 1],
         tp_collectives=kinds[:, 2],
         moe_exchanges=kinds[:, 5],
+        moe=w.is_moe,
         fp8_flops=kinds[:, 3],
         fp8_recompute_flops=kinds[:, 4],
         fp8_peak=_fp8_peak(w, cluster),
@@ -357,6 +367,7 @@ def step_parts(
         moe_exchange=_moe_exchange(w, c, cluster, nccl, collectives),
         busiest=stages.busiest,
         cp_ranks=c.cp,
+        context_parallel=bool((c.cp > 1).any()),
         cp_send=_context_parallel_sends(w, c, cluster),
         cp_block=2
         * c.mbs
