@@ -32,6 +32,7 @@ class DeepSpeedEngine(Engine):
     knobs = (
         frozenset(
             {"pp", "zero", "mbs", "recompute", "reduce_bucket", "allgather_bucket", "overlap_comm"}
+            | {"offload_optimizer", "offload_param"}
         )
         | NCCL_KNOBS
     )
@@ -46,9 +47,24 @@ class DeepSpeedEngine(Engine):
         "reduce_bucket": "zero_optimization.reduce_bucket_size, in elements",
         "allgather_bucket": "zero_optimization.allgather_bucket_size, in elements (ZeRO 1-2)",
         "overlap_comm": "zero_optimization.overlap_comm",
+        "offload_optimizer": "zero_optimization.offload_optimizer.device cpu (ZeRO-Offload: "
+        "optimizer states and step on the host, DeepSpeedCPUAdam)",
+        "offload_param": "zero_optimization.offload_param.device cpu (ZeRO 3: parameters in "
+        "host memory)",
         **NCCL_MEANINGS,
     }
     engine_rules = (
+        Rule(
+            "deepspeed_offload_optimizer_needs_zero",
+            "the optimizer is offloaded with its ZeRO partition (stages 1-3)",
+            lambda c, _w, _k: not c.offload_optimizer or c.zero >= 1,
+        ),
+        Rule(
+            "deepspeed_offload_param_needs_zero3",
+            "parameters are offloaded only where ZeRO 3 partitions them, beside the optimizer "
+            "(DeepSpeed: offload_param with offload_optimizer)",
+            lambda c, _w, _k: not c.offload_param or (c.zero == 3 and c.offload_optimizer),
+        ),
         Rule(
             "deepspeed_no_tp",
             "DeepSpeed alone has no tensor parallelism (tp must be 1)",
@@ -108,6 +124,10 @@ def ds_config(workload: Workload, config: TrainConfig) -> dict[str, Any]:
     }
     if config.zero in (1, 2):
         zero["allgather_bucket_size"] = config.allgather_bucket
+    if config.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if config.offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     return {
         "train_batch_size": workload.global_batch_size,
         "train_micro_batch_size_per_gpu": config.mbs,

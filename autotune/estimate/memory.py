@@ -31,6 +31,7 @@ from autotune.estimate.arrays import Values
 from autotune.estimate.stages import Stages
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
+from autotune.specs.cluster import DeviceKind
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
 ADAM_MOMENTS_BYTES = 8
@@ -198,6 +199,9 @@ class MemoryBreakdown(Generic[Bytes]):
     activations: Bytes
     comm_buffers: Bytes
     overhead: Bytes
+    offloaded: Bytes
+    """In host memory, not the device's (DeepSpeed's offload): not in `total`; the host's
+    own limit (`DeviceKind.host_memory_bytes`) holds it."""
 
     @property
     def total(self) -> Bytes:
@@ -365,11 +369,35 @@ def memory_breakdown(
     held = most_parameters(w, c, stages)
     states = model_states(w, c, engine, held)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
+    on_host = offloaded_states(w, c, states, held.total)
+    if device_generation == "cpu":  # a CPU process's host memory is its own: nothing moves
+        on_host = ModelStates(*(np.zeros(len(c)),) * 3)
     return MemoryBreakdown(
-        weights=states.params + fp8_weight_bytes(w, c, stages),
-        gradients=states.grads,
-        optimizer=states.optimizer,
+        weights=states.params - on_host.params + fp8_weight_bytes(w, c, stages),
+        gradients=states.grads - on_host.grads,
+        optimizer=states.optimizer - on_host.optimizer,
         activations=activation_bytes(w, c, stages),
         comm_buffers=comm_buffer_bytes(w, c, engine, held.total),
         overhead=np.full(len(c), float(overhead)),
+        offloaded=on_host.total,
     )
+
+
+def fits(memory: MemoryBreakdown[Bytes], device: DeviceKind) -> Bytes:
+    """Whether each config fits: the device's memory, and the host's for what is offloaded."""
+    return (memory.total <= device.memory_bytes) & (memory.offloaded <= device.host_memory_bytes)
+
+
+def offloaded_states(
+    w: Workload, c: ConfigTable, states: ModelStates[np.ndarray], psi: np.ndarray
+) -> ModelStates[np.ndarray]:
+    """What DeepSpeed's offload moves to host memory (ZeRO-Offload, Ren et al. 2021): with
+    `offload_optimizer` the optimizer states and, in mixed precision, the fp32 gradient
+    partition they are updated from; with `offload_param` (ZeRO 3) the parameter partition.
+    The 16-bit gradients are reduced on the device before they move."""
+    fp32_partition = psi * 4 / (c.dp * c.cp)
+    mixed = w.precision != "fp32"
+    optimizer = np.where(c.offload_optimizer, states.optimizer, 0.0)
+    grads = np.where(c.offload_optimizer & mixed, np.minimum(states.grads, fp32_partition), 0.0)
+    params = np.where(c.offload_param, states.params, 0.0)  # ZeRO 3's partition
+    return ModelStates(params, grads, optimizer)

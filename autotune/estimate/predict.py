@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from autotune.estimate.commfit import CollectiveFit
-from autotune.estimate.memory import MemoryBreakdown, memory_breakdown
+from autotune.estimate.memory import MemoryBreakdown, fits, memory_breakdown
 from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import (
     DEFAULT_CALIBRATION,
@@ -117,7 +117,7 @@ class Predictor:
             tokens_per_s=rate.tokens_per_s,
             tflops_per_device=rate.tflops_per_device,
             mfu=rate.mfu,
-            fits=self.memory.total <= self.cluster.device.memory_bytes,
+            fits=fits(self.memory, self.cluster.device),
         )
 
 

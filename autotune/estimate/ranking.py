@@ -10,13 +10,14 @@ from typing import overload
 
 import numpy as np
 
-from autotune.estimate.memory import memory_breakdown
+from autotune.estimate.memory import fits, memory_breakdown
 from autotune.estimate.predict import Estimate, Predictions, Predictor
 from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
+from autotune.specs.cluster import DeviceKind
 
 
 @dataclass(frozen=True)
@@ -67,16 +68,24 @@ def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibra
     table = ConfigTable.of(valid)
     stages = Stages.of(w, table, engine)
     memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
-    fitting = np.flatnonzero(memory.total <= cluster.device.memory_bytes)
+    fitting = np.flatnonzero(fits(memory, cluster.device))
     kept, known = table.take(fitting), (memory.take(fitting), stages.take(fitting))
     p = Predictor.of(w, kept, cluster, engine, cal.collectives, *known).at(cal)
     fastest = np.argsort(-p.tokens_per_s, kind="stable")
     return Ranked(p, fastest, len(table) - len(fitting))
 
 
-def memory_reason(e: Estimate, device_bytes: float) -> str:
+def memory_reason(e: Estimate, device: DeviceKind) -> str:
+    if e.memory.offloaded > device.host_memory_bytes:
+        return (
+            f"predicted not to fit: {e.memory.offloaded / 2**30:.1f} GiB offloaded per rank > "
+            f"{device.host_memory_bytes / 2**30:.1f} GiB of host memory per device"
+        )
+    device_bytes = device.memory_bytes
     parts = ", ".join(
-        f"{k} {v / 2**30:.1f}" for k, v in e.memory.as_dict().items() if k != "total" and v
+        f"{k} {v / 2**30:.1f}"
+        for k, v in e.memory.as_dict().items()
+        if k not in ("total", "offloaded") and v
     )
     return (
         f"predicted not to fit: {e.memory.total / 2**30:.1f} GiB per rank > "

@@ -100,6 +100,9 @@ class StepTime(Generic[Seconds]):
     """All data-parallel communication of the step, hidden or not."""
     dp_exposed_s: Seconds
     optimizer_s: Seconds
+    offload_s: Seconds
+    """DeepSpeed's offload: gradients down and parameters up over the host link, the CPU's
+    optimizer step, parameter partitions fetched from the host (ZeRO 3); not overlapped."""
 
     @property
     def exposed_comm_s(self) -> Seconds:
@@ -117,6 +120,7 @@ class StepTime(Generic[Seconds]):
             + self.ep_comm_s
             + self.dp_exposed_s
             + self.optimizer_s
+            + self.offload_s
         )
 
     def as_dict(self) -> dict[str, Seconds]:
@@ -213,6 +217,7 @@ class StepParts:
     alone: np.ndarray
     """No data-parallel peer: nothing to reduce."""
     optimizer: np.ndarray
+    offload: np.ndarray
 
     def time(self, cal: Calibration) -> StepTime[np.ndarray]:
         scale, n = cal.bandwidth_scale, len(self.micro)
@@ -266,6 +271,7 @@ class StepParts:
             dp_comm_s=dp_comm,
             dp_exposed_s=dp_exposed,
             optimizer_s=self.optimizer,
+            offload_s=self.offload,
         )
 
     def _data_parallel(
@@ -350,6 +356,7 @@ def step_parts(
     on_rank = held.dense / np.where(c.zero >= 1, shards, 1)
     on_rank = on_rank + held.experts / np.where(c.zero >= 1, edp, 1)
     optimizer = on_rank * (width * 2 + 16 + 4) / cluster.device.memory_bandwidth_bytes_per_s
+    optimizer = np.where(c.offload_optimizer, 0.0, optimizer)  # the CPU's: `_offload`
     return StepParts(
         peak=_peak(w, cluster),
         width=w.hidden_size / c.tp,
@@ -386,6 +393,7 @@ def step_parts(
         zero=c.zero,
         alone=(c.dp * c.cp == 1) & ((edp == 1) | (not w.is_moe)),
         optimizer=optimizer,
+        offload=_offload(w, c, cluster, micro, held.total),
     )
 
 
@@ -421,6 +429,28 @@ def _rank_work(
         rebuilt * linear,
         w.moe_share * (2 * layers + rebuilt),
     )
+
+
+CPU_ADAM_BYTES = 30
+"""Host memory an offloaded Adam step moves per parameter: fp32 master, two moments and
+the fp32 gradient read (16), master and moments written (12), the 16-bit copy (2)."""
+
+
+def _offload(
+    w: Workload, c: ConfigTable, cluster: Cluster, micro: np.ndarray, psi: np.ndarray
+) -> np.ndarray:
+    """Seconds a step spends on DeepSpeed's offload, per config (ZeRO-Offload, Ren et al.
+    2021): the rank's gradient partition down and updated parameters up over its host link
+    and the CPU Adam step over the host's memory bandwidth (`offload_optimizer`); under
+    `offload_param`, each parameter partition up for every micro-batch's forward and
+    backward."""
+    device = cluster.device
+    part = psi / (c.dp * c.cp)
+    width = BYTES_PER_ELEMENT[w.precision]
+    step = part * 2 * width / device.host_link_bytes_per_s
+    step += part * CPU_ADAM_BYTES / device.host_memory_bandwidth_bytes_per_s
+    fetch = 2 * micro * part * width / device.host_link_bytes_per_s
+    return np.where(c.offload_optimizer, step, 0.0) + np.where(c.offload_param, fetch, 0.0)
 
 
 def _moe_exchange(

@@ -58,6 +58,12 @@ class TrainConfig:
     parameters, so its export divides by the 4 bytes of an fp32 gradient."""
     overlap_comm: bool = False
     """DeepSpeed overlap_comm; Megatron --overlap-grad-reduce."""
+    offload_optimizer: bool = False
+    """DeepSpeed ZeRO-Offload: the optimizer states and step on the host CPU (ZeRO 1-3),
+    gradients down and updated parameters up over the host link every step."""
+    offload_param: bool = False
+    """DeepSpeed ZeRO-Infinity's parameter offload to host memory (ZeRO 3): each layer's
+    parameters come up over the host link when gathered."""
     overlap_param_gather: bool = False
     """Megatron --overlap-param-gather (distributed optimizer only)."""
     nccl_algo: str = "default"
@@ -150,6 +156,8 @@ _KEYED_WHEN_SET: dict[str, Any] = {
     "etp": 1,
     "moe_dispatcher": "alltoall",
     "hsdp": 1,
+    "offload_optimizer": False,
+    "offload_param": False,
 }
 """Knobs added after studies were stored: left out of the key at their default, so that a
 study from before them resumes with its configs still known."""

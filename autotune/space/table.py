@@ -18,7 +18,7 @@ NUMBERS = (
     "recompute_num_layers",
     *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
 )
-FLAGS = ("sp", "overlap_comm", "overlap_param_gather")
+FLAGS = ("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param")
 WORDS = ("recompute", "recompute_method", "moe_dispatcher", "nccl_algo", "nccl_proto")
 DTYPES: dict[str, Any] = {
     **{name: np.int64 for name in NUMBERS},
@@ -50,6 +50,8 @@ class ConfigTable(Sequence[TrainConfig]):
     sp: np.ndarray
     overlap_comm: np.ndarray
     overlap_param_gather: np.ndarray
+    offload_optimizer: np.ndarray
+    offload_param: np.ndarray
     recompute: np.ndarray
     recompute_method: np.ndarray
     moe_dispatcher: np.ndarray

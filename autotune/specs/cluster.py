@@ -21,6 +21,15 @@ class DeviceKind:
     generation: str = "hopper"
     """NCCL's GPU generation for its cost model: ampere, hopper or blackwell (cpu for gloo
     hosts)."""
+    host_memory_bytes: int = 0
+    """The host memory a device's rank may fill with offloaded states: its node's RAM over its
+    devices (0: none beyond the device's own, as for CPU processes, whose memory is the
+    host's)."""
+    host_link_bytes_per_s: float = 25e9
+    """Host-to-device bandwidth of one device, each way (PCIe; Grace's NVLink-C2C)."""
+    host_memory_bandwidth_bytes_per_s: float = 50e9
+    """A device's share of its host's memory bandwidth: bounds an offloaded optimizer step,
+    which reads and writes every state on the CPU."""
 
 
 @dataclass(frozen=True, kw_only=True)

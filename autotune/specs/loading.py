@@ -55,6 +55,10 @@ class DeviceFile(_Strict):
     name: str
     memory_gib: PositiveFloat
     peak_tflops: dict[Literal["bf16", "fp16", "fp32", "fp8"], PositiveFloat]
+    host_memory_gib: float = Field(
+        default=0, ge=0, description="host RAM per device, for offloaded states"
+    )
+    host_link_gbps: PositiveFloat = Field(default=25, description="host link, GB/s each way")
 
 
 class SlurmFile(_Strict):
@@ -195,6 +199,8 @@ def _device(device: str | DeviceFile, per_node: int, path: Path) -> DeviceKind:
         name=device.name,
         memory_bytes=int(device.memory_gib * GiB),
         peak_flops={k: v * 1e12 for k, v in device.peak_tflops.items()},
+        host_memory_bytes=int(device.host_memory_gib * GiB),
+        host_link_bytes_per_s=device.host_link_gbps * 1e9,
     )
 
 

@@ -56,6 +56,9 @@ def cpu_device(processes: int) -> DeviceKind:
         peak_flops={"fp32": peak, "bf16": peak, "fp16": peak},
         memory_bandwidth_bytes_per_s=10e9,
         generation="cpu",
+        # Offloading to the host is a copy within the same memory.
+        host_link_bytes_per_s=10e9,
+        host_memory_bandwidth_bytes_per_s=10e9,
     )
 
 

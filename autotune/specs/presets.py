@@ -147,18 +147,28 @@ DEVICES: dict[str, DeviceKind] = {
     for d in (
         # fp32 peaks are the TF32 tensor-core figures, which is what fp32 matmuls run on; fp8
         # (Hopper, Blackwell; mxfp8 runs at the same rate) from NVIDIA's datasheets, dense.
+        # Host figures per GPU, from the DGX datasheets (RAM over 8 GPUs, PCIe's x16 rate,
+        # the CPUs' DDR channels over 8): DGX A100 2 TB, Gen4 32 GB/s, 2 x EPYC 7742;
+        # DGX H100/H200 2 TB, Gen5 64 GB/s, 2 x Xeon 8480C; DGX B200 4 TB, 2 x Xeon 8570;
+        # GB200: one Grace (480 GB LPDDR5X, 512 GB/s, NVLink-C2C 900 GB/s) per two GPUs.
         DeviceKind(
             name="a100-80gb",
             memory_bytes=80 * GiB,
             peak_flops={"bf16": 312e12, "fp16": 312e12, "fp32": 156e12},
             memory_bandwidth_bytes_per_s=2.039e12,
             generation="ampere",
+            host_memory_bytes=256 * 10**9,
+            host_link_bytes_per_s=32e9,
+            host_memory_bandwidth_bytes_per_s=51e9,
         ),
         DeviceKind(
             name="h100-sxm",
             memory_bytes=80 * GiB,
             peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12, "fp8": 1979e12},
             memory_bandwidth_bytes_per_s=3.35e12,
+            host_memory_bytes=256 * 10**9,
+            host_link_bytes_per_s=64e9,
+            host_memory_bandwidth_bytes_per_s=77e9,
         ),
         # Blackwell dense peaks: NVIDIA's DGX B200 and GB200 NVL72 datasheets (4.5 and 5 PFLOP/s
         # dense FP8 per GPU; bf16 half that); memory 180 GB and 186 GB (13.4 TB over 72).
@@ -168,6 +178,9 @@ DEVICES: dict[str, DeviceKind] = {
             peak_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 1.125e15, "fp8": 4.5e15},
             memory_bandwidth_bytes_per_s=8e12,
             generation="blackwell",
+            host_memory_bytes=512 * 10**9,
+            host_link_bytes_per_s=64e9,
+            host_memory_bandwidth_bytes_per_s=90e9,
         ),
         DeviceKind(
             name="gb200",
@@ -175,12 +188,18 @@ DEVICES: dict[str, DeviceKind] = {
             peak_flops={"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 1.25e15, "fp8": 5e15},
             memory_bandwidth_bytes_per_s=8e12,
             generation="blackwell",
+            host_memory_bytes=240 * 10**9,
+            host_link_bytes_per_s=225e9,
+            host_memory_bandwidth_bytes_per_s=256e9,
         ),
         DeviceKind(
             name="h200",
             memory_bytes=143771 * 2**20,
             peak_flops={"bf16": 989e12, "fp16": 989e12, "fp32": 494.5e12, "fp8": 1979e12},
             memory_bandwidth_bytes_per_s=4.8e12,
+            host_memory_bytes=256 * 10**9,
+            host_link_bytes_per_s=64e9,
+            host_memory_bandwidth_bytes_per_s=77e9,
         ),
     )
 }

@@ -259,7 +259,7 @@ class _Search:
             return f"rule {broken.name}: {broken.reason}"
         e = estimate(p.workload, config, p.cluster, p.engine.name, self.cal)
         if not e.fits:
-            return memory_reason(e, p.cluster.device.memory_bytes)
+            return memory_reason(e, p.cluster.device)
         if key in self.seen:
             return f"config already measured in trial {self.seen[key]}"
         return None

@@ -58,6 +58,9 @@ LAYOUTS = [
     ("torch", "tp=2,mbs=4", "local:2"),
     ("torch", "tp=2,sp=true,mbs=4", "local:2"),
     ("torch", "tp=2,zero=3,mbs=4", "cpu4"),
+    # ZeRO-Offload: the optimizer in host memory, which on a CPU is the same memory: the
+    # states measured where they lie.
+    ("deepspeed", "zero=2,offload_optimizer=true,mbs=2", "cpu4"),
     ("torch", "zero=2,hsdp=2,mbs=2", "cpu4"),  # HSDP: 2 replicas of 2 shards
     ("torch", "zero=3,hsdp=2,mbs=2", "cpu4"),
     ("torch", "pp=2,mbs=2", "cpu4"),
@@ -103,6 +106,19 @@ def test_real_trial_measures_and_matches_predicted_model_states(
     assert (
         folder / ("ds_config.json" if engine == "deepspeed" else "torch_parallel.yaml")
     ).is_file()
+
+
+def test_zero3_parameter_offload_trains_on_four_ranks(
+    tmp_path: Path, tiny_cluster_file: Path
+) -> None:
+    """ZeRO-Infinity's parameter offload beside the optimizer's: DeepSpeed runs it on the CPU
+    accelerator with DeepSpeedCPUAdam, and the trial measures."""
+    config = "zero=3,offload_optimizer=true,offload_param=true,mbs=2"
+    record = run_trial(tmp_path, "deepspeed", config, str(tiny_cluster_file))
+    assert record["result"]["step_time_s"] > 0
+    ds = json.loads((Path(record["folder"]) / "ds_config.json").read_text())
+    zero = ds["zero_optimization"]
+    assert zero["offload_optimizer"]["device"] == zero["offload_param"]["device"] == "cpu"
 
 
 @pytest.mark.parametrize("engine", ["deepspeed", "torch"])

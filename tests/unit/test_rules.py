@@ -201,6 +201,20 @@ CASES = {
         TrainConfig(tp=8, cp=4, dp=1),
         TrainConfig(tp=8, cp=2, dp=2),
     ),
+    "deepspeed_offload_optimizer_needs_zero": (
+        "deepspeed",
+        TINY,
+        LOCAL8,
+        TrainConfig(dp=8, offload_optimizer=True),
+        TrainConfig(dp=8, zero=1, offload_optimizer=True),
+    ),
+    "deepspeed_offload_param_needs_zero3": (
+        "deepspeed",
+        TINY,
+        LOCAL8,
+        TrainConfig(dp=8, zero=2, offload_optimizer=True, offload_param=True),
+        TrainConfig(dp=8, zero=3, offload_optimizer=True, offload_param=True),
+    ),
     "hsdp_splits_dp": (
         "torch",
         TINY,
