@@ -17,16 +17,18 @@ import dataclasses
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from autotune.calibration import published_moe_cp
 from autotune.calibration.fp8_pairs import Fp8Pair, fit_fp8, pairs, source_calibration
 from autotune.calibration.published import DATA, Case, cases
+from autotune.calibration.published_moe_cp import MoeCpCase
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.predict import estimate
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
-from autotune.specs import load_cluster
+from autotune.specs import Cluster, load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,25 +55,8 @@ def main() -> None:
         observations.setdefault(cluster.device.generation, []).append(
             (c.source, Observation(c.workload, cluster, c.config, c.engine, c.published_step_s))
         )
-        pred = estimate(c.workload, c.config, load_cluster(c.cluster_name), c.engine).step
-        gpus = c.config.tp * c.config.pp * c.config.dp
-        rows.append(
-            {
-                "row": c.row_id,
-                "source": c.source,
-                "sweep": c.sweep,
-                "model": c.workload.name,
-                "gpus": c.config.tp * c.config.pp * c.config.dp,
-                "layout": c.config.label(),
-                "measure": c.measure,
-                "published_s": c.published_step_s,
-                "predicted_s": pred.total_s,
-                "error": pred.total_s / c.published_step_s - 1,
-                "published_tps": c.workload.tokens_per_step / c.published_step_s / gpus,
-                "predicted_tps": c.workload.tokens_per_step / pred.total_s / gpus,
-                "dominant": pred.dominant(),
-            }
-        )
+        row = compared(c, load_cluster(c.cluster_name), c.engine)
+        rows.append({**row, "measure": c.measure})
     frame = pd.DataFrame(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
@@ -79,6 +64,26 @@ def main() -> None:
     )
     text = args.out.read_text()
     print(text.split("## Every row")[0] + "## Held-out" + text.split("## Held-out")[1])
+
+
+def compared(c: Case | MoeCpCase, cluster: Cluster, engine: str) -> dict[str, Any]:
+    """One published run beside the model's prediction of it: a row of a report."""
+    pred = estimate(c.workload, c.config, cluster, engine).step
+    gpus = c.config.tp * c.config.pp * c.config.cp * c.config.dp  # a cluster has whole nodes
+    return {
+        "row": c.row_id,
+        "source": c.source,
+        "sweep": c.sweep,
+        "model": c.workload.name,
+        "gpus": gpus,
+        "layout": c.config.label(),
+        "published_s": c.published_step_s,
+        "predicted_s": pred.total_s,
+        "error": pred.total_s / c.published_step_s - 1,
+        "published_tps": c.workload.tokens_per_step / c.published_step_s / gpus,
+        "predicted_tps": c.workload.tokens_per_step / pred.total_s / gpus,
+        "dominant": pred.dominant(),
+    }
 
 
 def report(frame: pd.DataFrame, skipped: dict[str, int], total: int) -> str:
@@ -191,26 +196,10 @@ def moe_cp_report() -> str:
     with the default calibration, which none of them was fitted to."""
     rows, skipped = [], {}
     for c in published_moe_cp.cases():
-        if not isinstance(c, published_moe_cp.MoeCpCase):
+        if not isinstance(c, MoeCpCase):
             skipped[c] = skipped.get(c, 0) + 1
             continue
-        pred = estimate(c.workload, c.config, c.cluster, "megatron").step
-        gpus = c.cluster.world_size
-        rows.append(
-            {
-                "row": c.row_id,
-                "source": c.source,
-                "sweep": c.sweep,
-                "gpus": gpus,
-                "layout": c.config.label(),
-                "published_s": c.published_step_s,
-                "predicted_s": pred.total_s,
-                "error": pred.total_s / c.published_step_s - 1,
-                "published_tps": c.workload.tokens_per_step / c.published_step_s / gpus,
-                "predicted_tps": c.workload.tokens_per_step / pred.total_s / gpus,
-                "dominant": pred.dominant(),
-            }
-        )
+        rows.append(compared(c, c.cluster, "megatron"))
     frame = pd.DataFrame(rows)
     frame["abs_error"] = frame["error"].abs()
     lines = [
