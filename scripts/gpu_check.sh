@@ -2,7 +2,8 @@
 # The GPU check: on one CUDA machine, in about five minutes,
 #   1. `autotune commbench` on NCCL (every collective, 1 KiB to 256 MiB, with the
 #      NCCL_ALGO x NCCL_PROTO sweep; one GPU exercises the NCCL path, not a link);
-#   2. a short real study per engine (megatron, deepspeed, torch) on one GPU with NCCL;
+#   2. a short real study per engine (megatron, deepspeed, torch) on one GPU with NCCL, and
+#      one of a small mixture of experts with megatron (its MoE layers, grouped GEMMs);
 #   3. predicted against measured memory (torch.cuda.max_memory_allocated) and step time for
 #      every trial, in results/gpu/;
 #   4. the user's own command, measured from the framework's own log lines: Megatron-LM's
@@ -43,6 +44,11 @@ for engine in megatron deepspeed torch; do
     --results "$OUT/studies" --study "gpu-$engine" > "$OUT/$engine.log" 2>&1
   echo "$engine: exit $? (log in $OUT/$engine.log)"
 done
+timeout --signal=INT "$STUDY_S" "$PY" -m autotune run --engine megatron \
+  --model scripts/gpu_check_moe.yaml --cluster local --trials 2 --sampler grid \
+  --no-confirm --no-early-stop --measured-steps 5 --timeout-per-trial 60s \
+  --results "$OUT/studies" --study gpu-megatron-moe > "$OUT/megatron-moe.log" 2>&1
+echo "megatron-moe: exit $? (log in $OUT/megatron-moe.log)"
 here=$PWD
 job_study() {  # FRAMEWORK_DIR ENGINE STUDY -- COMMAND...: a 2-trial study of a user's command
   local dir=$1 engine=$2 study=$3
