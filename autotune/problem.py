@@ -183,6 +183,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
         space = _derived(space, problem, workload, DEEPSPEED_KNOBS)
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
+        space = _users_offload(space, users_knobs(job))
         reads_model = not model_given
     else:
         preset = torchtitan_job.model_preset(job.command, Path(job.workdir))
@@ -200,6 +201,17 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
     return dataclasses.replace(
         problem, workload=workload, space=space, job=job, reads_model=reads_model
     )
+
+
+def _users_offload(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
+    """A ds_config that offloads keeps offloading in every trial unless the space file
+    lists the knob: a model that fits only offloaded must not be tried without it."""
+    values, origins = dict(space.values), dict(space.origins)
+    for knob in ("offload_optimizer", "offload_param"):
+        if users.get(knob) and knob not in values:
+            values[knob] = (True,)
+            origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
+    return dataclasses.replace(space, values=values, origins=origins)
 
 
 def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:

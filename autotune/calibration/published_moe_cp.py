@@ -6,8 +6,9 @@ come from the models' published configs (`SHAPES`; DeepSeek's latent attention, 
 sinks and the Nemotron hybrids are not shapes the model has). Settings the performance pages
 leave to Megatron-Bridge's recipe files are its defaults: the distributed optimizer with both
 overlaps, sequence parallelism with tp > 1, experts' tensor parallelism 1, no recomputation
-unless stated. The runs route tokens "force-balanced", as the model assumes; real routing is
-slower (the data's README: 8-20%).
+unless stated. Megatron-Bridge's MoE runs route tokens "force-balanced", as the model
+assumes; real routing is slower (the data's README: 8-20%). A sweep is one release's runs of
+a model, GPU and precision, so that a rank correlation compares layouts, not releases.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def cases(path: Path = DATA) -> Iterator[MoeCpCase | str]:
 def _case(r: pd.Series) -> MoeCpCase | str:
     if r.source_id not in MEGATRON_SOURCES:
         return f"{r.source_id}: not a Megatron run"
-    if not pd.isna(r.flags) and "swapped" in str(r.flags).lower():
+    if not pd.isna(r["flags"]) and "swapped" in str(r["flags"]).lower():
         return "batch flagged as misprinted by the data"
     gpu = str(r.gpu).split()[0]
     if gpu not in CLUSTERS:
@@ -111,7 +112,7 @@ def _case(r: pd.Series) -> MoeCpCase | str:
         if not pd.isna(r.step_time_s)
         else workload.tokens_per_step / (float(r.tokens_per_s_per_gpu) * gpus)
     )
-    sweep = f"{r.source_id} {r.model} {gpu} {workload.fp8}"
+    sweep = f"{r.source_id} {r.software_version} {r.model} {gpu} {workload.fp8}"
     return MoeCpCase(int(r.row_id), str(r.source_id), sweep, workload, cluster, config, step)
 
 
@@ -148,8 +149,10 @@ def _workload(r: pd.Series) -> Workload | str:
 
 def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
     """Transformer Engine's recipe the page's precision names: MXFP8 (Blackwell), current
-    (tensorwise) scaling for FP8-CS and the plain FP8 of Megatron-Bridge's pages, delayed
-    for NeMo 24.x's FP8."""
+    (tensorwise) scaling for FP8-CS and for a plain FP8 (the step time is the same for
+    either recipe in the model)."""
+    if "variant" in precision.lower() or "blockwise" in precision.lower():
+        return None  # FP8 of an unstated or block-wise recipe
     word = precision.split()[0].upper()
     if word == "BF16":
         return "none"
@@ -161,6 +164,6 @@ def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
 
 
 def _cluster(gpu: str, gpus: int) -> Cluster:
-    """The preset cluster of these GPUs: nodes of 8, or NVL72 trays of 4 in one rack."""
+    """The preset cluster of these GPUs: nodes of 8, or trays of 4 in NVL72 racks."""
     base = load_cluster(f"{CLUSTERS[gpu]}:1")
     return dataclasses.replace(base, name=f"{gpu} x {gpus}", nodes=gpus // base.devices_per_node)

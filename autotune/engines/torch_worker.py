@@ -1,4 +1,5 @@
-"""PyTorch-native worker: a (pp, dp, tp) device mesh, DTensor TP, DDP/ZeRO/FSDP2, pipelining."""
+"""PyTorch-native worker: a (pp, dp, tp) device mesh, dp as (replicate, shard) for HSDP,
+DTensor TP, DDP/ZeRO/FSDP2, pipelining."""
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ KNOBS_FILE = "autotune_config.json"
 """The trial's knobs, for a script tuned through autotune.step."""
 DEEPSPEED_KNOBS = frozenset(
     {"zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm", "nccl_algo", "nccl_proto"}
+    | {"offload_optimizer", "offload_param"}
 )
 """What a DeepSpeed script takes from its ds_config; its pipeline and recomputation are in
 its own code, so they stay as the script has them."""
@@ -220,11 +221,13 @@ def users_knobs(job: UserJob) -> dict[str, Any]:
         found["reduce_bucket"] = zero.get("reduce_bucket_size")
         found["allgather_bucket"] = zero.get("allgather_bucket_size")
         found["overlap_comm"] = zero.get("overlap_comm")
+        for offload in ("offload_optimizer", "offload_param"):
+            found[offload] = _offloads_to_cpu(zero.get(offload))
     if not isinstance(found["mbs"], int) and is_hugging_face(job):
         found["mbs"] = flag_value(job.command, HF_BATCH[0][0]) or HF_BATCH[0][1]
     knobs: dict[str, Any] = {}
     for name, value in found.items():
-        if name == "overlap_comm":
+        if name in ("overlap_comm", "offload_optimizer", "offload_param"):
             if isinstance(value, bool):
                 knobs[name] = value
         elif isinstance(value, int) and not isinstance(value, bool):
@@ -281,8 +284,24 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
         zero["allgather_bucket_size"] = config.allgather_bucket
     else:
         zero.pop("allgather_bucket_size", None)
+    for offload, on in (
+        ("offload_optimizer", config.offload_optimizer),
+        ("offload_param", config.offload_param),
+    ):
+        if on:  # the user's own settings (pinning, buffers) kept, the device the trial's
+            zero[offload] = {**(zero.get(offload) or {}), "device": "cpu"}
+        else:
+            zero.pop(offload, None)
     merged["zero_optimization"] = zero
     return merged
+
+
+def _offloads_to_cpu(section: object) -> bool | None:
+    """Whether a ds_config offload section sends states to the CPU (None: not stated; NVMe
+    offload is not modelled and reads as no CPU offload)."""
+    if section is None:
+        return None
+    return isinstance(section, dict) and section.get("device") == "cpu"
 
 
 def job_space(

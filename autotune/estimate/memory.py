@@ -370,17 +370,27 @@ def memory_breakdown(
     states = model_states(w, c, engine, held)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     on_host = offloaded_states(w, c, states, held.total)
+    buffer = host_accumulation_bytes(w, c, held.total)
+    own_buffer = np.zeros(len(c))
     if device_generation == "cpu":  # a CPU process's host memory is its own: nothing moves
-        on_host = ModelStates(*(np.zeros(len(c)),) * 3)
+        on_host, own_buffer, buffer = ModelStates(*(np.zeros(len(c)),) * 3), buffer, own_buffer
     return MemoryBreakdown(
         weights=states.params - on_host.params + fp8_weight_bytes(w, c, stages),
-        gradients=states.grads - on_host.grads,
+        gradients=states.grads - on_host.grads + own_buffer,
         optimizer=states.optimizer - on_host.optimizer,
         activations=activation_bytes(w, c, stages),
         comm_buffers=comm_buffer_bytes(w, c, engine, held.total),
         overhead=np.full(len(c), float(overhead)),
-        offloaded=on_host.total,
+        offloaded=on_host.total + buffer,
     )
+
+
+def host_accumulation_bytes(w: Workload, c: ConfigTable, psi: np.ndarray) -> np.ndarray:
+    """The pinned 16-bit host buffer in which ZeRO 1-2 with an offloaded optimizer accumulate
+    the micro-batches' gradient partitions (none without accumulation)."""
+    accumulating = (c.zero <= 2) & (c.grad_accum(w.global_batch_size) > 1)
+    buffer = psi * BYTES_PER_ELEMENT[w.precision] / (c.dp * c.cp)
+    return np.where(c.offload_optimizer & accumulating, buffer, 0.0)
 
 
 def fits(memory: MemoryBreakdown[Bytes], device: DeviceKind) -> Bytes:

@@ -76,10 +76,11 @@ def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibra
 
 
 def memory_reason(e: Estimate, device: DeviceKind) -> str:
-    if e.memory.offloaded > device.host_memory_bytes:
+    if e.memory.total <= device.memory_bytes:  # the host's limit, then
         return (
             f"predicted not to fit: {e.memory.offloaded / 2**30:.1f} GiB offloaded per rank > "
-            f"{device.host_memory_bytes / 2**30:.1f} GiB of host memory per device"
+            f"{device.host_memory_bytes / 2**30:.1f} GiB of host memory per device (a "
+            "cluster file's device sets host_memory_gib)"
         )
     device_bytes = device.memory_bytes
     parts = ", ".join(

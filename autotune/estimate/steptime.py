@@ -443,11 +443,14 @@ def _offload(
     2021): the rank's gradient partition down and updated parameters up over its host link
     and the CPU Adam step over the host's memory bandwidth (`offload_optimizer`); under
     `offload_param`, each parameter partition up for every micro-batch's forward and
-    backward."""
+    backward. Gradients move every micro-batch: ZeRO 3 copies each micro-batch's partition
+    down, ZeRO 1-2 accumulate on the host through the device (`async_accumulate_grad_in_
+    cpu_via_gpu`: up and down again after the first)."""
     device = cluster.device
     part = psi / (c.dp * c.cp)
     width = BYTES_PER_ELEMENT[w.precision]
-    step = part * 2 * width / device.host_link_bytes_per_s
+    grad_moves = np.where(c.zero == 3, micro, np.where(micro > 1, 2 * micro - 1, 1))
+    step = part * (grad_moves + 1) * width / device.host_link_bytes_per_s
     step += part * CPU_ADAM_BYTES / device.host_memory_bandwidth_bytes_per_s
     fetch = 2 * micro * part * width / device.host_link_bytes_per_s
     return np.where(c.offload_optimizer, step, 0.0) + np.where(c.offload_param, fetch, 0.0)

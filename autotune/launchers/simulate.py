@@ -9,6 +9,7 @@ import sys
 import time
 
 from autotune.estimate.predict import estimate
+from autotune.estimate.ranking import memory_reason
 from autotune.estimate.steptime import Calibration
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
 from autotune.trial.result import TrialResult
@@ -37,8 +38,7 @@ class SimulateLauncher(Launcher):
             return LaunchOutcome(
                 kind="oom",
                 wall_s=time.monotonic() - start,
-                error=f"simulated: predicted {e.memory.total / 2**30:.1f} GiB per rank > "
-                f"{spec.cluster.device.memory_bytes / 2**30:.1f} GiB",
+                error=f"simulated: {memory_reason(e, spec.cluster.device)}",
             )
         result = TrialResult(
             source="simulated",

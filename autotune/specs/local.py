@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -25,6 +26,8 @@ def detect_local_cluster() -> Cluster:
         device = _known_device(name) or DeviceKind(
             name=name, memory_bytes=memory_mib * 2**20, peak_flops=DEVICES["h100-sxm"].peak_flops
         )
+        # This host's RAM over its GPUs, not a datasheet's: what offloaded states may fill.
+        device = dataclasses.replace(device, host_memory_bytes=_total_memory_bytes() // len(gpus))
         return Cluster(
             name="local",
             nodes=1,

@@ -97,7 +97,8 @@ def test_only_an_interpreter_word_is_dropped(workdir: Path) -> None:
 def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path) -> None:
     job = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed")
     workload = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
-    merged = trial_ds_config(job, workload, TrainConfig(dp=4, zero=1, mbs=2, overlap_comm=True))
+    config = TrainConfig(dp=4, zero=1, mbs=2, overlap_comm=True, offload_optimizer=True)
+    merged = trial_ds_config(job, workload, config)
     assert merged["optimizer"] == USER_CONFIG["optimizer"]
     assert merged["scheduler"] == USER_CONFIG["scheduler"]
     assert merged["bf16"] == {"enabled": "auto"}  # left for Hugging Face to resolve
@@ -110,6 +111,7 @@ def test_a_trial_config_keeps_the_users_settings_and_global_batch(workdir: Path)
     assert USER_CONFIG["zero_optimization"]["stage"] == 3  # the user's dict is untouched
     stage3 = trial_ds_config(job, workload, TrainConfig(dp=4, zero=3, mbs=8))
     assert "allgather_bucket_size" not in stage3["zero_optimization"]
+    assert "offload_optimizer" not in stage3["zero_optimization"]  # the trial's: no offload
 
 
 def test_the_global_batch_comes_from_the_users_config(workdir: Path) -> None:
@@ -171,6 +173,7 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
         "allgather_bucket",
         "nccl_algo",
         "nccl_proto",
+        "offload_optimizer",  # held as the config has it
     }
     assert problem.space.values["mbs"] == (1, 2, 4, 8, 16)  # every divisor of 32 / 2 ranks
     assert {c.pp for c in problem.enumerate().valid} == {1}
@@ -232,7 +235,7 @@ def test_the_users_own_config_is_read_from_their_file_and_flags(
 
     # the Trainer's flag where the file says "auto"; bf16 "auto" follows --bf16
     assert users(USER_CONFIG, "--per_device_train_batch_size", "2", "--bf16") == (
-        {"zero": 3, "mbs": 2},
+        {"zero": 3, "mbs": 2, "offload_optimizer": True},
         "bf16",
     )
     assert users(USER_CONFIG)[1] == "fp32"
@@ -247,3 +250,18 @@ def test_the_users_own_config_is_read_from_their_file_and_flags(
     )
     first = problem.users_config()
     assert first is not None and (first.zero, first.mbs) == (0, 8)
+    offloading = {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": None}
+    offloaded = users({"train_micro_batch_size_per_gpu": 4, "zero_optimization": offloading})
+    assert offloaded[0] == {"zero": 3, "mbs": 4, "offload_optimizer": True}
+
+
+def test_a_config_that_offloads_keeps_offloading_in_every_trial(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workdir)  # ds.json: USER_CONFIG, ZeRO 3 with the optimizer on the CPU
+    problem = load_problem(
+        "deepspeed", "tiny", "local:2", command=["train.py", "--deepspeed", "ds.json"]
+    )
+    assert problem.space.values["offload_optimizer"] == (True,)
+    valid = problem.enumerate().valid
+    assert len(valid) and all(c.offload_optimizer and c.zero >= 1 for c in valid)
