@@ -49,14 +49,22 @@ def with_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
     return out
 
 
+VARIADIC = -1
+"""An arity: every value up to the next flag (argparse's nargs='+')."""
+
+
 def without_flags(argv: Sequence[str], arity: Mapping[str, int]) -> list[str]:
-    """`argv` without the flags named in `arity` (flag -> how many values follow it)."""
+    """`argv` without the flags named in `arity` (flag -> how many values follow it, or
+    `VARIADIC`)."""
     out: list[str] = []
     skip = 0
     for arg in argv:
-        if skip:
+        if skip == VARIADIC and not arg.startswith("-"):
+            continue
+        if skip > 0:
             skip -= 1
             continue
+        skip = 0
         name = arg.partition("=")[0]
         if name in arity:
             skip = 0 if "=" in arg else arity[name]

@@ -98,6 +98,7 @@ class MegatronEngine(Engine):
                 "recompute",
                 "recompute_method",
                 "recompute_num_layers",
+                "recompute_modules",
                 "ddp_bucket_mb",
                 "overlap_comm",
                 "overlap_param_gather",
@@ -125,6 +126,8 @@ class MegatronEngine(Engine):
         "recompute": "--recompute-granularity (none, selective, full)",
         "recompute_method": "--recompute-method (uniform, block; full recomputation only)",
         "recompute_num_layers": "--recompute-num-layers (full recomputation only)",
+        "recompute_modules": "--recompute-modules (selective recomputation only; '+' joins "
+        "core_attn, mlp, moe_act, layernorm)",
         "ddp_bucket_mb": "MB of fp32 gradients per bucket: --ddp-bucket-size counts "
         "parameters (MB*2^20/4)",
         "overlap_comm": "--overlap-grad-reduce",
@@ -182,6 +185,22 @@ class MegatronEngine(Engine):
                 c.recompute == "full"
                 or (c.recompute_method, c.recompute_num_layers)
                 == (TrainConfig().recompute_method, TrainConfig().recompute_num_layers)
+            ),
+        ),
+        Rule(
+            "megatron_recompute_modules_need_selective",
+            "recompute_modules names what selective recomputation reruns (Megatron's default "
+            "core_attn otherwise)",
+            lambda c, _w, _k: c.recompute == "selective" or c.recompute_modules == "core_attn",
+        ),
+        Rule(
+            "megatron_moe_act_needs_grouped_gemm",
+            "moe_act recomputes grouped experts' activations: a mixture of experts in bf16 "
+            "(Megatron: 'moe_act in recompute_modules is only supported with "
+            "moe_grouped_gemm')",
+            lambda c, w, _k: (
+                "moe_act" not in c.recompute_modules.split("+")
+                or (w.is_moe and w.precision == "bf16")
             ),
         ),
         Rule(
@@ -250,6 +269,11 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         **_uneven_split_kwargs(_placement(c, w)),
         "sequence_parallel": c.sp,
         "recompute_granularity": None if c.recompute == "none" else c.recompute,
+        **(
+            {"recompute_modules": c.recompute_modules.split("+")}
+            if c.recompute == "selective" and c.recompute_modules != "core_attn"
+            else {}
+        ),
         "recompute_method": c.recompute_method if full else None,
         "recompute_num_layers": c.recompute_num_layers if full else None,
         "deallocate_pipeline_outputs": True,
@@ -396,6 +420,8 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
     batch = [f"--micro-batch-size {c.mbs}", f"--global-batch-size {w.global_batch_size}"]
     if c.recompute != "none":
         batch.append(f"--recompute-granularity {c.recompute}")
+    if c.recompute == "selective" and c.recompute_modules != "core_attn":  # its default
+        batch.append(f"--recompute-modules {' '.join(c.recompute_modules.split('+'))}")
     if c.recompute == "full":
         batch += [
             f"--recompute-method {c.recompute_method}",

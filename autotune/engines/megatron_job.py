@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import cast
 
-from autotune.engines.argv import flag_value, has_flag, without_flags
+from autotune.engines.argv import VARIADIC, flag_value, has_flag, without_flags
 from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
 from autotune.engines.megatron import pretrain_gpt_flags
 from autotune.errors import InputError
@@ -46,6 +46,7 @@ TUNED = {
     "--recompute-granularity": 1,
     "--recompute-method": 1,
     "--recompute-num-layers": 1,
+    "--recompute-modules": VARIADIC,
     # settings that hold for one layout only, which Megatron-LM refuses under others
     "--tp-comm-overlap": 0,
     "--decoder-first-pipeline-num-layers": 1,

@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
-from autotune.estimate.arrays import Values
+from autotune.estimate.arrays import Values, has_module
 from autotune.estimate.stages import Stages
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
@@ -239,13 +239,39 @@ def layer_activation_bytes(w: Workload, c: ConfigTable) -> np.ndarray:
 
 
 def _whole_layer_bytes(w: Workload, c: ConfigTable) -> np.ndarray:
-    """A layer's activations when none is recomputed."""
+    """A layer's activations when none is recomputed, or only the modules selective
+    recomputation names (`_selective_savings`)."""
     s, b, h, t = w.seq_length // c.cp, c.mbs, w.hidden_size, c.tp
     scale = BYTES_PER_ELEMENT[w.precision] / 2
     mlp = _mlp_activations(w, c)
+    norms, split = _selective_savings(w, c, mlp)
     return np.where(
-        c.sp, s * b * h * (18 + mlp) / t * scale, s * b * h * (10 + (8 + mlp) / t) * scale
+        c.sp,
+        s * b * h * (18 + mlp - norms - split) / t * scale,
+        s * b * h * (10 - norms + (8 + mlp - split) / t) * scale,
     )
+
+
+LAYERNORM_UNITS = 4
+"""The two norms' outputs, 2 bytes·h each per token: what recomputing `layernorm` frees."""
+
+
+def _selective_savings(
+    w: Workload, c: ConfigTable, mlp: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(replicated, tensor-split) units of s·b·h 2-byte values that selective recomputation
+    of Megatron's `recompute_modules` frees: `mlp` the MLP's activations (its input stays,
+    counted with attention's), `moe_act` the routed experts' activation outputs (top-k of
+    f_moe wide per token), `layernorm` the norms' outputs. The attention core (`core_attn`,
+    the default) is flash attention's already and frees nothing."""
+    selective = c.recompute == "selective"
+    modules = c.recompute_modules
+    act = w.moe_share * w.moe_router_topk * 2 * w.expert_ffn_size / w.hidden_size
+    split = np.where(
+        has_module(modules, "mlp"), mlp, np.where(has_module(modules, "moe_act"), act, 0.0)
+    )
+    norms = np.where(has_module(modules, "layernorm"), LAYERNORM_UNITS, 0.0)
+    return np.where(selective, norms, 0.0), np.where(selective, split, 0.0)
 
 
 def _mlp_activations(w: Workload, c: ConfigTable) -> np.ndarray | float:

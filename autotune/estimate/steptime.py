@@ -22,6 +22,7 @@ import numpy as np
 
 from autotune.engines import traits_of
 from autotune.estimate import comm
+from autotune.estimate.arrays import has_module
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import expert_data_parallel, most_parameters, recomputed_layers
@@ -327,7 +328,10 @@ def step_parts(
     tp_group = comm.place(c.tp, 1, domain)
     nccl = comm.NcclSettings.of(c.nccl_algo, c.nccl_proto)
     per_collective = comm.timing("all_reduce", activation, tp_group, cluster, nccl, collectives)
-    kinds = np.array([_rank_work(w, c, layers, last) for layers, last in stages.columns("pace")])
+    selective = _selective_layer_flops(w, c)
+    kinds = np.array(
+        [_rank_work(w, c, layers, last, selective) for layers, last in stages.columns("pace")]
+    )
     pp_group = comm.place(c.pp, c.tp * c.cp * c.dp, domain)
     latency, bandwidth = comm.over_links(cluster, pp_group)
     p2p_bytes = activation / np.where(c.tp > 1, c.tp, 1)
@@ -397,26 +401,43 @@ def step_parts(
     )
 
 
+def _selective_layer_flops(w: Workload, c: ConfigTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer and micro-batch, the forward FLOPs selective recomputation runs again
+    (Megatron's `recompute_modules`): the attention core's scores and their product with the
+    values (`core_attn`), the MLP's GEMMs (`mlp`); and of those, the ones in linear layers
+    (FP8's). Activations and norms (`moe_act`, `layernorm`) cost next to no FLOPs."""
+    mbs = c.mbs.astype(float)
+    core = 4 * mbs * w.seq_length**2 * w.num_attention_heads * w.head_dim
+    mlp = 2 * mbs * w.seq_length * w.mean_layer_mlp_weights
+    selective = c.recompute == "selective"
+    core = np.where(selective & has_module(c.recompute_modules, "core_attn"), core, 0.0)
+    mlp = np.where(selective & has_module(c.recompute_modules, "mlp"), mlp, 0.0)
+    return (core + mlp) / (c.tp * c.cp), mlp / (c.tp * c.cp)
+
+
 def _rank_work(
-    w: Workload, c: ConfigTable, layers: np.ndarray, last: np.ndarray
+    w: Workload,
+    c: ConfigTable,
+    layers: np.ndarray,
+    last: np.ndarray,
+    selective: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
     tensor-parallel collectives, FLOPs in FP8 GEMMs, of which recomputation, MoE token
-    exchanges: forward, backward and recomputed)."""
+    exchanges: forward, backward and recomputed). `selective`: a layer's selectively
+    recomputed FLOPs, and of those the linear layers'."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
     rebuilt = recomputed_layers(w, c, layers)
-    recompute_fwd = np.select(
-        [c.recompute == "full", c.recompute == "selective"],
-        [
-            rebuilt * layer_forward_flops(w, mbs) / split,
-            layers * 4 * mbs * w.seq_length**2 * w.num_attention_heads * w.head_dim / split,
-        ],
-        0.0,
+    recompute_fwd = np.where(
+        c.recompute == "full", rebuilt * layer_forward_flops(w, mbs) / split, 0.0
     )
+    recompute_fwd = recompute_fwd + layers * selective[0]
     # In FP8: the linear layers' GEMMs, forward, backward and recomputed.
-    linear = layer_linear_forward_flops(w, mbs) / split if w.fp8 != "none" else 0.0
+    fp8 = w.fp8 != "none"
+    linear = layer_linear_forward_flops(w, mbs) / split if fp8 else 0.0
+    selective_linear = layers * selective[1] if fp8 else 0.0
     # Tensor-parallel collectives of a layer's forward: attention's and the MLP's; an MoE
     # layer's routed experts take none (tokens stay sequence-sharded into the dispatcher),
     # its shared expert takes the MLP's.
@@ -425,8 +446,8 @@ def _rank_work(
         3 * fwd + recompute_fwd,
         recompute_fwd,
         2 * per_layer * layers + per_layer * rebuilt,
-        (3 * layers + rebuilt) * linear,
-        rebuilt * linear,
+        (3 * layers + rebuilt) * linear + selective_linear,
+        rebuilt * linear + selective_linear,
         w.moe_share * (2 * layers + rebuilt),
     )
 

@@ -48,6 +48,10 @@ class TrainConfig:
     `recompute_num_layers` layers; `block` recomputes only the first `recompute_num_layers`
     layers of each pipeline stage and keeps the rest."""
     recompute_num_layers: int = 1
+    recompute_modules: str = "core_attn"
+    """With selective recomputation (Megatron --recompute-modules), the modules whose
+    forward runs again in backward, joined by '+': core_attn (Megatron's default), mlp,
+    moe_act (an MoE layer's expert activations), layernorm."""
     sp: bool = False
     reduce_bucket: int = 500_000_000
     """DeepSpeed reduce_bucket_size, in elements."""
@@ -98,6 +102,7 @@ KNOBS: dict[str, type] = {
 RECOMPUTE_VALUES = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 MOE_DISPATCHERS = ("alltoall", "allgather")
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe_act", "layernorm")
 
 
 def coerce_knob(name: str, value: Any, where: str) -> Any:
@@ -127,6 +132,14 @@ def coerce_knob(name: str, value: Any, where: str) -> Any:
     if name == "recompute_method" and text not in RECOMPUTE_METHODS:
         raise InputError(
             f"{where}: recompute_method takes {', '.join(RECOMPUTE_METHODS)}, not {text!r}"
+        )
+    modules = text.split("+")
+    if name == "recompute_modules" and (
+        not set(modules) <= set(RECOMPUTE_MODULES) or len(set(modules)) != len(modules)
+    ):
+        raise InputError(
+            f"{where}: recompute_modules joins distinct {', '.join(RECOMPUTE_MODULES)} with "
+            f"'+', not {text!r}"
         )
     if name == "moe_dispatcher" and text not in MOE_DISPATCHERS:
         raise InputError(
@@ -158,6 +171,7 @@ _KEYED_WHEN_SET: dict[str, Any] = {
     "hsdp": 1,
     "offload_optimizer": False,
     "offload_param": False,
+    "recompute_modules": "core_attn",
 }
 """Knobs added after studies were stored: left out of the key at their default, so that a
 study from before them resumes with its configs still known."""

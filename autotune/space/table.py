@@ -19,7 +19,10 @@ NUMBERS = (
     *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
 )
 FLAGS = ("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param")
-WORDS = ("recompute", "recompute_method", "moe_dispatcher", "nccl_algo", "nccl_proto")
+WORDS = (
+    *("recompute", "recompute_method", "recompute_modules", "moe_dispatcher"),
+    *("nccl_algo", "nccl_proto"),
+)
 DTYPES: dict[str, Any] = {
     **{name: np.int64 for name in NUMBERS},
     **{name: np.bool_ for name in FLAGS},
@@ -54,6 +57,7 @@ class ConfigTable(Sequence[TrainConfig]):
     offload_param: np.ndarray
     recompute: np.ndarray
     recompute_method: np.ndarray
+    recompute_modules: np.ndarray
     moe_dispatcher: np.ndarray
     nccl_algo: np.ndarray
     nccl_proto: np.ndarray

@@ -153,3 +153,17 @@ def test_mixture_of_experts_memory_by_hand() -> None:
     # s·b·h·(10 + 8 + mlp) with mlp = k·(4·f_moe/h + 2): 2·(8 + 2) = 20, where dense has 16.
     kept, _ = stage_activation_bytes(moe, ConfigTable.of([TrainConfig(mbs=1, ep=2)]), 1)
     assert kept[0] == 64 * 64 * (10 + 8 + 20)
+
+
+def test_selective_recomputation_by_module_by_hand() -> None:
+    """Megatron's recompute_modules: the MLP's activations (4·f/h = 16 units of s·b·h here)
+    or the norms' outputs (4) are rebuilt, not kept; the attention core is flash's already."""
+    bf16 = dataclasses.replace(TINY, precision="bf16")  # s 64, b 1, h 64: 4,096 per unit
+
+    def kept(**knobs: object) -> float:
+        table = ConfigTable.of([TrainConfig(mbs=1, **knobs)])  # type: ignore[arg-type]
+        return float(stage_activation_bytes(bf16, table, 1)[0][0])
+
+    assert kept() == kept(recompute="selective") == 4096 * (10 + 8 + 16)
+    assert kept(recompute="selective", recompute_modules="core_attn+mlp") == 4096 * (10 + 8)
+    assert kept(recompute="selective", recompute_modules="layernorm") == 4096 * (6 + 8 + 16)

@@ -264,6 +264,20 @@ CASES = {
         TrainConfig(tp=2, dp=8, ep=2),
         TrainConfig(tp=2, dp=8, ep=2, sp=True),
     ),
+    "megatron_recompute_modules_need_selective": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, recompute_modules="core_attn+mlp"),
+        TrainConfig(tp=8, dp=4, recompute="selective", recompute_modules="core_attn+mlp"),
+    ),
+    "megatron_moe_act_needs_grouped_gemm": (
+        "megatron",
+        dataclasses.replace(MIXTRAL, precision="fp16"),
+        H100,
+        TrainConfig(dp=16, ep=8, recompute="selective", recompute_modules="moe_act"),
+        TrainConfig(dp=16, ep=8, recompute="selective", recompute_modules="core_attn"),
+    ),
     "megatron_overlap_needs_dp": (
         "megatron",
         LLAMA70,
