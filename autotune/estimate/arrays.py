@@ -31,15 +31,6 @@ def grouped(*keys: np.ndarray) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
         yield tuple(key[rows[0]].item() for key in keys), rows
 
 
-def has_module(modules: np.ndarray, name: str) -> np.ndarray:
-    """Per config, whether its '+'-joined list (`recompute_modules`) names `name`: decided
-    once per distinct list."""
-    found = np.zeros(len(modules), dtype=bool)
-    for (value,), rows in grouped(modules):
-        found[rows] = name in str(value).split("+")
-    return found
-
-
 def _codes(key: np.ndarray) -> tuple[np.ndarray, int]:
     """Each value as a number from 0, and how many there can be: integers by their offset
     from the least, anything else (a few distinct words) by one comparison per value."""

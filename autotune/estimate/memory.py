@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from autotune.engines import EngineTraits, traits_of
-from autotune.estimate.arrays import Values, has_module
+from autotune.estimate.arrays import Values
 from autotune.estimate.stages import Stages
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
@@ -265,12 +265,9 @@ def _selective_savings(
     f_moe wide per token), `layernorm` the norms' outputs. The attention core (`core_attn`,
     the default) is flash attention's already and frees nothing."""
     selective = c.recompute == "selective"
-    modules = c.recompute_modules
     act = w.moe_share * w.moe_router_topk * 2 * w.expert_ffn_size / w.hidden_size
-    split = np.where(
-        has_module(modules, "mlp"), mlp, np.where(has_module(modules, "moe_act"), act, 0.0)
-    )
-    norms = np.where(has_module(modules, "layernorm"), LAYERNORM_UNITS, 0.0)
+    split = np.where(c.recomputes("mlp"), mlp, np.where(c.recomputes("moe_act"), act, 0.0))
+    norms = np.where(c.recomputes("layernorm"), LAYERNORM_UNITS, 0.0)
     return np.where(selective, norms, 0.0), np.where(selective, split, 0.0)
 
 

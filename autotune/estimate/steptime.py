@@ -22,7 +22,6 @@ import numpy as np
 
 from autotune.engines import traits_of
 from autotune.estimate import comm
-from autotune.estimate.arrays import has_module
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import expert_data_parallel, most_parameters, recomputed_layers
@@ -410,8 +409,8 @@ def _selective_layer_flops(w: Workload, c: ConfigTable) -> tuple[np.ndarray, np.
     core = 4 * mbs * w.seq_length**2 * w.num_attention_heads * w.head_dim
     mlp = 2 * mbs * w.seq_length * w.mean_layer_mlp_weights
     selective = c.recompute == "selective"
-    core = np.where(selective & has_module(c.recompute_modules, "core_attn"), core, 0.0)
-    mlp = np.where(selective & has_module(c.recompute_modules, "mlp"), mlp, 0.0)
+    core = np.where(selective & c.recomputes("core_attn"), core, 0.0)
+    mlp = np.where(selective & c.recomputes("mlp"), mlp, 0.0)
     return (core + mlp) / (c.tp * c.cp), mlp / (c.tp * c.cp)
 
 

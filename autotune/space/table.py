@@ -115,6 +115,24 @@ class ConfigTable(Sequence[TrainConfig]):
         rows = np.flatnonzero(same)
         return int(rows[0]) if len(rows) else None
 
+    def recomputes(self, module: str) -> np.ndarray:
+        """Per config, whether its `recompute_modules` names `module`."""
+        return self._modules.get(module, np.zeros(len(self), dtype=bool))
+
+    @cached_property
+    def _modules(self) -> dict[str, np.ndarray]:
+        """Each module named in `recompute_modules`, with the configs that name it: one pass
+        over the column, which the model reads several times."""
+        found: dict[str, np.ndarray] = {}
+        left = np.ones(len(self), dtype=bool)
+        while left.any():  # one comparison per distinct list, of which there are few
+            value = self.recompute_modules[np.argmax(left)]
+            rows = self.recompute_modules == value
+            for name in str(value).split("+"):
+                found[name] = found.get(name, np.zeros(len(self), dtype=bool)) | rows
+            left &= ~rows
+        return found
+
     def grad_accum(self, global_batch_size: int) -> np.ndarray:
         """Micro-batches per optimizer step on each data-parallel rank."""
         return global_batch_size // (self.mbs * self.dp)

@@ -167,3 +167,15 @@ def test_selective_recomputation_by_module_by_hand() -> None:
     assert kept() == kept(recompute="selective") == 4096 * (10 + 8 + 16)
     assert kept(recompute="selective", recompute_modules="core_attn+mlp") == 4096 * (10 + 8)
     assert kept(recompute="selective", recompute_modules="layernorm") == 4096 * (6 + 8 + 16)
+
+
+def test_a_table_mixing_module_lists_keeps_what_each_config_alone_keeps() -> None:
+    bf16 = dataclasses.replace(TINY, precision="bf16")
+    configs = [
+        TrainConfig(mbs=1, recompute="selective", recompute_modules=modules)
+        for modules in ("core_attn", "core_attn+mlp", "layernorm", "mlp+layernorm", "core_attn")
+    ]
+    together = stage_activation_bytes(bf16, ConfigTable.of(configs), 1)[0]
+    alone = [stage_activation_bytes(bf16, ConfigTable.of([c]), 1)[0][0] for c in configs]
+    assert list(together) == alone
+    assert alone[3] == 4096 * (6 + 8)  # neither the MLP's nor the norms' activations kept
