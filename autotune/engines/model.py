@@ -19,7 +19,7 @@ class Attention(nn.Module):
     def __init__(self, w: Workload, selective_recompute: bool) -> None:
         super().__init__()
         h, kv = w.hidden_size, w.num_query_groups * w.head_dim
-        query = w.num_attention_heads * w.head_dim
+        query = w.query_width
         self.head_dim = w.head_dim
         self.selective_recompute = selective_recompute
         self.q = nn.Linear(h, query, bias=False)

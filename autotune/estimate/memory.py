@@ -121,6 +121,13 @@ def most_parameters(w: Workload, c: ConfigTable, stages: Stages) -> HeldParamete
     return HeldParameters(totals[most, configs], np.asarray(experts, dtype=float))
 
 
+def state_shards(c: ConfigTable) -> np.ndarray:
+    """Ranks that shard the dense model states under ZeRO (or all-reduce them without it):
+    the data-parallel ones with the context-parallel ones, which hold the same weights, over
+    HSDP's replicas."""
+    return c.dp * c.cp // c.hsdp
+
+
 def expert_data_parallel(c: ConfigTable) -> np.ndarray:
     """Ranks holding the same experts: Megatron lays the tp·cp·dp ranks of a pipeline stage
     out again as etp·ep·edp for the experts."""
@@ -136,7 +143,7 @@ def model_states(
     routed experts over the expert data-parallel ranks."""
     if held is None:
         held = most_parameters(w, c, Stages.of(w, c, engine))
-    dense = _states(w, c, engine, held.dense, c.dp * c.cp // c.hsdp)
+    dense = _states(w, c, engine, held.dense, state_shards(c))
     if not w.is_moe:
         return dense
     experts = _states(w, c, engine, held.experts, expert_data_parallel(c))
@@ -395,8 +402,9 @@ def memory_breakdown(
     on_host = offloaded_states(w, c, states, held.total)
     buffer = host_accumulation_bytes(w, c, held.total)
     own_buffer = np.zeros(len(c))
-    if device_generation == "cpu":  # a CPU process's host memory is its own: nothing moves
-        on_host, own_buffer, buffer = ModelStates(*(np.zeros(len(c)),) * 3), buffer, own_buffer
+    if device_generation == "cpu":  # a CPU process's host memory is its own: nothing moves,
+        on_host = ModelStates(*(np.zeros(len(c)),) * 3)  # and the buffer is in it too
+        own_buffer, buffer = buffer, own_buffer
     return MemoryBreakdown(
         weights=states.params - on_host.params + fp8_weight_bytes(w, c, stages),
         gradients=states.grads - on_host.grads + own_buffer,
@@ -412,7 +420,7 @@ def host_accumulation_bytes(w: Workload, c: ConfigTable, psi: np.ndarray) -> np.
     """The pinned 16-bit host buffer in which ZeRO 1-2 with an offloaded optimizer accumulate
     the micro-batches' gradient partitions (none without accumulation)."""
     accumulating = (c.zero <= 2) & (c.grad_accum(w.global_batch_size) > 1)
-    buffer = psi * BYTES_PER_ELEMENT[w.precision] / (c.dp * c.cp)
+    buffer = psi * BYTES_PER_ELEMENT[w.precision] / state_shards(c)
     return np.where(c.offload_optimizer & accumulating, buffer, 0.0)
 
 
@@ -428,7 +436,7 @@ def offloaded_states(
     `offload_optimizer` the optimizer states and, in mixed precision, the fp32 gradient
     partition they are updated from; with `offload_param` (ZeRO 3) the parameter partition.
     The 16-bit gradients are reduced on the device before they move."""
-    fp32_partition = psi * 4 / (c.dp * c.cp)
+    fp32_partition = psi * 4 / state_shards(c)
     mixed = w.precision != "fp32"
     optimizer = np.where(c.offload_optimizer, states.optimizer, 0.0)
     grads = np.where(c.offload_optimizer & mixed, np.minimum(states.grads, fp32_partition), 0.0)

@@ -21,7 +21,7 @@ def layer_forward_flops(w: Workload, micro_batch: Values) -> Values:
     Megatron's formula: 2·b·s·(the linear weights a token passes through + 2·s·a·d for the
     attention scores and their product with the values)."""
     s = w.seq_length
-    attention = 2 * s * w.num_attention_heads * w.head_dim  # QK^T and AV, non-causal as Megatron
+    attention = 2 * s * w.query_width  # QK^T and AV, non-causal as Megatron counts
     return 2 * micro_batch * s * (layer_linear_weights(w) + attention)
 
 

@@ -24,7 +24,12 @@ from autotune.engines import traits_of
 from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
-from autotune.estimate.memory import expert_data_parallel, most_parameters, recomputed_layers
+from autotune.estimate.memory import (
+    expert_data_parallel,
+    most_parameters,
+    recomputed_layers,
+    state_shards,
+)
 from autotune.estimate.stages import (
     Stages,
     head_forward_flops,
@@ -337,7 +342,7 @@ def step_parts(
     transfers = np.where(c.pp == 1, 0.0, 2 * micro * c.vpp)
     # HSDP: each replica's dp/hsdp ranks shard the states (the inner mesh dimension), the
     # replicas all-reduce their shards.
-    shards = c.dp * c.cp // c.hsdp
+    shards = state_shards(c)
     dense = _Reduced(
         held.dense,
         shards,
@@ -379,12 +384,7 @@ def step_parts(
         cp_ranks=c.cp,
         context_parallel=bool((c.cp > 1).any()),
         cp_send=_context_parallel_sends(w, c, cluster),
-        cp_block=2
-        * c.mbs
-        * (w.seq_length / c.cp) ** 2
-        * w.num_attention_heads
-        * w.head_dim
-        / c.tp,
+        cp_block=2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.query_width / c.tp,
         bubble_share=(c.pp - 1) / c.vpp,
         p2p=comm.Timing(transfers * latency, transfers * (p2p_bytes / bandwidth)),
         grads=grads,
@@ -406,7 +406,7 @@ def _selective_layer_flops(w: Workload, c: ConfigTable) -> tuple[np.ndarray, np.
     values (`core_attn`), the MLP's GEMMs (`mlp`); and of those, the ones in linear layers
     (FP8's). Activations and norms (`moe_act`, `layernorm`) cost next to no FLOPs."""
     mbs = c.mbs.astype(float)
-    core = 4 * mbs * w.seq_length**2 * w.num_attention_heads * w.head_dim
+    core = 4 * mbs * w.seq_length**2 * w.query_width
     mlp = 2 * mbs * w.seq_length * w.mean_layer_mlp_weights
     selective = c.recompute == "selective"
     core = np.where(selective & c.recomputes("core_attn"), core, 0.0)
@@ -467,7 +467,7 @@ def _offload(
     down, ZeRO 1-2 accumulate on the host through the device (`async_accumulate_grad_in_
     cpu_via_gpu`: up and down again after the first)."""
     device = cluster.device
-    part = psi / (c.dp * c.cp)
+    part = psi / state_shards(c)
     width = BYTES_PER_ELEMENT[w.precision]
     grad_moves = np.where(c.zero == 3, micro, np.where(micro > 1, 2 * micro - 1, 1))
     step = part * (grad_moves + 1) * width / device.host_link_bytes_per_s

@@ -80,9 +80,15 @@ class Workload:
         return 3 if self.swiglu else 2
 
     @property
+    def query_width(self) -> int:
+        """Width of the queries over all heads (heads x kv_channels): what attention's
+        projections and scores scale with, the hidden size only where the heads split it."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
     def attention_weights(self) -> int:
         """Weights of one layer's q, k, v and output projections."""
-        query = self.num_attention_heads * self.head_dim
+        query = self.query_width
         kv = self.num_query_groups * self.head_dim
         return 2 * self.hidden_size * query + 2 * self.hidden_size * kv
 
@@ -141,7 +147,7 @@ class Workload:
             self.hidden_size,
         )
         g_over_a = self.num_query_groups / self.num_attention_heads
-        query_ratio = self.num_attention_heads * self.head_dim / h
+        query_ratio = self.query_width / h
         glu = 1.5 if self.swiglu else 1.0
         routed = self.moe_router_topk * self.expert_ffn_size
         moe_mlp = (routed + self.moe_shared_expert_intermediate_size) / h * glu
