@@ -5,25 +5,24 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
-import pandas as pd
-from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from autotune.calibration.from_commbench import CommCalibrationReport
-from autotune.calibration.from_study import CalibrationReport
-from autotune.commbench.bench import sweep_winners
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.space import Enumeration
-from autotune.study.confirm import Standing, ratio_interval, standings
-from autotune.study.noise import study_spread
-from autotune.study.trial_attrs import CONFIRMS
 from autotune.trial.folder import TrialRecord
 from autotune.trial.result import TrialResult
+
+if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, pandas, scipy)
+    import optuna
+    import pandas as pd
+
+    from autotune.calibration.from_commbench import CommCalibrationReport
+    from autotune.calibration.from_study import CalibrationReport
+    from autotune.study.confirm import Standing
 
 
 def human_bytes(n: float | None) -> str:
@@ -187,9 +186,13 @@ def _cell(key: str, value: Any) -> str:
 
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
     """Best config and its figures, speed-up over the median and worst, failures by kind."""
+    from optuna.trial import TrialState
+
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
     from autotune.report.table import users_config_trial
+    from autotune.study.confirm import standings
+    from autotune.study.trial_attrs import CONFIRMS
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
@@ -374,6 +377,8 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
             "yes" if r["correct"] else "[red]NO[/]",
         )
     console.print(table)
+    from autotune.commbench.bench import sweep_winners
+
     winners = sweep_winners(report)
     if not winners.empty:
         console.print(_sweep_table(winners, report.get("nccl_version")))
@@ -402,6 +407,9 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
 def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standing]) -> None:
     """The best config on the mean of its measurements, with its 95% interval, and how far
     ahead of the runner-up it is, between-trial noise included."""
+    from autotune.study.confirm import ratio_interval
+    from autotune.study.noise import study_spread
+
     best, between = ranked[0], study_spread(study)
     row = ok[ok["number"] == best.trial.number].iloc[0]
     measured = row["source"] == "measured"

@@ -307,12 +307,21 @@ def collective_time(
 
 @dataclass(frozen=True)
 class Chosen:
-    """Per size, what NCCL's model picked, with the size corrections applied."""
+    """Per size, what NCCL's model picked (`best`, an index into `offered`), with the size
+    corrections applied."""
 
-    algo: np.ndarray
-    proto: np.ndarray
+    offered: tuple[Choice, ...]
+    best: np.ndarray
     latency_us: np.ndarray
     algbw_gbps: np.ndarray
+
+    @property
+    def algo(self) -> np.ndarray:
+        return np.array([c.algo for c in self.offered])[self.best]
+
+    @property
+    def proto(self) -> np.ndarray:
+        return np.array([c.proto for c in self.offered])[self.best]
 
 
 def collective_times(
@@ -341,8 +350,7 @@ def collective_times(
     times = (latency + nbytes / (1000 * algbw)) * 1e-6
     best = np.argmin(times, axis=0)  # the first of equals, as NCCL's strict comparison
     at = np.arange(len(nbytes))
-    names = np.array([(c.algo, c.proto) for c in offered], dtype=str)[best]
-    chosen = Chosen(names[:, 0], names[:, 1], latency[best, at], algbw[best, at])
+    chosen = Chosen(offered, best, latency[best, at], algbw[best, at])
     return times[best, at], chosen
 
 

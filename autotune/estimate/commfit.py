@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
 
 from autotune.errors import InputError
 from autotune.estimate.collectives import Op, bus_factor, nccl_bytes
@@ -78,6 +77,8 @@ def matching_fit(
 def _line(bus: np.ndarray, times: np.ndarray) -> tuple[float, float]:
     """(latency s, seconds per bus byte): non-negative least squares on relative error, so
     small and large messages weigh alike."""
+    from scipy.optimize import nnls  # only a commbench fit needs scipy: plans start faster
+
     design = np.column_stack([np.ones_like(bus), bus]) / times[:, None]
     (latency, per_byte), _ = nnls(design, np.ones_like(times))
     return float(latency), float(per_byte)

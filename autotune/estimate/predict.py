@@ -19,7 +19,7 @@ from autotune.estimate.steptime import (
     step_parts,
 )
 from autotune.space import TrainConfig
-from autotune.space.table import ConfigTable
+from autotune.space.table import ConfigTable, NcclRuns
 from autotune.specs import Cluster, Workload
 from autotune.specs.throughput import throughput
 
@@ -98,14 +98,25 @@ class Predictor:
         engine: str,
         collectives: tuple[CollectiveFit, ...] = (),
         memory: MemoryBreakdown[np.ndarray] | None = None,
+        runs: NcclRuns | None = None,
         stages: Stages | None = None,
     ) -> Predictor:
-        """`memory`, which no calibration changes, and `stages` may be known already."""
-        stages = stages or Stages.of(w, table, engine)
-        parts = step_parts(w, table, cluster, engine, collectives, stages)
+        """`memory`, which no calibration changes, may be known already, and the table's runs
+        of NCCL variants (`runs`) and their layouts' `stages`. What no NCCL setting changes is
+        computed once per layout."""
+        runs = runs or table.nccl_runs()
+        stages = stages or Stages.of(w, runs.layouts, engine)
+        parts = step_parts(w, table, cluster, engine, collectives, runs, stages)
         if memory is None:
-            memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
+            generation = cluster.device.generation
+            on_layouts = memory_breakdown(w, runs.layouts, engine, generation, stages)
+            memory = on_layouts if runs.of_row is None else on_layouts.take(runs.of_row)
         return cls(w, cluster, table, parts, memory)
+
+    def take(self, rows: np.ndarray) -> Predictor:
+        """The model of these configs, in this order."""
+        table, parts = self.table.take(rows), self.parts.take(rows)
+        return Predictor(self.workload, self.cluster, table, parts, self.memory.take(rows))
 
     def at(self, cal: Calibration) -> Predictions:
         step = self.parts.time(cal)

@@ -66,10 +66,14 @@ def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibra
     """Predictions of the configs that fit, best first."""
     w, cluster, engine = problem.workload, problem.cluster, problem.engine.name
     table = ConfigTable.of(valid)
-    stages = Stages.of(w, table, engine)
-    memory = memory_breakdown(w, table, engine, cluster.device.generation, stages)
-    fitting = np.flatnonzero(fits(memory, cluster.device))
-    kept, known = table.take(fitting), (memory.take(fitting), stages.take(fitting))
+    # No NCCL setting changes memory: it is computed once per run of a layout's variants.
+    runs = table.nccl_runs()
+    stages = Stages.of(w, runs.layouts, engine)
+    memory = memory_breakdown(w, runs.layouts, engine, cluster.device.generation, stages)
+    fitting = np.flatnonzero(runs.spread(fits(memory, cluster.device)))
+    kept_runs, which = runs.take(fitting)
+    kept = kept_runs.layouts if kept_runs.of_row is None else table.take(fitting)
+    known = memory.take(kept_runs.spread(which)), kept_runs, stages.take(which)
     p = Predictor.of(w, kept, cluster, engine, cal.collectives, *known).at(cal)
     fastest = np.argsort(-p.tokens_per_s, kind="stable")
     return Ranked(p, fastest, len(table) - len(fitting))

@@ -16,7 +16,7 @@ Formulas: shared research comm_cost_model.md §5.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from autotune.estimate import comm
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import (
+    HeldParameters,
     expert_data_parallel,
     most_parameters,
     recomputed_layers,
@@ -36,7 +37,7 @@ from autotune.estimate.stages import (
     layer_forward_flops,
     layer_linear_forward_flops,
 )
-from autotune.space.table import ConfigTable
+from autotune.space.table import ConfigTable, NcclRuns
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
 
@@ -224,6 +225,22 @@ class StepParts:
     optimizer: np.ndarray
     offload: np.ndarray
 
+    def take(self, rows: np.ndarray) -> StepParts:
+        """The parts of these configs, in this order: a search predicts only the candidates
+        it may still propose."""
+        n = len(self.micro)
+
+        def taken(value: Any) -> Any:
+            if isinstance(value, np.ndarray) and value.ndim and value.shape[-1] == n:
+                return value[..., rows]  # per config, or per kind of rank and config
+            if isinstance(value, comm.Timing):
+                return comm.Timing(taken(value.fixed), taken(value.scaled))
+            if isinstance(value, tuple):
+                return tuple(taken(v) for v in value)
+            return value  # the same for every config
+
+        return StepParts(**{f.name: taken(getattr(self, f.name)) for f in fields(self)})
+
     def time(self, cal: Calibration) -> StepTime[np.ndarray]:
         scale, n = cal.bandwidth_scale, len(self.micro)
         rate = _rate(self.peak, self.width, self.tokens, cal)
@@ -319,22 +336,33 @@ def step_parts(
     cluster: Cluster,
     engine: str,
     collectives: tuple[CollectiveFit, ...] = (),
+    runs: NcclRuns | None = None,
     stages: Stages | None = None,
 ) -> StepParts:
     """What `StepParts` holds, for each config of the table; `collectives` are the cluster's
-    commbench fits, which take the place of the collective model where one matches."""
-    stages = stages or Stages.of(w, c, engine)
+    commbench fits, which take the place of the collective model where one matches. What
+    no NCCL setting changes is computed once per run of a layout's NCCL variants (`runs`,
+    the table's; `stages`, of the runs' layouts)."""
+    runs = runs or c.nccl_runs()
+    layouts = runs.layouts
+    stages = stages or Stages.of(w, layouts, engine)
     domain = cluster.domain_size
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
-    held = most_parameters(w, c, stages)
+    on_layouts = most_parameters(w, layouts, stages)
+    held = HeldParameters(runs.spread(on_layouts.total), runs.spread(on_layouts.experts))
     activation = c.mbs * w.seq_length // c.cp * w.hidden_size * width
     tp_group = comm.place(c.tp, 1, domain)
     nccl = comm.NcclSettings.of(c.nccl_algo, c.nccl_proto)
     per_collective = comm.timing("all_reduce", activation, tp_group, cluster, nccl, collectives)
-    selective = _selective_layer_flops(w, c)
-    kinds = np.array(
-        [_rank_work(w, c, layers, last, selective) for layers, last in stages.columns("pace")]
+    selective = _selective_layer_flops(w, layouts)
+    kinds = runs.spread(
+        np.array(
+            [
+                _rank_work(w, layouts, layers, last, selective)
+                for layers, last in stages.columns("pace")
+            ]
+        )
     )
     pp_group = comm.place(c.pp, c.tp * c.cp * c.dp, domain)
     latency, bandwidth = comm.over_links(cluster, pp_group)
@@ -380,7 +408,7 @@ def step_parts(
         fp8_peak=_fp8_peak(w, cluster),
         per_collective=per_collective,
         moe_exchange=_moe_exchange(w, c, cluster, nccl, collectives),
-        busiest=stages.busiest,
+        busiest=runs.spread(stages.busiest),
         cp_ranks=c.cp,
         context_parallel=bool((c.cp > 1).any()),
         cp_send=_context_parallel_sends(w, c, cluster),

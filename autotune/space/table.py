@@ -19,9 +19,10 @@ NUMBERS = (
     *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
 )
 FLAGS = ("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param")
+NCCL_KNOBS = ("nccl_algo", "nccl_proto")
 WORDS = (
     *("recompute", "recompute_method", "recompute_modules", "moe_dispatcher"),
-    *("nccl_algo", "nccl_proto"),
+    *NCCL_KNOBS,
 )
 DTYPES: dict[str, Any] = {
     **{name: np.int64 for name in NUMBERS},
@@ -140,3 +141,41 @@ class ConfigTable(Sequence[TrainConfig]):
     def take(self, rows: np.ndarray) -> ConfigTable:
         """The table of these rows, in this order."""
         return ConfigTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def nccl_runs(self) -> NcclRuns:
+        """The runs of adjacent rows that differ only in NCCL settings (the walk sets those
+        knobs last, so a layout's variants are neighbours): what no NCCL setting changes,
+        memory and compute, is computed once per run."""
+        starts = np.zeros(len(self), dtype=bool)
+        starts[:1] = True
+        for name in DTYPES:
+            if name not in NCCL_KNOBS:
+                column = getattr(self, name)
+                starts[1:] |= column[1:] != column[:-1]
+        if starts.all():
+            return NcclRuns(self, None)
+        return NcclRuns(self.take(np.flatnonzero(starts)), np.cumsum(starts) - 1)
+
+
+@dataclass(frozen=True)
+class NcclRuns:
+    """A table's rows grouped into runs that differ only in NCCL settings: `layouts` holds
+    each run's first row, `of_row` each row's run (None: every row is its own)."""
+
+    layouts: ConfigTable
+    of_row: np.ndarray | None
+
+    def spread(self, per_run: np.ndarray) -> np.ndarray:
+        """Per-run values (the last axis) to the table's rows."""
+        return per_run if self.of_row is None else per_run[..., self.of_row]
+
+    def take(self, rows: np.ndarray) -> tuple[NcclRuns, np.ndarray]:
+        """The runs of the table's `rows`, which hold whole runs in table order (as memory,
+        the same across a run, keeps them), and which runs of this table they are."""
+        if self.of_row is None:
+            return NcclRuns(self.layouts.take(rows), None), rows
+        runs = self.of_row[rows]
+        starts = np.ones(len(rows), dtype=bool)
+        starts[1:] = runs[1:] != runs[:-1]
+        kept = runs[starts]
+        return NcclRuns(self.layouts.take(kept), np.cumsum(starts) - 1), kept

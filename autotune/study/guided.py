@@ -118,8 +118,13 @@ class GuidedSearch:
     """Each candidate's layout (the number of the config with NCCL's own choices: the config
     NCCL knobs would refine); `_is_layout`: whether the candidate is its own layout."""
     _is_layout: np.ndarray = field(init=False, repr=False)
+    _layouts: np.ndarray = field(init=False, repr=False)
+    """The rows that are layouts, which `_layout_model` predicts at every refit (the full
+    model predicts only the leader's NCCL variants); `_layout_codes`: their knob codes."""
+    _layout_model: Predictor = field(init=False, repr=False)
+    _layout_codes: np.ndarray = field(init=False, repr=False)
     _distances: dict[TrainConfig, np.ndarray] = field(default_factory=dict, init=False, repr=False)
-    """Per measured config, how many knobs each candidate differs from it by."""
+    """Per measured config, how many knobs each layout differs from it by."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
     leader_measured: tuple[TrainConfig, float] | None = None
@@ -150,6 +155,10 @@ class GuidedSearch:
         defaults = np.array([self._encode(TrainConfig())[i] for i in nccl])
         self._is_layout = (self._codes[nccl] == defaults[:, None]).all(axis=0)
         self._layout_of = numbers - self._weights[nccl] @ (self._codes[nccl] - defaults[:, None])
+        self._layouts = np.flatnonzero(self._is_layout)
+        everything = len(self._layouts) == len(table)
+        self._layout_model = self._predictor if everything else self._predictor.take(self._layouts)
+        self._layout_codes = self._codes if everything else self._codes[:, self._layouts]
 
     def _encode(self, config: TrainConfig) -> np.ndarray:
         """The config's knob codes; a value no candidate has gets the code past the last."""
@@ -229,39 +238,42 @@ class GuidedSearch:
         """Every config still open, scored: its optimistic log tokens/s and uncertainty."""
         if self._beliefs is None:
             self._beliefs = self._believe()
-        expected, unc, open_ = self._beliefs
-        open_ = open_.copy()
-        open_[[row for row in map(self._row, excluded) if row is not None]] = False
-        rows = np.flatnonzero(open_)
-        return Scored(rows, expected[rows] + optimism * unc[rows])
+        rows, expected, unc = self._beliefs
+        measured = [row for row in map(self._row, excluded) if row is not None]
+        open_ = ~np.isin(rows, measured)
+        return Scored(rows[open_], expected[open_] + optimism * unc[open_])
 
     def _believe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per candidate, under the current fit: expected log tokens/s, its uncertainty, and
-        whether it may be proposed at all (fits, and is a layout or a promising NCCL
-        refinement of the leader's)."""
-        p = self._predictor.at(self.calibration)
+        """Under the current fit, the candidates that may be proposed (they fit, and are a
+        layout or a promising NCCL refinement of the leader's), in table order, with each
+        one's expected log tokens/s and its uncertainty. Only those are predicted: the other
+        NCCL variants, most of a space that lists NCCL settings, are never proposed."""
+        p = self._layout_model.at(self.calibration)
         distances, anchors = self._nearest()
-        log_rate = np.log(p.tokens_per_s)
         # A layout: its prediction moved by its nearest measured config's residual.
-        layout_unc = self.spread * (1 + DISTANCE_WEIGHT * distances)
-        layout_expected = log_rate + anchors * RESIDUAL_KEPT**distances
+        rows = [self._layouts]
+        expected = [np.log(p.tokens_per_s) + anchors * RESIDUAL_KEPT**distances]
+        unc = [self.spread * (1 + DISTANCE_WEIGHT * distances)]
         # NCCL settings refine the measured leader: its measurement, moved by the model's
         # predicted change, plus what NCCL's choice may leave on the table. Kept only while
         # it could beat the leader by the threshold at the stop rule's confidence, so
         # proposing and stopping agree.
         refine = self._refinement_anchor()
-        variant_unc = NCCL_SPREAD * p.step.exposed_comm_s / p.step.total_s
-        variant_expected = (refine or 0.0) + log_rate
-        variant = ~self._is_layout & (self._layout_of == self._leader_layout())
-        if refine is not None:
-            bar = math.log(self.leader_measured[1] * (1 + self.threshold))  # type: ignore[index]
-            variant &= variant_expected + CONFIDENCE * variant_unc > bar
-        else:
-            variant[:] = False
-        unc = np.where(self._is_layout, layout_unc, variant_unc)
-        expected = np.where(self._is_layout, layout_expected, variant_expected)
-        fits = self._memory_bytes <= self.memory_limit
-        return expected, unc, (self._is_layout | variant) & fits
+        if refine is not None and self.leader_measured is not None:
+            variants = ~self._is_layout & (self._layout_of == self._leader_layout())
+            variant_rows = np.flatnonzero(variants)
+            v = self._predictor.take(variant_rows).at(self.calibration)
+            variant_unc = NCCL_SPREAD * v.step.exposed_comm_s / v.step.total_s
+            variant_expected = refine + np.log(v.tokens_per_s)
+            bar = math.log(self.leader_measured[1] * (1 + self.threshold))
+            promising = variant_expected + CONFIDENCE * variant_unc > bar
+            rows.append(variant_rows[promising])
+            expected.append(variant_expected[promising])
+            unc.append(variant_unc[promising])
+        all_rows = np.concatenate(rows)
+        in_order = np.argsort(all_rows, kind="stable")
+        kept = in_order[self._memory_bytes[all_rows[in_order]] <= self.memory_limit]
+        return all_rows[kept], np.concatenate(expected)[kept], np.concatenate(unc)[kept]
 
     def propose(self, excluded: set[str]) -> TrainConfig | None:
         scored = self.ranked(excluded)
@@ -307,15 +319,15 @@ class GuidedSearch:
         return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
 
     def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per candidate: how many knobs it differs by from its nearest measured config, and
+        """Per layout: how many knobs it differs by from its nearest measured config, and
         that config's residual (the mean over equally near ones; 0 before any measurement)."""
-        n = len(self._table)
+        n = len(self._layouts)
         if not self.measured:
             return np.zeros(n, dtype=np.int32), np.zeros(n)
         for config in self.measured:
             if config not in self._distances:
                 differing = np.zeros(n, dtype=np.int8)
-                for codes, value in zip(self._codes, self._encode(config), strict=True):
+                for codes, value in zip(self._layout_codes, self._encode(config), strict=True):
                     differing += codes != value
                 self._distances[config] = differing
         distances = [self._distances[c] for c in self.measured]

@@ -16,7 +16,8 @@ import pytest
 
 from autotune.estimate.commfit import CollectiveFit, Regime
 from autotune.estimate.predict import estimate, predict
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.ranking import memory_verdicts
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.space.enumerate import build_config
@@ -147,3 +148,41 @@ def test_one_config_alone_is_predicted_as_in_any_table() -> None:
         for i in rng.sample(range(len(configs)), 25):
             alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
             assert alone == table.row(i)
+
+
+def test_a_layouts_nccl_variants_side_by_side_are_predicted_as_each_alone() -> None:
+    """A space's walk puts a layout's NCCL variants next to each other, and the model computes
+    what they share once for the run: each variant still gets its own collectives."""
+    rng = random.Random(11)
+    rows = golden_rows()
+    for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
+        problem = load_problem(engine, model, cluster)
+        world = problem.cluster.world_size
+        layouts = [build_config(r["config"], world) for r in rows if r["problem"] == index]
+        configs = [
+            dataclasses.replace(layout, nccl_algo=algo, nccl_proto=proto)
+            for layout in rng.sample(layouts, 20)
+            for algo, proto in NCCL_SETTINGS
+        ]
+        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
+        for i in rng.sample(range(len(configs)), 30):
+            alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
+            assert alone == table.row(i), f"{engine} {cluster} {configs[i].label()}"
+
+
+def test_a_plan_ranks_each_config_as_predicted_alone() -> None:
+    """The plan computes memory once per layout and step time for the configs that fit: its
+    verdicts are those of each config predicted alone."""
+    problem = load_problem("megatron", "mixtral-8x7b", "dgx-h100:2")
+    valid = problem.enumerate().valid
+    cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
+    ranked = memory_verdicts(problem, valid, cal)
+    rng = random.Random(5)
+    for i in rng.sample(range(len(ranked)), 40):
+        alone = estimate(problem.workload, ranked[i].config, problem.cluster, "megatron", cal)
+        assert alone == ranked[i]
+    planned = set(ranked.configs)
+    assert len(planned) + ranked.too_big == len(valid)
+    for config in rng.sample(list(valid), 200):
+        alone = estimate(problem.workload, config, problem.cluster, "megatron", cal)
+        assert alone.fits == (config in planned), config.label()
