@@ -143,9 +143,10 @@ class ConfigTable(Sequence[TrainConfig]):
         return ConfigTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
     def nccl_runs(self) -> NcclRuns:
-        """The runs of adjacent rows that differ only in NCCL settings (the walk sets those
-        knobs last, so a layout's variants are neighbours): what no NCCL setting changes,
-        memory and compute, is computed once per run."""
+        """The runs of adjacent rows that differ only in NCCL settings (the spaces list those
+        knobs last, so the walk puts a layout's variants side by side; rows in another order
+        make shorter runs, with the same results): what no NCCL setting changes, memory and
+        compute, is computed once per run."""
         starts = np.zeros(len(self), dtype=bool)
         starts[:1] = True
         for name in DTYPES:
