@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,40 +135,41 @@ def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
             assert e.tokens_per_s == pytest.approx(golden["tokens_per_s"], rel=1e-9), where
 
 
-def test_one_config_alone_is_predicted_as_in_any_table() -> None:
-    """A table's row does not depend on the configs beside it: each config predicted alone
-    (what `autotune estimate` does) equals its row in a shuffled table of all of them."""
-    rng = random.Random(7)
+def rows_are_each_config_alone(
+    arrange: Callable[[list[TrainConfig], random.Random], list[TrainConfig]], seed: int
+) -> None:
+    """Each problem's golden configs, arranged into a table by `arrange`, predicted as one
+    table: 25 random rows equal their config predicted alone (what `autotune estimate` does)."""
+    rng = random.Random(seed)
     rows = golden_rows()
     for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
         problem = load_problem(engine, model, cluster)
         world = problem.cluster.world_size
-        configs = [build_config(r["config"], world) for r in rows if r["problem"] == index]
-        rng.shuffle(configs)
+        golden = [build_config(r["config"], world) for r in rows if r["problem"] == index]
+        configs = arrange(golden, rng)
         table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
         for i in rng.sample(range(len(configs)), 25):
             alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
-            assert alone == table.row(i)
+            assert alone == table.row(i), f"{engine} {cluster} {configs[i].label()}"
+
+
+def test_one_config_alone_is_predicted_as_in_any_table() -> None:
+    """A table's row does not depend on the configs beside it: a shuffled table."""
+    rows_are_each_config_alone(lambda configs, rng: rng.sample(configs, len(configs)), seed=7)
 
 
 def test_a_layouts_nccl_variants_side_by_side_are_predicted_as_each_alone() -> None:
     """A space's walk puts a layout's NCCL variants next to each other, and the model computes
     what they share once for the run: each variant still gets its own collectives."""
-    rng = random.Random(11)
-    rows = golden_rows()
-    for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
-        problem = load_problem(engine, model, cluster)
-        world = problem.cluster.world_size
-        layouts = [build_config(r["config"], world) for r in rows if r["problem"] == index]
-        configs = [
+
+    def with_variants(layouts: list[TrainConfig], rng: random.Random) -> list[TrainConfig]:
+        return [
             dataclasses.replace(layout, nccl_algo=algo, nccl_proto=proto)
             for layout in rng.sample(layouts, 20)
             for algo, proto in NCCL_SETTINGS
         ]
-        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
-        for i in rng.sample(range(len(configs)), 30):
-            alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
-            assert alone == table.row(i), f"{engine} {cluster} {configs[i].label()}"
+
+    rows_are_each_config_alone(with_variants, seed=11)
 
 
 def test_a_plan_ranks_each_config_as_predicted_alone() -> None:
