@@ -18,6 +18,9 @@ import numpy as np
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 T = TypeVar("T", float, np.ndarray)
+Generation = Literal["ampere", "hopper", "blackwell"]
+GENERATIONS: tuple[Generation, ...] = ("ampere", "hopper", "blackwell")
+"""The GPU generations NCCL's model is priced for here (NCCL's compCapIndex 1-3)."""
 ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
 PROTOS = ("LL", "LL128", "Simple")
 
@@ -43,13 +46,34 @@ HW_LATENCY_US = {
     },
 }
 NET_OVERHEAD_US = 1.0  # Intel x86 hosts; x3 for Simple
-# Per-channel caps by generation, columns: 1 node, 2 nodes, 4+ nodes.
-LL_MAX_BW = {"ampere": (87.7, 39.0, 20.4), "hopper": (141.0, 39.0, 20.4)}
-PER_CH_MAX_RING_LL128 = {"ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 36.7)}
-PER_CH_MAX_TREE_LL128 = {"ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 29.0)}
-PER_CH_MAX_TREE = {"ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0)}
-PER_CH_MAX_NVLS_TREE = {"ampere": (0.0, 0.0, 0.0), "hopper": (0.0, 57.7, 45.5)}
-NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85}
+# Per-channel caps by generation, columns: 1 node, 2 nodes, 4+ nodes (Blackwell: SM100's
+# rows). Across nodes the LL cap is the host's (Intel x86), not the GPU's.
+LL_MAX_BW = {
+    "ampere": (87.7, 39.0, 20.4),
+    "hopper": (141.0, 39.0, 20.4),
+    "blackwell": (282.0, 39.0, 20.4),
+}
+PER_CH_MAX_RING_LL128 = {
+    "ampere": (20.0, 20.0, 20.0),
+    "hopper": (36.7, 36.7, 36.7),
+    "blackwell": (40.0, 40.0, 40.0),
+}
+PER_CH_MAX_TREE_LL128 = {
+    "ampere": (20.0, 20.0, 20.0),
+    "hopper": (36.7, 36.7, 29.0),
+    "blackwell": (55.6, 31.67, 20.0),
+}
+PER_CH_MAX_TREE = {
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (38.7, 41.4, 36.0),
+    "blackwell": (70.0, 42.8, 24.0),
+}
+PER_CH_MAX_NVLS_TREE = {
+    "ampere": (0.0, 0.0, 0.0),
+    "hopper": (0.0, 57.7, 45.5),
+    "blackwell": (0.0, 96.0, 80.0),
+}
+NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
 TREE_CORRECTION = {  # AllReduce Tree bandwidth factor by log2(bytes / 64)
     "LL": (
         1.0,
@@ -130,24 +154,28 @@ TREE_CORRECTION = {  # AllReduce Tree bandwidth factor by log2(bytes / 64)
         0.9,
     ),
 }
+# The per-channel speeds NCCL's topology search tries, fastest first (search.cc).
 SPEEDS_INTRA = {
     "ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
     "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
+    "blackwell": (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18),
 }
 SPEEDS_INTER = {
     "ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
     "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
+    "blackwell": (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
 }
-PCIE_BW = {"ampere": 24.0, "hopper": 48.0}  # Gen4 / Gen5 x16, caps the NIC path
+# Gen4 / Gen5 x16, caps the NIC path (DGX B200 and GB200 trays: ConnectX-7 on Gen5).
+PCIE_BW = {"ampere": 24.0, "hopper": 48.0, "blackwell": 48.0}
 
 
 @dataclass(frozen=True)
 class Fabric:
     """What NCCL's model needs of a machine: GPU generation and per-GPU link bandwidths."""
 
-    generation: Literal["ampere", "hopper"]
+    generation: Generation
     nvlink_gbps: float
-    """Per GPU, one direction, as NCCL models NVLink (A100 240, H100 370.8)."""
+    """Per GPU, one direction, as NCCL models NVLink (A100 240, H100 370.8, B200 721.8)."""
     nic_gbps: float
     """Per GPU, one direction (NDR 50, HDR 25)."""
     nvswitch: bool = True
@@ -179,8 +207,9 @@ def ring_graph(f: Fabric, nodes: int, ppn: int) -> Graph:
 
 
 def nvls_graph(f: Fabric, nodes: int, ppn: int) -> Graph | None:
-    """NVLink SHARP: Hopper with NVSwitch; (ppn+1)·bw must fit the NVLink budget."""
-    if f.generation != "hopper" or not f.nvswitch or ppn < 2:
+    """NVLink SHARP: Hopper or Blackwell with NVSwitch; (ppn+1)·bw must fit the NVLink
+    budget."""
+    if f.generation == "ampere" or not f.nvswitch or ppn < 2:
         return None
     bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / (ppn + 1))
     # One node: nothing leaves it. (§1.6 derives a bwInter of 60 here, marked unverified;

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.estimate.arrays import grouped
-from autotune.estimate.collectives import Fabric, Op, bus_factor, collective_times, nccl_bytes
+from autotune.estimate.collectives import (
+    GENERATIONS,
+    Fabric,
+    Op,
+    bus_factor,
+    collective_times,
+    nccl_bytes,
+)
 from autotune.estimate.commfit import CollectiveFit, matching_fit
 from autotune.specs import Cluster
 
@@ -47,13 +54,13 @@ def over_links(cluster: Cluster, group: Group) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fabric(cluster: Cluster) -> Fabric | None:
-    """NCCL's view of the cluster; Blackwell is priced with Hopper's tuning constants on its
-    own links until NCCL's SM100 tables are in (both have NVSwitch and NVLink SHARP)."""
-    generation = cluster.device.generation
-    if cluster.backend != "nccl" or generation not in ("ampere", "hopper", "blackwell"):
+    """NCCL's view of the cluster: its tuning constants and search speeds for the GPU
+    generation (Blackwell's are SM100's), its links' bandwidths."""
+    known = [g for g in GENERATIONS if g == cluster.device.generation]
+    if cluster.backend != "nccl" or not known:
         return None
     return Fabric(
-        generation="ampere" if generation == "ampere" else "hopper",
+        generation=known[0],
         nvlink_gbps=cluster.intra_link.bandwidth_bytes_per_s / 1e9,
         nic_gbps=cluster.inter_link.bandwidth_bytes_per_s / 1e9,
     )

@@ -30,6 +30,27 @@ def test_8xh100_allreduce_table(algo: str, proto: str, latency_us: float, algbw:
     assert c.algbw_gbps == pytest.approx(algbw, rel=2e-3)
 
 
+B200 = Fabric(generation="blackwell", nvlink_gbps=721.8, nic_gbps=50.0)
+
+
+@pytest.mark.parametrize(
+    ("algo", "proto", "algbw"),
+    [
+        # SM100's search speeds: 721.8 / 6 -> 90 GB/s a channel, halved over 12 channels
+        ("Ring", "Simple", 308.6),  # 12 x 45 = 540 busbw, x 8/14
+        ("Ring", "LL128", 274.3),  # min(540 x 0.92, 12 x 40) x 8/14
+        ("Tree", "Simple", 248.4),  # min(540 x 0.92, 12 x 70) x 0.5
+        ("NVLS", "Simple", 473.6),  # 8 x 80 x .74 x 7/8 x 2 x 8/14
+    ],
+)
+def test_8xb200_allreduce_is_priced_on_nccls_blackwell_tables(
+    algo: str, proto: str, algbw: float
+) -> None:
+    c = candidate("all_reduce", algo, proto, 8, 1, B200)
+    assert c is not None
+    assert c.algbw_gbps == pytest.approx(algbw, rel=2e-3)
+
+
 def test_three_nodes_tree_ll_matches_ncclss_own_log() -> None:
     """NVIDIA/nccl#1453: `64 Bytes -> Algo 0 proto 0 time 25.207382` on 3 x 8 H100."""
     t, c = collective_time("all_reduce", 64, 24, 3, H100, "Tree", "LL")
