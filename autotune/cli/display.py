@@ -16,7 +16,7 @@ from autotune.space import Enumeration
 from autotune.trial.folder import TrialRecord
 from autotune.trial.result import TrialResult
 
-if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, pandas, scipy)
+if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, scipy)
     import optuna
     import pandas as pd
 

@@ -22,6 +22,8 @@ Generation = Literal["ampere", "hopper", "blackwell"]
 GENERATIONS: tuple[Generation, ...] = ("ampere", "hopper", "blackwell")
 """The GPU generations NCCL's model is priced for here (NCCL's compCapIndex 1-3)."""
 ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
+NVLS_ARITY = 32
+"""NCCL_MAX_NVLS_ARITY: NVLS channels, one a GPU, at most (device.h, search.cc)."""
 PROTOS = ("LL", "LL128", "Simple")
 
 BASE_LATENCY_US = {
@@ -179,6 +181,9 @@ class Fabric:
     nic_gbps: float
     """Per GPU, one direction (NDR 50, HDR 25)."""
     nvswitch: bool = True
+    x86_host: bool = True
+    """NCCL corrects Blackwell's NVLSTree all-reduce by size only on x86 hosts (DGX B200's
+    Xeons, not GB200's Grace)."""
     nccl_version: tuple[int, int, int] = (2, 30, 7)
     """Constants follow the NCCL release (§1.8); only NVLSTree's network latency differs
     between the releases this model covers (14 us before 2.28.9, 20.9 us from it)."""
@@ -196,26 +201,29 @@ def _fastest(speeds: tuple[float, ...], fits: float) -> float:
 
 
 def ring_graph(f: Fabric, nodes: int, ppn: int) -> Graph:
-    """Ring/Tree graph: 6 channels doubled to 12 inside a node; 8 rail channels across nodes,
-    each limited by the NIC (through PCIe) and by 8 channels sharing the NVLink budget."""
+    """Ring/Tree graph: 6 channels doubled to 12 inside a node; a rail channel per GPU across
+    nodes, each limited by the NIC (through PCIe) and by 8 channels sharing the NVLink
+    budget, as derived for DGX nodes (§1.6), or more where a domain holds more GPUs (an
+    NVL72 rack)."""
     if nodes == 1:
         bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / 6) / 2
         return Graph(channels=12, bw_intra=bw, bw_inter=bw)
     nic = min(f.nic_gbps, PCIE_BW[f.generation])
-    bw = _fastest(SPEEDS_INTER[f.generation], min(nic, f.nvlink_gbps / 8))
+    bw = _fastest(SPEEDS_INTER[f.generation], min(nic, f.nvlink_gbps / max(8, ppn)))
     return Graph(channels=ppn, bw_intra=bw, bw_inter=bw)
 
 
 def nvls_graph(f: Fabric, nodes: int, ppn: int) -> Graph | None:
-    """NVLink SHARP: Hopper or Blackwell with NVSwitch; (ppn+1)·bw must fit the NVLink
-    budget."""
+    """NVLink SHARP: Hopper or Blackwell with NVSwitch; a channel per GPU up to NCCL's
+    NVLS arity (32), and (channels+1)·bw must fit the NVLink budget."""
     if f.generation == "ampere" or not f.nvswitch or ppn < 2:
         return None
-    bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / (ppn + 1))
+    channels = min(ppn, NVLS_ARITY)
+    bw = _fastest(SPEEDS_INTRA[f.generation], f.nvlink_gbps / (channels + 1))
     # One node: nothing leaves it. (§1.6 derives a bwInter of 60 here, marked unverified;
     # measured NVLS on 5-8 GPUs, §4 row 6, shows no such cap.) Else the NIC through PCIe.
     inter = math.inf if nodes == 1 else min(f.nic_gbps, PCIE_BW[f.generation])
-    return Graph(channels=ppn, bw_intra=bw, bw_inter=inter)
+    return Graph(channels=channels, bw_intra=bw, bw_inter=inter)
 
 
 @dataclass(frozen=True)
@@ -375,7 +383,7 @@ def collective_times(
     latency = np.empty((len(offered), len(nbytes)))
     algbw = np.empty_like(latency)
     for i, c in enumerate(offered):
-        latency[i], algbw[i] = _size_corrections(op, c, nbytes, n, nodes)
+        latency[i], algbw[i] = _size_corrections(op, c, nbytes, n, nodes, f)
     times = (latency + nbytes / (1000 * algbw)) * 1e-6
     best = np.argmin(times, axis=0)  # the first of equals, as NCCL's strict comparison
     at = np.arange(len(nbytes))
@@ -410,18 +418,26 @@ def _offered(op: Op, n: int, nodes: int, f: Fabric, algo: str, proto: str) -> bo
 
 
 def _size_corrections(
-    op: Op, c: Choice, nbytes: np.ndarray, n: int, nodes: int
+    op: Op, c: Choice, nbytes: np.ndarray, n: int, nodes: int, f: Fabric
 ) -> tuple[np.ndarray, np.ndarray]:
     """(latency us, algorithm bandwidth) of a candidate at each size: Tree all-reduce's
-    bandwidth by log2(size / 64), multi-node Simple Ring all-reduce's latency x1.4 for
-    large enough sizes."""
+    bandwidth by log2(size / 64) below 512 MB (and NVLSTree's below 1 GB, on Blackwell with
+    x86 hosts), multi-node Simple Ring all-reduce's latency x1.4 for large enough sizes."""
     latency = np.full(len(nbytes), c.latency_us)
     algbw = np.full(len(nbytes), c.algbw_gbps)
-    if op == "all_reduce" and c.algo == "Tree":
+    corrected_below = (
+        23
+        if c.algo == "Tree"
+        else 24
+        if c.algo == "NVLSTree" and f.generation == "blackwell" and f.x86_host
+        else 0
+    )
+    if op == "all_reduce" and corrected_below:
         # floor(log2(x)) exactly: frexp gives x = m·2^e with m in [0.5, 1)
         log_size = np.frexp(np.maximum(nbytes, 64) / 64)[1] - 1
-        table = np.array((*TREE_CORRECTION[c.proto], 1.0))
-        algbw *= np.where(log_size < 23, table[np.minimum(log_size, 23)], 1.0)
+        table = np.array(TREE_CORRECTION[c.proto])
+        correction = table[np.minimum(log_size, len(table) - 1)]
+        algbw *= np.where(log_size < corrected_below, correction, 1.0)
     if op == "all_reduce" and c.algo == "Ring" and c.proto == "Simple" and nodes > 1:
         latency = np.where(nbytes / (8 * n) >= 64, latency * 1.4, latency)
     return latency, algbw

@@ -63,6 +63,7 @@ def fabric(cluster: Cluster) -> Fabric | None:
         generation=known[0],
         nvlink_gbps=cluster.intra_link.bandwidth_bytes_per_s / 1e9,
         nic_gbps=cluster.inter_link.bandwidth_bytes_per_s / 1e9,
+        x86_host=not cluster.device.arm_host,
     )
 
 

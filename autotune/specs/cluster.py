@@ -30,6 +30,9 @@ class DeviceKind:
     host_memory_bandwidth_bytes_per_s: float = 50e9
     """A device's share of its host's memory bandwidth: bounds an offloaded optimizer step,
     which reads and writes every state on the CPU."""
+    arm_host: bool = False
+    """The host CPU is Arm (GB200's Grace), not x86: NCCL's model corrects some collectives
+    on x86 hosts only."""
 
 
 @dataclass(frozen=True, kw_only=True)

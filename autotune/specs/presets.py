@@ -191,6 +191,7 @@ DEVICES: dict[str, DeviceKind] = {
             host_memory_bytes=240 * 10**9,
             host_link_bytes_per_s=225e9,
             host_memory_bandwidth_bytes_per_s=256e9,
+            arm_host=True,
         ),
         DeviceKind(
             name="h200",

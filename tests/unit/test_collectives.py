@@ -51,6 +51,25 @@ def test_8xb200_allreduce_is_priced_on_nccls_blackwell_tables(
     assert c.algbw_gbps == pytest.approx(algbw, rel=2e-3)
 
 
+def test_nvls_takes_at_most_32_channels_in_an_nvl72_rack() -> None:
+    # NCCL_MAX_NVLS_ARITY: 32 channels x 20 GB/s (721.8 / 33 -> 20), not one per GPU
+    c = candidate("all_reduce", "NVLS", "Simple", 72, 1, B200)
+    assert c is not None
+    assert c.algbw_gbps == pytest.approx(32 * 20 * 0.74 * 31 / 32 * 2 * 72 / 142, rel=2e-3)
+
+
+def test_blackwell_nvlstree_is_size_corrected_on_x86_hosts_only() -> None:
+    # tuning.cc: NVLSTree all-reduce takes the tree correction on SM100 with an x86 host
+    # (DGX B200), not with GB200's Grace; 64 MiB is log2(2^26 / 64) = 20: Simple's 0.8.
+    arm = Fabric(generation="blackwell", nvlink_gbps=721.8, nic_gbps=50.0, x86_host=False)
+    x86, _ = collective_time("all_reduce", 2**26, 16, 2, B200, "NVLSTree", "Simple")
+    grace, _ = collective_time("all_reduce", 2**26, 16, 2, arm, "NVLSTree", "Simple")
+    c = candidate("all_reduce", "NVLSTree", "Simple", 16, 2, B200)
+    assert c is not None
+    moved = 2**26 / (1000 * c.algbw_gbps) * 1e-6
+    assert x86 - grace == pytest.approx(moved / 0.8 - moved, rel=1e-6)
+
+
 def test_three_nodes_tree_ll_matches_ncclss_own_log() -> None:
     """NVIDIA/nccl#1453: `64 Bytes -> Algo 0 proto 0 time 25.207382` on 3 x 8 H100."""
     t, c = collective_time("all_reduce", 64, 24, 3, H100, "Tree", "LL")
