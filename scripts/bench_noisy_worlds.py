@@ -13,9 +13,12 @@ world's best, as the study names it (its standing: the mean over the trial and r
 as the best single trial would (no confirmation: what autotune named before repeats); how
 often the world's best config, run by the search, had a trial stopped early as slower, with
 the study's noise-aware margin (`noise.early_stop_margin`) and, on the same step draws, with
-a fixed 10% margin; and the trials each verdict costs. Writes results/bench/noisy_worlds.md.
+a fixed 10% margin; and the trials each verdict costs. Each with the default budget (8 search
+trials) and with none (`--trials 0`: the search runs until it has converged), so that what a
+guarantee costs stands beside what the default spends. Writes results/bench/noisy_worlds.md.
 
     .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--noise 0,0.05,0.1,0.2]
+        [--trials 8,0]
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ class Outcome:
     seconds_search: float
 
 
-def run(world: World, noise: float, seed: int) -> Outcome:
+def run(world: World, noise: float, seed: int, trials: int | None) -> Outcome:
     launcher = StepwiseLauncher(world, noise, seed)
     study = optuna.create_study(direction="maximize")
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,7 +144,7 @@ def run(world: World, noise: float, seed: int) -> Outcome:
             launcher=launcher,
             progress=_Quiet(),
             settings=SearchSettings(
-                budget=Budget(),
+                budget=Budget(trials=trials),
                 seed=seed,
                 calibration=DEFAULT_CALIBRATION[world.problem.cluster.device.generation],
             ),
@@ -173,18 +176,28 @@ def _share(flags: list[bool]) -> str:
     return f"{sum(flags)} of {len(flags)} ({sum(flags) / len(flags):.0%})"
 
 
-def report(rows: list[tuple[float, list[Outcome]]], args: argparse.Namespace, took: float) -> str:
+def _budget(trials: int | None) -> str:
+    return f"{trials} trials" if trials else "until converged"
+
+
+Row = tuple[float, int | None, list[Outcome]]
+
+
+def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
     lines = [
         "# Verdicts in noisy worlds",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"scripts/bench_noisy_worlds.py --seeds {args.seeds} --noise {args.noise}` in "
+        f"scripts/bench_noisy_worlds.py --seeds {args.seeds} --noise {args.noise} --trials "
+        f"{args.trials}` in "
         f"{took:.0f} s. Simulated, not measured: the {WORLD[1]} on {WORLD[2]} world of "
         f"bench_search.py ({WORLD[0]} engine, its truth the model moved by a seeded "
         "config-dependent error and a compute/communication bias), each trial a launch whose "
         f"level is its config's truth times exp(N(0, noise)), measured step by step ({WITHIN:.0%} "
-        "jitter) under the worker's stopping rule. The default study: guided search, 8 "
-        "trials, leaders confirmed by interleaved repeats. 'Named' is the study's winner "
+        "jitter) under the worker's stopping rule. The default study (guided search, leaders "
+        "confirmed by interleaved repeats) with its default budget of 8 search trials, and "
+        "with no trial budget: the search then stops when it has converged (no config left "
+        "that its model says could beat the best). 'Named' is the study's winner "
         "(mean over its trial and repeats); 'single trial' the best single search trial, "
         "what autotune named before confirmation. Early stopping: the world's best config "
         "had a trial stopped as slower, with the study's noise-aware margin and, on the same "
@@ -192,15 +205,16 @@ def report(rows: list[tuple[float, list[Outcome]]], args: argparse.Namespace, to
         "search ran it). Trial-seconds charge "
         f"{OVERHEAD_S:.0f} s + {WARMUP_STEPS} warm-up steps + the measured steps per trial.",
         "",
-        "| noise | seeds | named within 2% | single trial within 2% | regret named (median, max) "
-        "| best config ran | best stopped early | with a fixed 10% margin | search trials "
+        "| noise | search budget | seeds | named within 2% | single trial within 2% "
+        "| regret named (median, max) | best config ran | best stopped early "
+        "| with a fixed 10% margin | search trials "
         "| repeats (median) | trial-seconds (median): with repeats / search only |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for noise, outcomes in rows:
+    for noise, trials, outcomes in rows:
         ran = [o for o in outcomes if o.best_ran]
         lines.append(
-            f"| {noise:.0%} | {len(outcomes)} "
+            f"| {noise:.0%} | {_budget(trials)} | {len(outcomes)} "
             f"| {_share([o.regret <= 0.02 for o in outcomes])} "
             f"| {_share([o.regret_single <= 0.02 for o in outcomes])} "
             f"| {statistics.median(o.regret for o in outcomes):.1%}, "
@@ -213,16 +227,18 @@ def report(rows: list[tuple[float, list[Outcome]]], args: argparse.Namespace, to
             f"| {statistics.median(o.seconds for o in outcomes):,.0f} / "
             f"{statistics.median(o.seconds_search for o in outcomes):,.0f} |"
         )
-    ten = next((o for n, o in rows if math.isclose(n, 0.10)), None)
-    if ten is not None:
+    for noise, trials, ten in rows:
+        if not math.isclose(noise, 0.10):
+            continue
         named = sum(o.regret <= 0.02 for o in ten) / len(ten)
         ran = [o for o in ten if o.best_ran]
         stopped = sum(o.best_stopped for o in ran) / len(ran) if ran else 0.0
         lines += [
             "",
-            f"Goals at 10% noise: the winner within 2% of the best in at least 90% of seeds: "
-            f"{named:.0%}, {'met' if named >= 0.9 else 'not met'}; the true best stopped early "
-            f"in at most 5%: {stopped:.0%}, {'met' if stopped <= 0.05 else 'not met'}.",
+            f"Goals at 10% noise, {_budget(trials)}: the winner within 2% of the best in at "
+            f"least 90% of seeds: {named:.0%}, {'met' if named >= 0.9 else 'not met'}; the "
+            f"true best stopped early in at most 5%: {stopped:.0%}, "
+            f"{'met' if stopped <= 0.05 else 'not met'}.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -231,16 +247,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--noise", default="0,0.05,0.1,0.2")
+    parser.add_argument(
+        "--trials", default="8,0", help="search budgets to compare; 0: until converged"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/noisy_worlds.md")
     args = parser.parse_args()
     started = time.monotonic()
-    rows = []
+    rows: list[Row] = []
     for noise in (float(n) for n in args.noise.split(",")):
-        outcomes = []
-        for seed in range(args.seeds):
-            outcomes.append(run(simulated_world(*WORLD, seed=seed), noise, seed))
-        rows.append((noise, outcomes))
-        print(noise, [round(o.regret, 3) for o in outcomes], flush=True)
+        for trials in (int(t) or None for t in args.trials.split(",")):
+            outcomes = [
+                run(simulated_world(*WORLD, seed=seed), noise, seed, trials)
+                for seed in range(args.seeds)
+            ]
+            rows.append((noise, trials, outcomes))
+            print(noise, _budget(trials), [round(o.regret, 3) for o in outcomes], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report(rows, args, time.monotonic() - started))
     print(f"wrote {args.out}")

@@ -1,6 +1,7 @@
 """Before naming the winner: re-measure the leaders by interleaved repeats (A B A B ...)
 until the best is faster than each runner-up at the stated confidence, or surely within
-2% of it (either will do), or each has had `REPEATS` repeats; a config then stands on the
+2% of it (either will do), or each has had `REPEATS` repeats (or the study's repeat budget is
+spent); a config then stands on the
 mean of all its measurements.
 
 A trial's own interval says how well one launch knew its step time; another launch of the
@@ -36,10 +37,15 @@ from autotune.study.trial_attrs import (
     SOURCE,
 )
 
-CONTENDERS = 3
-"""The best config and up to this many minus one runners-up."""
-REPEATS = 3
-"""Repeats per contender at most, besides its own trial."""
+CONTENDERS = 8
+"""The best config and up to this many minus one runners-up it is not surely faster than:
+where launches differ by 10%, one launch of the fastest config reads 20% low often enough
+to fall behind several others, and three contenders lost it in a fifth of the simulated
+noisy worlds (scripts/bench_noisy_worlds.py); settled runners-up leave at once, so a quiet
+cluster repeats few."""
+REPEATS = 6
+"""Repeats per contender at most, besides its own trial: four launches cannot part configs
+5% apart in 10% noise, seven mostly can."""
 CONFIDENCE = 0.95
 """One-sided: how sure "the best is faster than the runner-up" must be to stop repeating."""
 EQUIVALENT = NOISE_FLOOR
@@ -110,9 +116,11 @@ def ratio_interval(
     return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
 
 
-def separated(best: Standing, other: Standing, between: Spread | None) -> bool:
-    """best is faster than other at `CONFIDENCE` (one-sided)."""
-    _, low, _ = ratio_interval(best, other, between, level=2 * CONFIDENCE - 1)
+def separated(
+    best: Standing, other: Standing, between: Spread | None, confidence: float = CONFIDENCE
+) -> bool:
+    """best is faster than other at `confidence` (one-sided)."""
+    _, low, _ = ratio_interval(best, other, between, level=2 * confidence - 1)
     return low > 1
 
 

@@ -36,7 +36,7 @@ def test_a_gain_within_noise_exports_nccls_default() -> None:
     study = study_of((A, 100.0), (A_RING, 101.0))
     verdict = nccl_verdict(study, best(study))
     assert verdict.trial.number == 0  # the same layout with nothing set
-    assert verdict.note is not None and "is not a gain at 95% confidence" in verdict.note
+    assert verdict.note is not None and "is not a gain at 99% confidence" in verdict.note
 
 
 def test_a_setting_never_measured_against_the_default_is_not_kept() -> None:
