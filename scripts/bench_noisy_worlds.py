@@ -6,7 +6,8 @@ truth), measured step by step: each trial draws its launch's level (the config's
 exp(N(0, noise)), afresh per trial) and then step times around it (2% jitter), and measures
 them under the worker's own rule (`trial.length.stopped_for`, with the step time to beat and
 the margin the study hands the trial), so early stopping acts as in a real trial. The study is
-the default one (guided search, 8 trials, confirmation of leaders by interleaved repeats).
+the default one (guided search, confirmation of leaders by interleaved repeats), with 8
+search trials and with the search run until it has converged.
 
 Per noise level, over the seeds: how often the winner's true throughput is within 2% of the
 world's best, as the study names it (its standing: the mean over the trial and repeats) and
@@ -255,7 +256,7 @@ def main() -> None:
     started = time.monotonic()
     rows: list[Row] = []
     for noise in (float(n) for n in args.noise.split(",")):
-        for trials in (int(t) or None for t in args.trials.split(",")):
+        for trials in (max(0, int(t)) or None for t in args.trials.split(",")):
             outcomes = [
                 run(simulated_world(*WORLD, seed=seed), noise, seed, trials)
                 for seed in range(args.seeds)

@@ -144,8 +144,9 @@ MIN_REPEATS = 2
 """Repeats allowed however few trials the search ran: one round of two contenders."""
 REPEATS_PER_TRIAL = 2
 """Repeats allowed per trial the search ran: confirmation may cost twice the search where
-launches differ by 10% (one per trial named the world's best in 14 of 20 simulated noisy
-worlds, two in 18); a quiet cluster settles its leaders in far fewer."""
+launches differ by 10% (in simulated noisy worlds searched to convergence, one per trial
+named the world's best in 14 of 20 seeds, two in 17-18: results/bench/noisy_worlds.md); a
+quiet cluster settles its leaders in far fewer."""
 
 
 class _Search:

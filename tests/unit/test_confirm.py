@@ -138,7 +138,7 @@ def test_repeats_stop_once_the_best_is_surely_faster_and_at_the_cap_when_never()
 
     assert repeats_in((100.0, 99.0), 0.001, seed=1) == 2  # 1% apart, 0.1% noise: one round
     assert repeats_in((100.0, 100.0), 0.05, seed=2) == 2 * REPEATS  # never settled: the cap
-    assert repeats_in((100.0, 99.5), 0.05, seed=2, limit=3) == 3  # no more than the search ran
+    assert repeats_in((100.0, 99.5), 0.05, seed=2, limit=3) == 3  # no more than the repeat limit
 
 
 def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() -> None:
