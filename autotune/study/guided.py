@@ -44,6 +44,13 @@ MIN_SPREAD = 0.03
 """Floor on the model's error: measurements themselves are noisy by a few percent."""
 DISTANCE_WEIGHT = 0.1
 """Extra uncertainty per knob a config differs by from its nearest measured config."""
+NOVELTY_WEIGHT = 0.5
+"""Extra uncertainty, in model spreads, for a config one knob from a measured one where that
+knob takes a value no trial has run (a ZeRO stage, a micro-batch): the model's error for the
+value is unknown, not merely one knob away. On CPU gloo the model ranks ZeRO 1-2 a little
+above ZeRO 0 and measurement says the reverse; without this, eight trials never ran ZeRO 0
+(results/bench/default_run.md). Only one knob away: a bonus for any untried value made the
+search chase configs unlike any measured, which cost trials in bench_search's worlds."""
 EXPLORE = 1.0
 """Standard deviations of optimism when proposing (about an 84% one-sided bound)."""
 CONFIDENCE = 2.0
@@ -253,7 +260,8 @@ class GuidedSearch:
         # A layout: its prediction moved by its nearest measured config's residual.
         rows = [self._layouts]
         expected = [np.log(p.tokens_per_s) + anchors * RESIDUAL_KEPT**distances]
-        unc = [self.spread * (1 + DISTANCE_WEIGHT * distances)]
+        untried = self._novel() & (distances == 1)
+        unc = [self.spread * (1 + DISTANCE_WEIGHT * distances + NOVELTY_WEIGHT * untried)]
         # NCCL settings refine the measured leader: its measurement, moved by the model's
         # predicted change, plus what NCCL's choice may leave on the table. Kept only while
         # it could beat the leader by the threshold at the stop rule's confidence, so
@@ -317,6 +325,16 @@ class GuidedSearch:
     def _estimate(self, config: TrainConfig) -> Estimate:
         p = self.problem
         return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
+
+    def _novel(self) -> np.ndarray:
+        """Per layout: whether it has a knob value no measured config has had."""
+        novel = np.zeros(len(self._layouts), dtype=bool)
+        if not self.measured:
+            return novel
+        measured = np.stack([self._encode(c) for c in self.measured], axis=1)
+        for codes, seen in zip(self._layout_codes, measured, strict=True):
+            novel |= ~np.isin(codes, seen)
+        return novel
 
     def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
         """Per layout: how many knobs it differs by from its nearest measured config, and
