@@ -16,10 +16,12 @@ often the world's best config, run by the search, had a trial stopped early as s
 the study's noise-aware margin (`noise.early_stop_margin`) and, on the same step draws, with
 a fixed 10% margin; and the trials each verdict costs. Each with the default budget (8 search
 trials) and with none (`--trials 0`: the search runs until it has converged), so that what a
-guarantee costs stands beside what the default spends. Writes results/bench/noisy_worlds.md.
+guarantee costs stands beside what the default spends; with --thorough, also the effort of
+`autotune run --thorough` (study/effort.py), whose settings were chosen on seeds 0-39, so
+--first-seed 40 reports it on seeds it was not tuned on. Writes results/bench/noisy_worlds.md.
 
-    .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--noise 0,0.05,0.1,0.2]
-        [--trials 8,0]
+    .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--first-seed 0]
+        [--noise 0,0.05,0.1,0.2] [--trials 8,0] [--thorough]
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from autotune.estimate.steptime import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import config_key  # noqa: E402
+from autotune.study.effort import STANDARD, THOROUGH, Effort  # noqa: E402
 from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import CONFIG_KEY, CONFIRMS  # noqa: E402
@@ -60,6 +63,7 @@ FIXED_MARGIN = 0.10
 WARMUP_STEPS = 5
 OVERHEAD_S = 90.0
 """Launch, imports and initialisation of a real large-model trial (as bench_search)."""
+EFFORTS = {"standard": STANDARD, "thorough": THOROUGH}
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
@@ -134,7 +138,9 @@ class Outcome:
     seconds_search: float
 
 
-def run(world: World, noise: float, seed: int, trials: int | None) -> Outcome:
+def run(
+    world: World, noise: float, seed: int, trials: int | None, effort: Effort = STANDARD
+) -> Outcome:
     launcher = StepwiseLauncher(world, noise, seed)
     study = optuna.create_study(direction="maximize")
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,7 +151,7 @@ def run(world: World, noise: float, seed: int, trials: int | None) -> Outcome:
             launcher=launcher,
             progress=_Quiet(),
             settings=SearchSettings(
-                budget=Budget(trials=trials),
+                budget=Budget(trials=trials, effort=effort),
                 seed=seed,
                 calibration=DEFAULT_CALIBRATION[world.problem.cluster.device.generation],
             ),
@@ -177,11 +183,29 @@ def _share(flags: list[bool]) -> str:
     return f"{sum(flags)} of {len(flags)} ({sum(flags) / len(flags):.0%})"
 
 
-def _budget(trials: int | None) -> str:
+def _budget(trials: int | None, effort: str) -> str:
+    if effort != "standard":
+        return f"{effort} ({trials} trials)" if trials else f"{effort}, until converged"
     return f"{trials} trials" if trials else "until converged"
 
 
-Row = tuple[float, int | None, list[Outcome]]
+@dataclass(frozen=True)
+class Row:
+    noise: float
+    trials: int | None
+    effort: str
+    outcomes: list[Outcome]
+
+    @property
+    def budget(self) -> str:
+        return _budget(self.trials, self.effort)
+
+
+def budgets(args: argparse.Namespace) -> list[tuple[int | None, str]]:
+    """The default effort at each --trials budget; the thorough one as `--thorough` runs it
+    (no trial budget: until its stop rule says so)."""
+    standard = [(max(0, int(t)) or None, "standard") for t in args.trials.split(",")]
+    return standard + ([(None, "thorough")] if args.thorough else [])
 
 
 def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
@@ -189,8 +213,8 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
         "# Verdicts in noisy worlds",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"scripts/bench_noisy_worlds.py --seeds {args.seeds} --noise {args.noise} --trials "
-        f"{args.trials}` in "
+        f"scripts/bench_noisy_worlds.py --seeds {args.seeds} --first-seed {args.first_seed} "
+        f"--noise {args.noise} --trials {args.trials}{' --thorough' * args.thorough}` in "
         f"{took:.0f} s. Simulated, not measured: the {WORLD[1]} on {WORLD[2]} world of "
         f"bench_search.py ({WORLD[0]} engine, its truth the model moved by a seeded "
         "config-dependent error and a compute/communication bias), each trial a launch whose "
@@ -198,7 +222,13 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
         "jitter) under the worker's stopping rule. The default study (guided search, leaders "
         "confirmed by interleaved repeats) with its default budget of 8 search trials, and "
         "with no trial budget: the search then stops when it has converged (no config left "
-        "that its model says could beat the best). 'Named' is the study's winner "
+        "that its model says could beat the best). 'thorough' is `autotune run --thorough` "
+        "(study/effort.py: the search stops once the expected number of configs left that "
+        f"beat the best by 2% is at most {THOROUGH.stop_risk}, and up to "
+        f"{THOROUGH.contenders} leaders are repeated up to {THOROUGH.repeats} times each, "
+        f"{THOROUGH.repeats_per_trial} repeats per search trial at most; the default: "
+        f"{STANDARD.contenders}, {STANDARD.repeats}, {STANDARD.repeats_per_trial}). Its "
+        "settings were chosen on seeds 0-39. 'Named' is the study's winner "
         "(mean over its trial and repeats); 'single trial' the best single search trial, "
         "what autotune named before confirmation. Early stopping: the world's best config "
         "had a trial stopped as slower, with the study's noise-aware margin and, on the same "
@@ -212,10 +242,11 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
         "| repeats (median) | trial-seconds (median): with repeats / search only |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for noise, trials, outcomes in rows:
+    for row in rows:
+        outcomes = row.outcomes
         ran = [o for o in outcomes if o.best_ran]
         lines.append(
-            f"| {noise:.0%} | {_budget(trials)} | {len(outcomes)} "
+            f"| {row.noise:.0%} | {row.budget} | {len(outcomes)} "
             f"| {_share([o.regret <= 0.02 for o in outcomes])} "
             f"| {_share([o.regret_single <= 0.02 for o in outcomes])} "
             f"| {statistics.median(o.regret for o in outcomes):.1%}, "
@@ -228,15 +259,16 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
             f"| {statistics.median(o.seconds for o in outcomes):,.0f} / "
             f"{statistics.median(o.seconds_search for o in outcomes):,.0f} |"
         )
-    for noise, trials, ten in rows:
-        if not math.isclose(noise, 0.10):
+    for row in rows:
+        if not math.isclose(row.noise, 0.10):
             continue
+        ten = row.outcomes
         named = sum(o.regret <= 0.02 for o in ten) / len(ten)
         ran = [o for o in ten if o.best_ran]
         stopped = sum(o.best_stopped for o in ran) / len(ran) if ran else 0.0
         lines += [
             "",
-            f"Goals at 10% noise, {_budget(trials)}: the winner within 2% of the best in at "
+            f"Goals at 10% noise, {row.budget}: the winner within 2% of the best in at "
             f"least 90% of seeds: {named:.0%}, {'met' if named >= 0.9 else 'not met'}; the "
             f"true best stopped early in at most 5%: {stopped:.0%}, "
             f"{'met' if stopped <= 0.05 else 'not met'}.",
@@ -251,18 +283,26 @@ def main() -> None:
     parser.add_argument(
         "--trials", default="8,0", help="search budgets to compare; 0: until converged"
     )
+    parser.add_argument(
+        "--thorough", action="store_true", help="also run `autotune run --thorough`'s effort"
+    )
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/noisy_worlds.md")
     args = parser.parse_args()
     started = time.monotonic()
     rows: list[Row] = []
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     for noise in (float(n) for n in args.noise.split(",")):
-        for trials in (max(0, int(t)) or None for t in args.trials.split(",")):
+        for trials, effort in budgets(args):
             outcomes = [
-                run(simulated_world(*WORLD, seed=seed), noise, seed, trials)
-                for seed in range(args.seeds)
+                run(simulated_world(*WORLD, seed=seed), noise, seed, trials, EFFORTS[effort])
+                for seed in seeds
             ]
-            rows.append((noise, trials, outcomes))
-            print(noise, _budget(trials), [round(o.regret, 3) for o in outcomes], flush=True)
+            row = Row(noise, trials, effort, outcomes)
+            rows.append(row)
+            print(noise, row.budget, [round(o.regret, 3) for o in outcomes], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report(rows, args, time.monotonic() - started))
     print(f"wrote {args.out}")

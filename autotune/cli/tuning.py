@@ -81,6 +81,15 @@ from autotune.problem import load_problem
     help="Re-measure leaders within noise with longer trials before naming one.",
 )
 @click.option(
+    "--thorough",
+    is_flag=True,
+    help="For a noisy cluster: search until few configs are left that could beat the best "
+    "(together, not each alone) and repeat up to 16 leaders up to 40 times each; no trial "
+    "budget unless --trials. In simulated worlds with 10% noise between launches, the "
+    "winner was within 2% of the best in 37 of 40 seeds (24 by default) for 4x the trial "
+    "time (results/bench/noisy_worlds.md).",
+)
+@click.option(
     "--early-stop-margin",
     default=0.10,
     show_default=True,
@@ -114,6 +123,7 @@ def run(
     early_stop: bool,
     early_stop_margin: float,
     confirm: bool,
+    thorough: bool,
     measured_steps: int | None,
     precision: float,
     command: tuple[str, ...],
@@ -129,6 +139,7 @@ def run(
     """
     from autotune.launchers import LaunchSettings
     from autotune.study import COMMAND_TRIALS, Budget
+    from autotune.study.effort import STANDARD, THOROUGH
     from autotune.tune import TuneSettings, tune
 
     problem = load_problem(engine, model, cluster, space, command)
@@ -136,11 +147,13 @@ def run(
     assert per_trial_s is not None  # the option has a default
     settings = TuneSettings(
         budget=Budget(
-            trials=n_trials or (COMMAND_TRIALS if command else Budget().trials),
+            trials=n_trials
+            or (None if thorough else COMMAND_TRIALS if command else Budget().trials),
             max_time_s=parse_duration(max_time, "--max-time"),
             timeout_per_trial_s=per_trial_s,
             early_stop_margin=early_stop_margin if early_stop else None,
             confirm=confirm,
+            effort=THOROUGH if thorough else STANDARD,
         ),
         launcher=launcher,
         launch=LaunchSettings(

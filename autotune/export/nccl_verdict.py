@@ -38,7 +38,7 @@ class NcclVerdict:
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     """Keep the winner's NCCL settings only when its repeats are faster than the same layout
     with NCCL's defaults at `KEEP_CONFIDENCE`, between-trial noise included (the
-    confirmation repeats both, interleaved, up to `REPEATS` times whatever they show; the
+    confirmation repeats both, interleaved, up to `Effort.repeats` times whatever they show; the
     trial that made the winner lead is left out, as it was chosen for reading fast); else
     export the best layout with NCCL's defaults."""
     config = TrainConfig(**best.user_attrs[CONFIG])

@@ -1,8 +1,7 @@
 """Before naming the winner: re-measure the leaders by interleaved repeats (A B A B ...)
 until the best is faster than each runner-up at the stated confidence, or surely within
-2% of it (either will do), or each has had `REPEATS` repeats (or the study's repeat budget is
-spent); a config then stands on the
-mean of all its measurements.
+2% of it (either will do), or each has had its `Effort.repeats` (or the study's repeat budget is
+spent); a config then stands on the mean of all its measurements.
 
 A trial's own interval says how well one launch knew its step time; another launch of the
 same config on a shared machine can land 20% away. Only repeats, interleaved so that a slow
@@ -20,6 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy import stats
 
 from autotune.space import TrainConfig, config_key, nccl_default
+from autotune.study.effort import STANDARD, Effort
 from autotune.study.noise import (
     NOISE_FLOOR,
     UNKNOWN_BETWEEN,
@@ -37,15 +37,6 @@ from autotune.study.trial_attrs import (
     SOURCE,
 )
 
-CONTENDERS = 8
-"""The best config and up to this many minus one runners-up it is not surely faster than:
-where launches differ by 10%, one launch of the fastest config reads 20% low often enough
-to fall behind several others: in simulated noisy worlds (scripts/bench_noisy_worlds.py,
-10% noise, searched to convergence) three contenders named the best in 16 of 20, eight in
-18; settled runners-up leave at once, so a quiet cluster repeats few."""
-REPEATS = 6
-"""Repeats per contender at most, besides its own trial: four launches cannot part configs
-5% apart in 10% noise, seven mostly can."""
 CONFIDENCE = 0.95
 """One-sided: how sure "the best is faster than the runner-up" must be to stop repeating."""
 EQUIVALENT = NOISE_FLOOR
@@ -149,10 +140,12 @@ def standings(study: optuna.Study) -> list[Standing]:
     return sorted(found, key=lambda s: -s.tokens_per_s)
 
 
-def contenders(study: optuna.Study) -> list[Standing]:
+def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]:
     """The configs to repeat next: the best and each runner-up it is not surely faster than
     (and, when the best forces NCCL settings, the same layout with NCCL's defaults), those
-    with repeats left and none running; [] when the best stands apart."""
+    with repeats left and none running; [] when the best stands apart. Where launches differ
+    by 10%, one launch of the fastest config reads 20% low often enough to fall behind
+    several others, so several runners-up are repeated; settled ones leave at once."""
     ranked = [s for s in standings(study) if s.trial.user_attrs.get(SOURCE) == "measured"]
     if len(ranked) < 2:
         return []
@@ -165,16 +158,16 @@ def contenders(study: optuna.Study) -> list[Standing]:
     else:
         unsettled = [s for s in ranked[1:] if not _settled(best, s, between)]
         # The closest with repeats left; those out of repeats only keep the best repeating.
-        close = [s for s in unsettled if s.repeats < REPEATS][: CONTENDERS - 1]
+        close = [s for s in unsettled if s.repeats < effort.repeats][: effort.contenders - 1]
         close = close or unsettled[:1]
     baseline = nccl_baseline(best, ranked)
     if (
         baseline is not None
         and baseline not in close
-        and min(best.repeats, baseline.repeats) < (REPEATS)
+        and min(best.repeats, baseline.repeats) < effort.repeats
     ):
         # An NCCL setting is kept only when its repeats show it faster (export/nccl_verdict):
-        # up to `REPEATS` each whatever they show, so that stopping once it looks faster
+        # up to `effort.repeats` each whatever they show, so that stopping once it looks faster
         # cannot make it so.
         close.append(baseline)
     if not close:
@@ -182,7 +175,7 @@ def contenders(study: optuna.Study) -> list[Standing]:
     running = _repeats_running(study)
     if baseline in close:  # right after the best: a repeat limit cuts runners-up first
         close = [baseline, *(s for s in close if s is not baseline)]
-    return [s for s in [best, *close] if s.repeats < REPEATS and s.first not in running]
+    return [s for s in [best, *close] if s.repeats < effort.repeats and s.first not in running]
 
 
 def _settled(best: Standing, other: Standing, between: Spread | None) -> bool:
@@ -224,17 +217,18 @@ def confirm(
     run: Callable[[optuna.Trial, TrainConfig], object],
     time_left: Callable[[], bool] = lambda: True,
     limit: int | None = None,
+    effort: Effort = STANDARD,
 ) -> list[int]:
     """Rounds of one repeat per contender, the order rotated each round (the best first in
     a round the limit cuts short), while contenders remain (a config leaves them at
-    `REPEATS` repeats), `time_left()` and fewer than `limit` repeats ran; returns the
+    `effort.repeats` repeats), `time_left()` and fewer than `limit` repeats ran; returns the
     repeats' trial numbers. Each repeat is asked as the very trial queued for it, so seeds
     still queued stay queued for the search."""
     numbers: list[int] = []
     round_ = 0
-    # Rounds go on while contenders have repeats left (each has at most `REPEATS`), so a
+    # Rounds go on while contenders have repeats left (each has at most `effort.repeats`), so a
     # config that takes the lead late, after the first leader's repeats, is repeated too.
-    while group := contenders(study):
+    while group := contenders(study, effort):
         shift, round_, before = round_ % len(group), round_ + 1, len(numbers)
         order = group[shift:] + group[:shift]
         if limit is not None and limit - len(numbers) < len(order):  # the limit cuts it:
@@ -250,6 +244,6 @@ def confirm(
                 continue
             run(trial, standing.config)
             numbers.append(trial.number)
-        if len(numbers) == before and round_ >= REPEATS:  # each repeat another worker's
+        if len(numbers) == before and round_ >= effort.repeats:  # each another worker's
             break
     return numbers

@@ -11,7 +11,9 @@ uncertainty is the spread of the model's errors on the trials so far (a prior be
 are enough), growing with the config's distance from anything measured. Out-of-memory
 trials tighten the memory model: nothing predicted to need as much as a config that ran out
 of memory is proposed again. The search has converged when no config's optimistic throughput
-beats the best measured one by more than the threshold.
+beats the best measured one by more than the threshold, or (thorough, `Effort.stop_risk`)
+when the expected number of configs that do is small: with hundreds of configs each unlikely
+to win, a bound on each lets the one that wins go.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState
+from scipy import special
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.predict import Estimate, Predictor, estimate
@@ -97,6 +100,9 @@ class GuidedSearch:
     calibration: Calibration
     seed: int | None = None
     threshold: float = NOISE_FLOOR
+    stop_risk: float | None = None
+    """`Effort.stop_risk`: stop once the expected number of open configs that beat the best
+    by the threshold is at most this; None: once none alone could at `CONFIDENCE`."""
     rng: random.Random = field(init=False)
     memory_limit: float = field(init=False)
     measured: list[TrainConfig] = field(default_factory=list)
@@ -243,12 +249,17 @@ class GuidedSearch:
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = EXPLORE) -> Scored:
         """Every config still open, scored: its optimistic log tokens/s and uncertainty."""
+        rows, expected, unc = self._open(excluded)
+        return Scored(rows, expected + optimism * unc)
+
+    def _open(self, excluded: set[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The configs still open, each with its expected log tokens/s and uncertainty."""
         if self._beliefs is None:
             self._beliefs = self._believe()
         rows, expected, unc = self._beliefs
         measured = [row for row in map(self._row, excluded) if row is not None]
         open_ = ~np.isin(rows, measured)
-        return Scored(rows[open_], expected[open_] + optimism * unc[open_])
+        return rows[open_], expected[open_], unc[open_]
 
     def _believe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Under the current fit, the candidates that may be proposed (they fit, and are a
@@ -295,14 +306,22 @@ class GuidedSearch:
 
     def converged(self, excluded: set[str], best_tokens_per_s: float | None) -> str | None:
         """Why the search can stop, or None while some config may still win."""
-        scored = self.ranked(excluded, optimism=CONFIDENCE)
-        if best_tokens_per_s is None or not len(scored):
+        rows, expected, unc = self._open(excluded)
+        if best_tokens_per_s is None or not len(rows):
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))
-        if scored.score.max() <= bar:
+        if self.stop_risk is None:
+            if (expected + CONFIDENCE * unc).max() <= bar:
+                return (
+                    f"search converged: {len(rows)} configs left, none predicted to beat "
+                    f"the best by more than {self.threshold:.0%}"
+                )
+            return None
+        risk = float(special.ndtr((expected - bar) / np.maximum(unc, 1e-9)).sum())
+        if risk <= self.stop_risk:
             return (
-                f"search converged: {len(scored)} configs left, none predicted to beat "
-                f"the best by more than {self.threshold:.0%}"
+                f"search converged: {len(rows)} configs left, {risk:.2f} of them expected "
+                f"to beat the best by more than {self.threshold:.0%}"
             )
         return None
 

@@ -25,6 +25,7 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import confirm
+from autotune.study.effort import STANDARD, Effort
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import early_stop_margin
 from autotune.study.samplers import ENQUEUEING
@@ -76,6 +77,8 @@ class Budget:
     (`noise.early_stop_margin`, `trial.length`); None turns early stopping off."""
     confirm: bool = True
     """Re-measure leaders within noise of each other with longer trials before naming one."""
+    effort: Effort = STANDARD
+    """When the guided search stops and how many leaders are repeated how often."""
 
 
 @dataclass(frozen=True)
@@ -142,11 +145,6 @@ def run_study(
 
 MIN_REPEATS = 2
 """Repeats allowed however few trials the search ran: one round of two contenders."""
-REPEATS_PER_TRIAL = 2
-"""Repeats allowed per trial the search ran: confirmation may cost twice the search where
-launches differ by 10% (in simulated noisy worlds searched to convergence, one per trial
-named the world's best in 14 of 20 seeds, two in 17-18: results/bench/noisy_worlds.md); a
-quiet cluster settles its leaders in far fewer."""
 
 
 class _Search:
@@ -178,7 +176,13 @@ class _Search:
                 f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB per device"
             )
         self.guide = (
-            GuidedSearch(problem, self.ranked.fastest_first, self.cal, settings.seed)
+            GuidedSearch(
+                problem,
+                self.ranked.fastest_first,
+                self.cal,
+                settings.seed,
+                stop_risk=settings.budget.effort.stop_risk,
+            )
             if settings.strategy == "guided"
             else None
         )
@@ -372,7 +376,7 @@ class _Search:
     def confirm_leaders(self) -> list[int]:
         """Interleaved repeats of the leaders the best is not surely faster than (measured
         runs only), each measured in full (no step time to beat), while the time budget
-        lasts, and at most `REPEATS_PER_TRIAL` repeats per trial the search ran (a user's
+        lasts, and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
         command relaunches for each)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
@@ -396,5 +400,6 @@ class _Search:
             self.space.distributions,
             run_confirmation,
             time_left,
-            limit=max(MIN_REPEATS, REPEATS_PER_TRIAL * self.ran),
+            limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
+            effort=self.budget.effort,
         )

@@ -10,7 +10,8 @@ import pandas as pd
 
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
-from autotune.study.confirm import REPEATS, confirm, contenders, standings
+from autotune.study.confirm import confirm, contenders, standings
+from autotune.study.effort import STANDARD, THOROUGH, Effort
 from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import NOISE_PRIOR
 
@@ -119,26 +120,50 @@ def test_repeats_that_scatter_keep_leaders_apart_and_repeats_that_agree_separate
     assert contenders(steady) == []  # 3% apart, 0.2% noise: a is surely faster
 
 
+def confirmed(
+    world: tuple[float, float],
+    noise_level: float,
+    seed: int,
+    limit: int | None = None,
+    effort: Effort = STANDARD,
+) -> tuple[int, float]:
+    """Repeats spent on two configs whose true throughputs are `world`, and the true
+    throughput of the one the study then names."""
+    study = optuna.create_study(direction="maximize")
+    rng = random.Random(seed)
+    truth = {measured(study, world[0]): world[0], measured(study, world[1]): world[1]}
+
+    def run(trial: optuna.Trial, config: TrainConfig) -> None:
+        for key, value in attrs(1.0, 0.001, config).items():  # as the loop's run does
+            trial.set_user_attr(key, value)
+        value = truth[trial.user_attrs["confirms"]] * (1 + rng.gauss(0, noise_level))
+        study.tell(trial, value)
+
+    repeats = len(confirm(study, lambda _: {}, {}, run, limit=limit, effort=effort))
+    return repeats, truth[standings(study)[0].first]
+
+
 def test_repeats_stop_once_the_best_is_surely_faster_and_at_the_cap_when_never() -> None:
     def repeats_in(
         world: tuple[float, float], noise_level: float, seed: int, limit: int | None = None
     ) -> int:
-        """Repeats spent on two configs whose true throughputs are `world`."""
-        study = optuna.create_study(direction="maximize")
-        rng = random.Random(seed)
-        truth = {measured(study, world[0]): world[0], measured(study, world[1]): world[1]}
-
-        def run(trial: optuna.Trial, config: TrainConfig) -> None:
-            for key, value in attrs(1.0, 0.001, config).items():  # as the loop's run does
-                trial.set_user_attr(key, value)
-            value = truth[trial.user_attrs["confirms"]] * (1 + rng.gauss(0, noise_level))
-            study.tell(trial, value)
-
-        return len(confirm(study, lambda _: {}, {}, run, limit=limit))
+        return confirmed(world, noise_level, seed, limit)[0]
 
     assert repeats_in((100.0, 99.0), 0.001, seed=1) == 2  # 1% apart, 0.1% noise: one round
-    assert repeats_in((100.0, 100.0), 0.05, seed=2) == 2 * REPEATS  # never settled: the cap
+    assert repeats_in((100.0, 100.0), 0.05, seed=2) == 2 * STANDARD.repeats  # never settled
     assert repeats_in((100.0, 99.5), 0.05, seed=2, limit=3) == 3  # no more than the repeat limit
+
+
+def test_thorough_effort_parts_leaders_5_percent_apart_in_10_percent_noise() -> None:
+    """Two configs 5% apart in 10% noise: where the default's six repeats each run out
+    before they are told apart, `--thorough`'s forty go on, and it names the faster one in
+    every seed; the default names the slower one in some."""
+    standard = [confirmed((100.0, 95.0), 0.10, seed) for seed in range(10)]
+    thorough = [confirmed((100.0, 95.0), 0.10, seed, effort=THOROUGH) for seed in range(10)]
+    assert 95.0 in [named for _, named in standard]
+    assert all(named == 100.0 for _, named in thorough)
+    for (repeats, _), (more, _) in zip(standard, thorough, strict=True):
+        assert more > repeats or repeats < 2 * STANDARD.repeats  # at the cap, more
 
 
 def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() -> None:
@@ -182,10 +207,10 @@ def test_a_config_that_takes_the_lead_after_the_first_rounds_is_repeated_too() -
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
     a, b, c, d = (measured(study, v) for v in (104.0, 101.0, 100.5, 99.0))
-    fallen = [95.0] * (REPEATS - 3)  # what the first three read once they fell back
+    fallen = [95.0] * (STANDARD.repeats - 3)  # what the first three read once they fell back
     repeats = {a: [103.0, 103.0, 80.0, *fallen], b: [100.0, 100.0, 92.0, *fallen]}
     repeats[c] = [100.0, 100.0, 92.0, *fallen]
-    repeats[d] = [99.0] * REPEATS
+    repeats[d] = [99.0] * STANDARD.repeats
 
     def run(trial: optuna.Trial, config: TrainConfig) -> None:
         for key, value in attrs(1.0, 0.001, config).items():

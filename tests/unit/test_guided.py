@@ -1,5 +1,7 @@
 """The guided search on in-memory studies against the simulate launcher (model = truth)."""
 
+import math
+import random
 from pathlib import Path
 
 import optuna
@@ -10,6 +12,7 @@ from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
+from autotune.study.effort import THOROUGH
 from autotune.study.guided import GuidedSearch
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.samplers import make_sampler
@@ -169,3 +172,40 @@ def test_a_zero_stage_never_measured_is_tried_when_the_model_ranks_it_close() ->
         study.tell(trial, e.tokens_per_s * speed_up)
     best = max(study.get_trials(), key=lambda t: t.value or 0.0)
     assert best.user_attrs["config"]["zero"] == 0
+
+
+def test_a_thorough_search_goes_on_where_each_config_alone_is_unlikely_to_win() -> None:
+    """A world where each config strays from the model by its own 10% (seeded): the default
+    stop rule ends the search once no one config could beat the best at 98%, but with a
+    thousand left, one of them may. Given the same trials, a thorough guide (`stop_risk`)
+    goes on until few are expected to, and measures a faster config."""
+    problem = load_problem("torch", "llama3-8b", "dgx-h100:4")
+    ranked = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    rng = random.Random(0)
+    truth = {config_key(e.config): e.tokens_per_s * math.exp(rng.gauss(0, 0.1)) for e in ranked}
+    study = optuna.create_study(direction="maximize")
+
+    def search_until_converged(guide: GuidedSearch) -> str:
+        while True:
+            guide.learn(study.get_trials())
+            seen = {t.user_attrs["config_key"] for t in study.get_trials()}
+            best = max((t.value for t in study.get_trials() if t.value), default=None)
+            why = guide.converged(seen, best)
+            if why:
+                return why
+            proposal = guide.propose(seen)
+            assert proposal is not None
+            key = config_key(proposal)
+            trial = study.ask()
+            trial.set_user_attr("config", proposal.as_dict())
+            trial.set_user_attr("config_key", key)
+            trial.set_user_attr("step_time_s", problem.workload.tokens_per_step / truth[key])
+            study.tell(trial, truth[key])
+
+    why = search_until_converged(GuidedSearch(problem, ranked.configs, CAL, seed=0))
+    assert "none predicted to beat the best" in why
+    standard_trials, standard_best = len(study.trials), study.best_value
+    thorough = GuidedSearch(problem, ranked.configs, CAL, seed=0, stop_risk=THOROUGH.stop_risk)
+    why = search_until_converged(thorough)
+    assert "expected to beat the best" in why
+    assert len(study.trials) > standard_trials and study.best_value > standard_best * 1.05

@@ -67,3 +67,18 @@ def test_bad_tables_are_refused(tmp_path: Path, content: str, message: str) -> N
 def test_replay_without_a_table_is_refused(tmp_path: Path) -> None:
     done = autotune("run", "--launcher", "replay", cwd=tmp_path)
     assert done.returncode == 2 and "--table" in done.stderr
+
+
+def test_thorough_searches_past_the_default_budget_until_few_configs_could_still_win(
+    tmp_path: Path,
+) -> None:
+    def stopped(*flags: str) -> str:
+        done = autotune(
+            "run", "--launcher", "replay", "--table", str(SWEEP), "--cluster", "local:2",
+            "--results", str(tmp_path / str(len(flags))), *flags, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return next(line for line in done.stdout.splitlines() if line.startswith("stopped:"))
+
+    assert stopped() == "stopped: trial budget reached (8 trials)"
+    assert "of them expected to beat the best by more than 2%" in stopped("--thorough")

@@ -1,0 +1,42 @@
+"""How hard a study works for its verdict: the default, or thorough for a noisy cluster.
+
+The default stops the guided search once no single unmeasured config could beat the best
+at 98%, and re-measures up to 8 leaders 6 times each. Where launches of one config differ
+by 10% and the model is wrong config by config, that names a config within 2% of the best
+in about three seeds of four (results/bench/noisy_worlds.md): with hundreds of configs
+each unlikely to win, one of them usually does, and six repeats cannot part leaders a few
+percent apart. `THOROUGH` bounds the expected number of configs left that could win, and
+repeats more leaders more often, for several times the trials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Effort:
+    stop_risk: float | None
+    """The guided search stops once the expected number of unmeasured configs that beat the
+    best by the threshold is at most this (a bound on them all); None: once no one of them
+    could at 98% (a bound on each)."""
+    contenders: int
+    """The best config and up to this many minus one runners-up it is not surely faster than
+    are repeated."""
+    repeats: int
+    """Repeats per contender at most, besides its own trial."""
+    repeats_per_trial: int
+    """Repeats allowed per trial the search ran (a user's command relaunches for each)."""
+
+
+STANDARD = Effort(stop_risk=None, contenders=8, repeats=6, repeats_per_trial=2)
+"""Caps tuned on simulated noisy worlds (scripts/bench_noisy_worlds.py, 10% noise, searched
+to convergence): three contenders named the best in 16 of 20 seeds, eight in 18; four
+launches cannot part configs 5% apart in 10% noise, seven mostly can; one repeat per search
+trial named the best in 14 of 20, two in 17-18. A quiet cluster settles its leaders long
+before them."""
+THOROUGH = Effort(stop_risk=0.03, contenders=16, repeats=40, repeats_per_trial=6)
+"""Chosen on seeds 0-39 of the same worlds at 10% noise, searched until the stop rule says so
+(seeds 40-79 held out for results/bench/noisy_worlds.md): a risk of 0.1 left the world's
+best unmeasured in 4 of 40 seeds, 0.03 in none; with it, up to 20 repeats each (4 per search
+trial) named a config within 2% of the best in 36 of 40, up to 40 (6 per trial) in 39."""
