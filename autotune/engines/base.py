@@ -75,6 +75,10 @@ class Engine(ABC):
         """Variables every rank of a trial needs, besides the NCCL knobs."""
         return {}
 
+    def script_hint(self, spec: TrialSpec) -> str:
+        """How a user's own training script takes this config (train.sh says it)."""
+        return self.traits.script_hint
+
     def check_runnable(self, cluster: Cluster) -> None:
         """Raise InputError when this engine's trials cannot run for real on this cluster
         from this machine (planning and simulation still can)."""

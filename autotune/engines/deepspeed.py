@@ -1,4 +1,5 @@
-"""DeepSpeed: ZeRO 0-3, bucket sizes and overlap, PipelineModule when pp > 1."""
+"""DeepSpeed: ZeRO 0-3, bucket sizes and overlap, PipelineModule when pp > 1, DeepSpeed-MoE
+with expert parallelism for a mixture of experts."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ class DeepSpeedEngine(Engine):
         overlap="overlap_comm_from_zero1",
         script_hint="pass ds_config.json to deepspeed.initialize(config=...) in your script "
         "and launch it with the same torchrun line",
+        runs_moe=True,
     )
     knobs = (
         frozenset(
             {"pp", "zero", "mbs", "recompute", "reduce_bucket", "allgather_bucket", "overlap_comm"}
-            | {"offload_optimizer", "offload_param"}
+            | {"offload_optimizer", "offload_param", "ep"}
         )
         | NCCL_KNOBS
     )
@@ -51,6 +53,10 @@ class DeepSpeedEngine(Engine):
         "optimizer states and step on the host, DeepSpeedCPUAdam)",
         "offload_param": "zero_optimization.offload_param.device cpu (ZeRO 3: parameters in "
         "host memory)",
+        "ep": "deepspeed.moe.layer.MoE(ep_size=ep) in your model (mixtures of experts: the "
+        "routed experts split over ep data-parallel ranks, their states sharded over the "
+        "dp/ep that hold the same experts; top-k routing, no token dropped); not a "
+        "ds_config key",
         **NCCL_MEANINGS,
     }
     engine_rules = (
@@ -64,6 +70,18 @@ class DeepSpeedEngine(Engine):
             "parameters are offloaded only where ZeRO 3 partitions them, beside the optimizer "
             "(DeepSpeed: offload_param with offload_optimizer)",
             lambda c, _w, _k: not c.offload_param or (c.zero == 3 and c.offload_optimizer),
+        ),
+        Rule(
+            "deepspeed_moe_zero12",
+            "DeepSpeed's own MoE layers train with ZeRO stages 0-2 ('Native DeepSpeed MoE is "
+            "not supported with ZeRO Stage 3')",
+            lambda c, w, _k: not w.is_moe or c.zero <= 2,
+        ),
+        Rule(
+            "deepspeed_moe_without_pipeline",
+            "autotune builds DeepSpeed-MoE layers in the plain engine only, not in "
+            "PipelineModule stages (pp 1 for a mixture of experts)",
+            lambda c, w, _k: not w.is_moe or c.pp == 1,
         ),
         Rule(
             "deepspeed_no_tp",
@@ -98,6 +116,12 @@ class DeepSpeedEngine(Engine):
         # A PipelineModule's grid stays in deepspeed.utils.groups.mpu after its engine is
         # gone, and would give a later trial in the pool the old data-parallel group.
         return super().runs_warm(spec) and spec.config.pp == 1
+
+    def script_hint(self, spec: TrialSpec) -> str:
+        hint = super().script_hint(spec)
+        if not spec.workload.is_moe:
+            return hint
+        return f"{hint}; build its DeepSpeed-MoE layers with ep_size={spec.config.ep}"
 
     def environment(self, cluster: Cluster) -> dict[str, str]:
         # DeepSpeed picks its accelerator at import; on CPU clusters it must be told.

@@ -1,4 +1,5 @@
-"""DeepSpeed worker: `deepspeed.initialize` on the decoder, or a PipelineModule when pp > 1."""
+"""DeepSpeed worker: `deepspeed.initialize` on the decoder, or a PipelineModule when pp > 1;
+a mixture of experts through DeepSpeed-MoE's layer, its experts split over `ep` ranks."""
 
 from __future__ import annotations
 
@@ -10,13 +11,58 @@ from typing import Any  # noqa: E402
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
+from deepspeed.moe.layer import MoE  # noqa: E402
+from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer  # noqa: E402
 from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
 from deepspeed.runtime.pipe.schedule import BackwardPass  # noqa: E402
 
 from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
 from autotune.engines.deepspeed import DS_CONFIG_FILE  # noqa: E402
-from autotune.engines.model import Block, Decoder, Embedding, Head, lm_loss, synthetic_batch  # noqa: E402
+from autotune.engines.model import (  # noqa: E402
+    MLP,
+    Block,
+    Decoder,
+    Embedding,
+    Head,
+    MlpOf,
+    lm_loss,
+    synthetic_batch,
+)
+from autotune.specs import Workload  # noqa: E402
 from autotune.trial.spec import TrialSpec  # noqa: E402
+
+
+class ExpertLayer(torch.nn.Module):
+    """A mixture-of-experts MLP as DeepSpeed-MoE builds it: `deepspeed.moe.layer.MoE` over
+    the workload's routed experts (each an MLP of the expert width), top-k routing that drops
+    no token, the experts split over `ep` ranks; plus the shared expert where the workload
+    has one. The router's balancing loss is left out of the training loss: it costs a
+    reduction, not a GEMM."""
+
+    def __init__(self, w: Workload, ep: int) -> None:
+        super().__init__()
+        self.routed = MoE(
+            w.hidden_size,
+            MLP(w, w.expert_ffn_size),
+            num_experts=w.num_moe_experts,
+            ep_size=ep,
+            k=w.moe_router_topk,
+            drop_tokens=False,
+        )
+        shared = w.moe_shared_expert_intermediate_size
+        self.shared = MLP(w, shared) if shared else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _balancing_loss, _counts = self.routed(x)
+        return out if self.shared is None else out + self.shared(x)
+
+
+def mlp_of(w: Workload, ep: int) -> MlpOf | None:
+    """Every `moe_layer_freq`-th layer an `ExpertLayer` (Megatron's placement), the others
+    dense; None for a dense workload."""
+    if not w.is_moe:
+        return None
+    return lambda layer: ExpertLayer(w, ep) if layer % w.moe_layer_freq == 0 else MLP(w)
 
 
 class DeepSpeedSession:
@@ -34,11 +80,14 @@ class DeepSpeedSession:
                 layers=layers, num_stages=c.pp, loss_fn=lm_loss, partition_method="type:Block"
             )
         else:
-            model = Decoder(w, c.recompute)
+            model = Decoder(w, c.recompute, mlp_of=mlp_of(w, c.ep))
+        parameters: Any = [p for p in model.parameters() if p.requires_grad]
+        if w.is_moe:  # ZeRO shards the experts' states over their own data-parallel group
+            parameters = split_params_into_different_moe_groups_for_optimizer(
+                {"params": parameters, "name": "parameters"}
+            )
         self.engine, *_ = deepspeed.initialize(
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=config,
+            model=model, model_parameters=parameters, config=config
         )
         self.device = torch.device(self.engine.device)
         tokens, labels = synthetic_batch(w, c.mbs, seed=0)

@@ -6,6 +6,8 @@ pipeline splits can address them. Imports torch: only workers load this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -48,9 +50,11 @@ def _core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 
 
 class MLP(nn.Module):
-    def __init__(self, w: Workload) -> None:
+    """The dense MLP, `width` wide (the workload's FFN width unless given: an expert's)."""
+
+    def __init__(self, w: Workload, width: int | None = None) -> None:
         super().__init__()
-        h, f = w.hidden_size, w.ffn_hidden_size
+        h, f = w.hidden_size, width or w.ffn_hidden_size
         self.up = nn.Linear(h, f, bias=False)
         self.gate = nn.Linear(h, f, bias=False) if w.swiglu else None
         self.down = nn.Linear(f, h, bias=False)
@@ -61,15 +65,20 @@ class MLP(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
+MlpOf = Callable[[int], nn.Module]
+"""The MLP of the decoder layer with this index: an engine's mixture-of-experts layer where
+the workload has one, else the dense `MLP`."""
+
+
 class Block(nn.Module):
     """Pre-norm decoder layer; `recompute` is none, selective (attention core) or full."""
 
-    def __init__(self, w: Workload, recompute: str) -> None:
+    def __init__(self, w: Workload, recompute: str, mlp: nn.Module | None = None) -> None:
         super().__init__()
         self.attn_norm = nn.RMSNorm(w.hidden_size)
         self.attn = Attention(w, selective_recompute=recompute == "selective")
         self.mlp_norm = nn.RMSNorm(w.hidden_size)
-        self.mlp = MLP(w)
+        self.mlp = mlp if mlp is not None else MLP(w)
         self.full_recompute = recompute == "full"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,12 +122,15 @@ class Decoder(nn.Module):
         layers: range | None = None,
         first: bool = True,
         last: bool = True,
+        mlp_of: MlpOf | None = None,
     ) -> None:
         super().__init__()
         layers = range(w.num_layers) if layers is None else layers
         self.embed = Embedding(w) if first else None
         # Keyed by global layer index so checkpoints and TP plans name layers the same everywhere.
-        self.blocks = nn.ModuleDict({str(i): Block(w, recompute) for i in layers})
+        self.blocks = nn.ModuleDict(
+            {str(i): Block(w, recompute, mlp_of(i) if mlp_of else None) for i in layers}
+        )
         self.head = Head(w) if last else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -295,7 +295,7 @@ def train_script(
     else:
         what = (
             f"# Runs it with autotune's worker {where}. For your own training script: "
-            f"{engine.traits.script_hint}."
+            f"{engine.script_hint(spec)}."
         )
         launch = [f"{launcher} -m {shell.quote(engine.worker_module)} {TRIAL_FILE}"]
     return "\n".join(

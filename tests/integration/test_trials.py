@@ -12,20 +12,28 @@ from autotune.estimate import model_states
 from autotune.space import TrainConfig, parse_overrides
 from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
-from tests.conftest import autotune
+from tests.conftest import REPO, autotune
 
 pytestmark = pytest.mark.slow
 TINY = load_workload("tiny")
+MOE = REPO / "tests/data/models/tiny-moe.yaml"
 
 
 def run_trial(
-    tmp_path: Path, engine: str, config: str, cluster: str = "local:2", steps: int = 4
+    tmp_path: Path,
+    engine: str,
+    config: str,
+    cluster: str = "local:2",
+    steps: int = 4,
+    model: str = "tiny",
 ) -> dict[str, Any]:
     out = tmp_path / f"{engine}-{config}".replace(",", "_").replace("=", "")
     result = autotune(
         "trial",
         "--engine",
         engine,
+        "--model",
+        model,
         "--cluster",
         cluster,
         "--config",
@@ -119,6 +127,21 @@ def test_zero3_parameter_offload_trains_on_four_ranks(
     ds = json.loads((Path(record["folder"]) / "ds_config.json").read_text())
     zero = ds["zero_optimization"]
     assert zero["offload_optimizer"]["device"] == zero["offload_param"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize("config", ["ep=2,zero=1,mbs=2", "ep=4,zero=2,mbs=2"])
+def test_deepspeed_moe_splits_its_experts_as_predicted_on_four_ranks(
+    tmp_path: Path, tiny_cluster_file: Path, config: str
+) -> None:
+    """DeepSpeed-MoE layers with their experts over ep of the 4 ranks: the trial measures,
+    and each rank holds the model states the model predicts (experts split by ep, their
+    ZeRO shards over the 4/ep ranks that hold the same experts)."""
+    record = run_trial(tmp_path, "deepspeed", config, str(tiny_cluster_file), model=str(MOE))
+    r = record["result"]
+    assert r["world_size"] == 4 and r["step_time_s"] > 0
+    held = ConfigTable.of([TrainConfig(**{**parse_overrides(config), "dp": 4})])
+    predicted = model_states(load_workload(str(MOE)), held, "deepspeed").total
+    assert r["model_state_bytes"] == pytest.approx(predicted, rel=0.02)
 
 
 @pytest.mark.parametrize("engine", ["deepspeed", "torch"])

@@ -59,3 +59,25 @@ def test_slurm_step_script_matches_its_golden_file(monkeypatch: pytest.MonkeyPat
         env={"OMP_NUM_THREADS": "1", "NCCL_ALGO": "Ring"},
     )
     check_golden("slurm_step.sh", step_script(request), GOLDEN)
+
+
+def test_a_deepspeed_mixture_of_experts_export_says_its_expert_parallelism(
+    tmp_path: Path,
+) -> None:
+    """Mixtral on 16 GPUs with its experts over 8: DeepSpeed has no ds_config key for expert
+    parallelism (it is `ep_size` of each MoE layer), so train.sh says it."""
+    engine = get_engine("deepspeed")
+    spec = TrialSpec(
+        engine="deepspeed",
+        workload=load_workload("mixtral-8x7b"),
+        cluster=load_cluster("dgx-h100:2"),
+        config=TrainConfig(dp=16, ep=8, zero=2, mbs=1, overlap_comm=True),
+    )
+    folder = GOLDEN / "deepspeed_moe"
+    files = engine.write_files(spec, tmp_path)
+    for path in files:
+        check_golden(path.name, path.read_text(), folder)
+    trial = best_trial(12345.0, "measured")
+    script = train_script(engine, spec, trial, "golden", files[0].name)
+    check_golden("train.sh", script, folder)
+    assert "build its DeepSpeed-MoE layers with ep_size=8" in script

@@ -215,6 +215,20 @@ CASES = {
         TrainConfig(dp=8, zero=2, offload_optimizer=True, offload_param=True),
         TrainConfig(dp=8, zero=3, offload_optimizer=True, offload_param=True),
     ),
+    "deepspeed_moe_zero12": (
+        "deepspeed",
+        MIXTRAL,
+        LOCAL8,
+        TrainConfig(dp=8, ep=8, zero=3),
+        TrainConfig(dp=8, ep=8, zero=2),
+    ),
+    "deepspeed_moe_without_pipeline": (
+        "deepspeed",
+        MIXTRAL,
+        LOCAL8,
+        TrainConfig(pp=2, dp=4, ep=4, zero=1),
+        TrainConfig(dp=8, ep=4, zero=1),
+    ),
     "hsdp_splits_dp": (
         "torch",
         TINY,
