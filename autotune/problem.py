@@ -130,7 +130,7 @@ def _check_runs(problem: Problem) -> Problem:
     if problem.workload.is_moe and not problem.engine.traits.runs_moe:
         raise InputError(
             f"{problem.workload.name}: the {problem.engine.name} engine does not build "
-            "mixture-of-experts layers (use --engine megatron)"
+            "mixture-of-experts layers (use --engine megatron or deepspeed)"
         )
     recipe, device = problem.workload.fp8, problem.cluster.device
     if recipe == "none":

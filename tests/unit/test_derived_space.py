@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from autotune.calibration.saved import load_calibration
+from autotune.errors import InputError
 from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import load_problem
 from autotune.space.derive import divisors
@@ -85,3 +86,10 @@ def test_local_trials_without_transformer_engine_keep_cp_1(
     assert narrowed.space.values["cp"] == (1,)
     assert "Transformer Engine" in narrowed.space.origins["cp"]
     assert narrowed.enumerate().require_some().valid
+
+
+def test_deepspeed_searches_expert_parallelism_and_torch_refuses_experts() -> None:
+    problem = load_problem("deepspeed", "mixtral-8x7b", "dgx-h100:2")
+    assert problem.space.values["ep"] == (1, 2, 4, 8)  # the divisors of its 8 experts
+    with pytest.raises(InputError, match="torch engine does not build mixture-of-experts"):
+        load_problem("torch", "mixtral-8x7b", "dgx-h100:2")
