@@ -180,6 +180,12 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         if megatron_job.runs_local_attention(job.command):
             space = space.pinned("cp", 1, "--transformer-impl local: no context parallel")
     elif job.framework == "deepspeed":
+        if workload.is_moe:
+            raise InputError(
+                f"{workload.name}: your script's DeepSpeed-MoE layers set their ep_size in "
+                "its code, where autotune cannot read or change it (tune the model without "
+                "a command, or with --engine megatron)"
+            )
         workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
         space = _derived(space, problem, workload, DEEPSPEED_KNOBS)
         space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)

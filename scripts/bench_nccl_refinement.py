@@ -45,6 +45,7 @@ from autotune.export.nccl_verdict import nccl_verdict
 from autotune.problem import load_problem
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig, config_key, nccl_default
+from autotune.study.effort import THOROUGH
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler
@@ -100,12 +101,15 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
     return world
 
 
-def run_guided(world: World, seed: int, budget: int) -> optuna.Study:
+def run_guided(world: World, seed: int, budget: int, thorough: bool) -> optuna.Study:
+    """The default study with `budget` search trials, or `autotune run --thorough`'s (no
+    trial budget: its own stop rule)."""
     study = optuna.create_study(direction="maximize", sampler=make_sampler("guided", seed))
     with tempfile.TemporaryDirectory() as tmp:
         ref = StudyRef(name="bench", storage_url="memory", folder=Path(tmp))
         cal = DEFAULT_CALIBRATION[world.problem.cluster.device.generation]
-        settings = SearchSettings(budget=Budget(trials=budget), seed=seed, calibration=cal)
+        limits = Budget(trials=None, effort=THOROUGH) if thorough else Budget(trials=budget)
+        settings = SearchSettings(budget=limits, seed=seed, calibration=cal)
         run_study(
             world.problem, study, ref=ref, launcher=world.launcher_factory(), progress=_Quiet(),
             settings=settings,
@@ -147,6 +151,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=30)
     parser.add_argument("--noise", default="0,0.05,0.1,0.2", help="between-trial noise levels")
+    parser.add_argument(
+        "--thorough", action="store_true", help="`autotune run --thorough`'s study instead"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/nccl_refinement.md")
     args = parser.parse_args()
     levels = [float(n) for n in args.noise.split(",")]
@@ -155,7 +162,8 @@ def main() -> None:
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
         f"scripts/bench_nccl_refinement.py --seeds {args.seeds} --budget {args.budget} "
-        f"--noise {args.noise}`: the guided study (torch engine) with NCCL_ALGO x NCCL_PROTO "
+        f"--noise {args.noise}{' --thorough' * args.thorough}`: the guided study (torch "
+        f"engine{', `--thorough`: no trial budget' * args.thorough}) with NCCL_ALGO x NCCL_PROTO "
         "in the space, in worlds where NCCL's default is best, where the variant the model "
         "ranks next ties it exactly (no better: exporting it is a false positive), and where "
         "that variant wins (it removes 40% of the exposed collective time). Each trial "
@@ -175,7 +183,8 @@ def main() -> None:
             results = []
             for seed in range(args.seeds):
                 world = nccl_world(names, seed, kind, noise)
-                results.append(outcome(world, run_guided(world, seed, args.budget)))
+                study = run_guided(world, seed, args.budget, args.thorough)
+                results.append(outcome(world, study))
             right = sum(r["exported"] == r["truly_best"] for r in results)
             found = sum(r["found_at"] is not None for r in results)
             nothing = [r for r in results if r["truly_best"] == "nothing"]

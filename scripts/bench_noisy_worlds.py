@@ -46,7 +46,7 @@ from autotune.estimate.steptime import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import config_key  # noqa: E402
-from autotune.study.effort import STANDARD, THOROUGH, Effort  # noqa: E402
+from autotune.study.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
 from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import CONFIG_KEY, CONFIRMS  # noqa: E402
@@ -184,8 +184,8 @@ def _share(flags: list[bool]) -> str:
 
 
 def _budget(trials: int | None, effort: str) -> str:
-    if effort != "standard":
-        return f"{effort} ({trials} trials)" if trials else f"{effort}, until converged"
+    if effort == "thorough":
+        return f"thorough (at most {trials} trials)"
     return f"{trials} trials" if trials else "until converged"
 
 
@@ -202,10 +202,10 @@ class Row:
 
 
 def budgets(args: argparse.Namespace) -> list[tuple[int | None, str]]:
-    """The default effort at each --trials budget; the thorough one as `--thorough` runs it
-    (no trial budget: until its stop rule says so)."""
+    """The default effort at each --trials budget; the thorough one as `autotune run
+    --thorough` runs it (its default budget, `THOROUGH_TRIALS`)."""
     standard = [(max(0, int(t)) or None, "standard") for t in args.trials.split(",")]
-    return standard + ([(None, "thorough")] if args.thorough else [])
+    return standard + ([(THOROUGH_TRIALS, "thorough")] if args.thorough else [])
 
 
 def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
@@ -222,13 +222,18 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
         "jitter) under the worker's stopping rule. The default study (guided search, leaders "
         "confirmed by interleaved repeats) with its default budget of 8 search trials, and "
         "with no trial budget: the search then stops when it has converged (no config left "
-        "that its model says could beat the best). 'thorough' is `autotune run --thorough` "
-        "(study/effort.py: the search stops once the expected number of configs left that "
-        f"beat the best by 2% is at most {THOROUGH.stop_risk}, and up to "
-        f"{THOROUGH.contenders} leaders are repeated up to {THOROUGH.repeats} times each, "
-        f"{THOROUGH.repeats_per_trial} repeats per search trial at most; the default: "
-        f"{STANDARD.contenders}, {STANDARD.repeats}, {STANDARD.repeats_per_trial}). Its "
-        "settings were chosen on seeds 0-39. 'Named' is the study's winner "
+        "that its model says could beat the best). "
+        + (
+            "'thorough' is `autotune run --thorough` (study/effort.py: the search stops "
+            "once the expected number of configs left that beat the best by 2% is at most "
+            f"{THOROUGH.stop_risk}, and up to {THOROUGH.contenders} leaders are repeated up "
+            f"to {THOROUGH.repeats} times each, {THOROUGH.repeats_per_trial} repeats per "
+            f"search trial at most; the default: {STANDARD.contenders}, {STANDARD.repeats}, "
+            f"{STANDARD.repeats_per_trial}). Its settings were chosen on seeds 0-39. "
+            if args.thorough
+            else ""
+        )
+        + "'Named' is the study's winner "
         "(mean over its trial and repeats); 'single trial' the best single search trial, "
         "what autotune named before confirmation. Early stopping: the world's best config "
         "had a trial stopped as slower, with the study's noise-aware margin and, on the same "

@@ -46,7 +46,8 @@ from autotune.problem import load_problem
     default=None,
     type=click.IntRange(min=1),
     help="Trials to run in the study, counting those of earlier runs [default: 8; 4 for your "
-    "own command, each trial of which relaunches your whole job].",
+    "own command, each trial of which relaunches your whole job; with --thorough 200 and "
+    "100].",
 )
 @click.option("--max-time", default=None, help="Start no trial after this long, e.g. 30m, 2h.")
 @click.option(
@@ -84,9 +85,9 @@ from autotune.problem import load_problem
     "--thorough",
     is_flag=True,
     help="For a noisy cluster: search until few configs are left that could beat the best "
-    "(together, not each alone) and repeat up to 16 leaders up to 40 times each; no trial "
-    "budget unless --trials. In simulated worlds with 10% noise between launches, the "
-    "winner was within 2% of the best in 37 of 40 seeds (24 by default) for 4x the trial "
+    "(together, not each alone) and repeat up to 16 leaders up to 40 times each. In "
+    "simulated worlds with 10% noise between launches, the winner was within 2% of the best "
+    "in 37 of 40 seeds (24 with the default rules and no trial budget) for 4x the trial "
     "time (results/bench/noisy_worlds.md).",
 )
 @click.option(
@@ -138,7 +139,7 @@ def run(
     calls autotune.step.done().
     """
     from autotune.launchers import LaunchSettings
-    from autotune.study import COMMAND_TRIALS, Budget
+    from autotune.study import Budget
     from autotune.study.effort import STANDARD, THOROUGH
     from autotune.tune import TuneSettings, tune
 
@@ -147,8 +148,7 @@ def run(
     assert per_trial_s is not None  # the option has a default
     settings = TuneSettings(
         budget=Budget(
-            trials=n_trials
-            or (None if thorough else COMMAND_TRIALS if command else Budget().trials),
+            trials=n_trials or default_trials(thorough, bool(command)),
             max_time_s=parse_duration(max_time, "--max-time"),
             timeout_per_trial_s=per_trial_s,
             early_stop_margin=early_stop_margin if early_stop else None,
@@ -180,6 +180,19 @@ def run(
         console.print(f"report: {tuned.report}")
     if problem.job is not None and not tuned.exported:
         sys.exit(1)  # no config of the user's command could be measured: their job failed
+
+
+def default_trials(thorough: bool, command: bool) -> int:
+    """The trial budget without --trials: 8, or 4 for a user's command (each trial relaunches
+    their job); a thorough study's `THOROUGH_TRIALS`, halved for a command."""
+    from autotune.study import COMMAND_TRIALS, Budget
+    from autotune.study.effort import THOROUGH_TRIALS
+
+    if thorough:
+        return THOROUGH_TRIALS // 2 if command else THOROUGH_TRIALS
+    trials = COMMAND_TRIALS if command else Budget().trials
+    assert trials is not None
+    return trials
 
 
 @cli.command(name="trials")

@@ -121,7 +121,12 @@ class DeepSpeedEngine(Engine):
         hint = super().script_hint(spec)
         if not spec.workload.is_moe:
             return hint
-        return f"{hint}; build its DeepSpeed-MoE layers with ep_size={spec.config.ep}"
+        w = spec.workload
+        return (
+            f"{hint}; build its layers as measured: deepspeed.moe.layer.MoE(..., "
+            f"num_experts={w.num_moe_experts}, ep_size={spec.config.ep}, "
+            f"k={w.moe_router_topk}, drop_tokens=False, top2_2nd_expert_sampling=False)"
+        )
 
     def environment(self, cluster: Cluster) -> dict[str, str]:
         # DeepSpeed picks its accelerator at import; on CPU clusters it must be told.

@@ -12,7 +12,6 @@ from typing import Any  # noqa: E402
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
 from deepspeed.moe.layer import MoE  # noqa: E402
-from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer  # noqa: E402
 from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
 from deepspeed.runtime.pipe.schedule import BackwardPass  # noqa: E402
 
@@ -34,9 +33,9 @@ from autotune.trial.spec import TrialSpec  # noqa: E402
 
 class ExpertLayer(torch.nn.Module):
     """A mixture-of-experts MLP as DeepSpeed-MoE builds it: `deepspeed.moe.layer.MoE` over
-    the workload's routed experts (each an MLP of the expert width), top-k routing that drops
-    no token, the experts split over `ep` ranks; plus the shared expert where the workload
-    has one. The router's balancing loss is left out of the training loss: it costs a
+    the workload's routed experts (each an MLP of the expert width), plain top-k routing that
+    drops no token, the experts split over `ep` ranks; plus the shared expert where the
+    workload has one. The router's balancing loss is left out of the training loss: it costs a
     reduction, not a GEMM."""
 
     def __init__(self, w: Workload, ep: int) -> None:
@@ -48,6 +47,7 @@ class ExpertLayer(torch.nn.Module):
             ep_size=ep,
             k=w.moe_router_topk,
             drop_tokens=False,
+            top2_2nd_expert_sampling=False,  # a plain top-k, as Mixtral and Megatron route
         )
         shared = w.moe_shared_expert_intermediate_size
         self.shared = MLP(w, shared) if shared else None
@@ -81,13 +81,12 @@ class DeepSpeedSession:
             )
         else:
             model = Decoder(w, c.recompute, mlp_of=mlp_of(w, c.ep))
-        parameters: Any = [p for p in model.parameters() if p.requires_grad]
-        if w.is_moe:  # ZeRO shards the experts' states over their own data-parallel group
-            parameters = split_params_into_different_moe_groups_for_optimizer(
-                {"params": parameters, "name": "parameters"}
-            )
+        # With MoE layers, DeepSpeed splits these into its expert and dense optimizer groups
+        # itself (its optimizer is the ds_config's), so ZeRO shards each over its own group.
         self.engine, *_ = deepspeed.initialize(
-            model=model, model_parameters=parameters, config=config
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=config,
         )
         self.device = torch.device(self.engine.device)
         tokens, labels = synthetic_batch(w, c.mbs, seed=0)

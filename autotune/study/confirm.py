@@ -43,6 +43,9 @@ EQUIVALENT = NOISE_FLOOR
 """Two configs whose throughputs surely differ by less than this are as good as each other:
 repeating them further would not change what the user should run."""
 MIN_SD = 0.001
+IDLE_ROUNDS = 6
+"""Rounds after which a worker whose every repeat another worker took leaves the rest to
+them (it reads the study once a round, without sleeping)."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,6 @@ def confirm(
                 continue
             run(trial, standing.config)
             numbers.append(trial.number)
-        if len(numbers) == before and round_ >= effort.repeats:  # each another worker's
+        if len(numbers) == before and round_ >= IDLE_ROUNDS:  # each repeat another worker's
             break
     return numbers

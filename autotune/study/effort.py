@@ -40,3 +40,8 @@ THOROUGH = Effort(stop_risk=0.03, contenders=16, repeats=40, repeats_per_trial=6
 (seeds 40-79 held out for results/bench/noisy_worlds.md): a risk of 0.1 left the world's
 best unmeasured in 4 of 40 seeds, 0.03 in none; with it, up to 20 repeats each (4 per search
 trial) named a config within 2% of the best in 36 of 40, up to 40 (6 per trial) in 39."""
+THOROUGH_TRIALS = 200
+"""A thorough study's trial budget unless --trials says otherwise (half for a user's command,
+each trial of which relaunches their job): its stop rule sums over every config left, so in a
+space of many thousands it may not stop before the space is spent. In the noisy worlds its
+studies stopped by the rule after a median of 91 trials."""

@@ -276,7 +276,7 @@ class GuidedSearch:
         # NCCL settings refine the measured leader: its measurement, moved by the model's
         # predicted change, plus what NCCL's choice may leave on the table. Kept only while
         # it could beat the leader by the threshold at the stop rule's confidence, so
-        # proposing and stopping agree.
+        # proposing and stopping agree (all of them under a bound on them all).
         refine = self._refinement_anchor()
         if refine is not None and self.leader_measured is not None:
             variants = ~self._is_layout & (self._layout_of == self._leader_layout())
@@ -285,7 +285,11 @@ class GuidedSearch:
             variant_unc = NCCL_SPREAD * v.step.exposed_comm_s / v.step.total_s
             variant_expected = refine + np.log(v.tokens_per_s)
             bar = math.log(self.leader_measured[1] * (1 + self.threshold))
-            promising = variant_expected + CONFIDENCE * variant_unc > bar
+            promising = (
+                variant_expected + CONFIDENCE * variant_unc > bar
+                if self.stop_risk is None
+                else np.ones(len(variant_rows), dtype=bool)
+            )
             rows.append(variant_rows[promising])
             expected.append(variant_expected[promising])
             unc.append(variant_unc[promising])

@@ -67,7 +67,8 @@ runs; `--trials` asks for more, and a resumed study counts the trials it has."""
 @dataclass(frozen=True)
 class Budget:
     trials: int | None = 8
-    """Trials that ran in the study, counting those of earlier runs."""
+    """Trials that ran in the study, counting those of earlier runs; None: no budget (the
+    stop rule, the space or `max_time_s` ends the search)."""
     max_time_s: float | None = None
     """No new trial starts once this run has lasted this long."""
     timeout_per_trial_s: float = 600.0

@@ -129,7 +129,7 @@ def test_zero3_parameter_offload_trains_on_four_ranks(
     assert zero["offload_optimizer"]["device"] == zero["offload_param"]["device"] == "cpu"
 
 
-@pytest.mark.parametrize("config", ["ep=2,zero=1,mbs=2", "ep=4,zero=2,mbs=2"])
+@pytest.mark.parametrize("config", ["ep=2,zero=0,mbs=2", "ep=2,zero=1,mbs=2", "ep=4,zero=2,mbs=2"])
 def test_deepspeed_moe_splits_its_experts_as_predicted_on_four_ranks(
     tmp_path: Path, tiny_cluster_file: Path, config: str
 ) -> None:

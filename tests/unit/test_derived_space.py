@@ -93,3 +93,13 @@ def test_deepspeed_searches_expert_parallelism_and_torch_refuses_experts() -> No
     assert problem.space.values["ep"] == (1, 2, 4, 8)  # the divisors of its 8 experts
     with pytest.raises(InputError, match="torch engine does not build mixture-of-experts"):
         load_problem("torch", "mixtral-8x7b", "dgx-h100:2")
+
+
+def test_a_users_deepspeed_script_with_experts_is_refused(tmp_path: Path) -> None:
+    """Its MoE layers set ep_size in its code: a search could not change it, and the model
+    would price experts the script splits differently."""
+    (tmp_path / "train.py").write_text("import deepspeed\n")
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 16}')
+    command = (str(tmp_path / "train.py"), "--deepspeed_config", str(tmp_path / "ds.json"))
+    with pytest.raises(InputError, match="set their ep_size in its code"):
+        load_problem("deepspeed", "mixtral-8x7b", "local:2", None, command)

@@ -80,4 +80,4 @@ def test_a_deepspeed_mixture_of_experts_export_says_its_expert_parallelism(
     trial = best_trial(12345.0, "measured")
     script = train_script(engine, spec, trial, "golden", files[0].name)
     check_golden("train.sh", script, folder)
-    assert "build its DeepSpeed-MoE layers with ep_size=8" in script
+    assert "num_experts=8, ep_size=8, k=2, drop_tokens=False" in script
