@@ -17,9 +17,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Effort:
     stop_risk: float | None
-    """The guided search stops once the expected number of unmeasured configs that beat the
-    best by the threshold is at most this (a bound on them all); None: once no one of them
-    could at 98% (a bound on each)."""
+    """The guided search stops once the expected number of unmeasured layouts that beat the
+    best by the threshold is at most this (a bound on them all; NCCL variants keep the bound
+    on each); None: once no one config could at 98% (a bound on each)."""
     contenders: int
     """The best config and up to this many minus one runners-up it is not surely faster than
     are repeated."""

@@ -276,7 +276,7 @@ class GuidedSearch:
         # NCCL settings refine the measured leader: its measurement, moved by the model's
         # predicted change, plus what NCCL's choice may leave on the table. Kept only while
         # it could beat the leader by the threshold at the stop rule's confidence, so
-        # proposing and stopping agree (all of them under a bound on them all).
+        # proposing and stopping agree.
         refine = self._refinement_anchor()
         if refine is not None and self.leader_measured is not None:
             variants = ~self._is_layout & (self._layout_of == self._leader_layout())
@@ -285,11 +285,7 @@ class GuidedSearch:
             variant_unc = NCCL_SPREAD * v.step.exposed_comm_s / v.step.total_s
             variant_expected = refine + np.log(v.tokens_per_s)
             bar = math.log(self.leader_measured[1] * (1 + self.threshold))
-            promising = (
-                variant_expected + CONFIDENCE * variant_unc > bar
-                if self.stop_risk is None
-                else np.ones(len(variant_rows), dtype=bool)
-            )
+            promising = variant_expected + CONFIDENCE * variant_unc > bar
             rows.append(variant_rows[promising])
             expected.append(variant_expected[promising])
             unc.append(variant_unc[promising])
@@ -321,8 +317,13 @@ class GuidedSearch:
                     f"the best by more than {self.threshold:.0%}"
                 )
             return None
-        risk = float(special.ndtr((expected - bar) / np.maximum(unc, 1e-9)).sum())
-        if risk <= self.stop_risk:
+        # The bound on them all is over layouts. NCCL variants keep the bound on each: their
+        # uncertainty is a prior that no other variant's measurement shrinks, so a sum over
+        # hundreds of them would measure every one (and the NCCL verdict asks 99% anyway).
+        layouts = self._is_layout[rows]
+        z = (expected[layouts] - bar) / np.maximum(unc[layouts], 1e-9)
+        risk = float(special.ndtr(z).sum())
+        if risk <= self.stop_risk and layouts.all():
             return (
                 f"search converged: {len(rows)} configs left, {risk:.2f} of them expected "
                 f"to beat the best by more than {self.threshold:.0%}"
