@@ -45,7 +45,7 @@ from autotune.export.nccl_verdict import nccl_verdict
 from autotune.problem import load_problem
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.effort import THOROUGH
+from autotune.study.effort import THOROUGH, THOROUGH_TRIALS
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler
@@ -102,13 +102,15 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
 
 
 def run_guided(world: World, seed: int, budget: int, thorough: bool) -> optuna.Study:
-    """The default study with `budget` search trials, or `autotune run --thorough`'s (no
-    trial budget: its own stop rule)."""
+    """The default study with `budget` search trials, or `autotune run --thorough`'s (its
+    own stop rule, within its default budget)."""
     study = optuna.create_study(direction="maximize", sampler=make_sampler("guided", seed))
     with tempfile.TemporaryDirectory() as tmp:
         ref = StudyRef(name="bench", storage_url="memory", folder=Path(tmp))
         cal = DEFAULT_CALIBRATION[world.problem.cluster.device.generation]
-        limits = Budget(trials=None, effort=THOROUGH) if thorough else Budget(trials=budget)
+        limits = (
+            Budget(trials=THOROUGH_TRIALS, effort=THOROUGH) if thorough else Budget(trials=budget)
+        )
         settings = SearchSettings(budget=limits, seed=seed, calibration=cal)
         run_study(
             world.problem, study, ref=ref, launcher=world.launcher_factory(), progress=_Quiet(),
@@ -163,7 +165,8 @@ def main() -> None:
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
         f"scripts/bench_nccl_refinement.py --seeds {args.seeds} --budget {args.budget} "
         f"--noise {args.noise}{' --thorough' * args.thorough}`: the guided study (torch "
-        f"engine{', `--thorough`: no trial budget' * args.thorough}) with NCCL_ALGO x NCCL_PROTO "
+        f"engine{', `--thorough`: its stop rule and caps, 200 trials at most' * args.thorough}) "
+        "with NCCL_ALGO x NCCL_PROTO "
         "in the space, in worlds where NCCL's default is best, where the variant the model "
         "ranks next ties it exactly (no better: exporting it is a false positive), and where "
         "that variant wins (it removes 40% of the exposed collective time). Each trial "
