@@ -12,7 +12,7 @@ are enough), growing with the config's distance from anything measured. Out-of-m
 trials tighten the memory model: nothing predicted to need as much as a config that ran out
 of memory is proposed again. The search has converged when no config's optimistic throughput
 beats the best measured one by more than the threshold, or (thorough, `Effort.stop_risk`)
-when the expected number of configs that do is small: with hundreds of configs each unlikely
+when the expected number of layouts that do is small: with hundreds of layouts each unlikely
 to win, a bound on each lets the one that wins go.
 """
 
@@ -101,8 +101,9 @@ class GuidedSearch:
     seed: int | None = None
     threshold: float = NOISE_FLOOR
     stop_risk: float | None = None
-    """`Effort.stop_risk`: stop once the expected number of open configs that beat the best
-    by the threshold is at most this; None: once none alone could at `CONFIDENCE`."""
+    """`Effort.stop_risk`: stop once the expected number of open layouts that beat the best
+    by the threshold is at most this (NCCL variants: none alone at `CONFIDENCE`); None: once
+    no config alone could at `CONFIDENCE`."""
     rng: random.Random = field(init=False)
     memory_limit: float = field(init=False)
     measured: list[TrainConfig] = field(default_factory=list)
