@@ -67,7 +67,7 @@ def tune(
             f"--launcher {settings.launcher} does not run anything: your own command needs "
             "local or slurm"
         )
-    calibration, _ = load_calibration(settings.results, problem.cluster)
+    calibration, _ = load_calibration(settings.results, problem.cluster, problem.engine.name)
     launch = dataclasses.replace(settings.launch, calibration=calibration)
     launcher = get_launcher(settings.launcher, launch)
     problem = launcher.narrow(problem)

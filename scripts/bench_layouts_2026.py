@@ -20,7 +20,7 @@ from peak_memory import run_measured
 
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import DEFAULT_CALIBRATION
+from autotune.estimate.steptime import default_calibration
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.space.config import parse_overrides
@@ -77,7 +77,7 @@ def study(model: str, results: Path) -> list[str]:
     winner_estimate = estimate(w, winner, cluster, engine)
     recipe, recipe_estimate = predicted(model, recipe_knobs)
     problem = load_problem(ENGINE, model, CLUSTER)
-    cal = DEFAULT_CALIBRATION["hopper"]
+    cal = default_calibration("hopper", ENGINE)
     ranked = memory_verdicts(problem, problem.enumerate().require_some().valid, cal)
     rank = ranked.fastest_first.row_of(recipe)
     return [
@@ -106,7 +106,7 @@ def main() -> None:
         "`.venv/bin/python scripts/bench_layouts_2026.py` on this machine (2 cores): "
         f"`autotune run --engine {ENGINE} --model M --cluster {CLUSTER} --launcher simulate "
         f"--trials {TRIALS}`, then `autotune estimate` of its winner and of the recipe's "
-        "layout. Seconds per step by part (default Hopper calibration).",
+        "layout. Seconds per step by part (Megatron's default calibration on Hopper).",
         "",
     ]
     for model in RECIPES:

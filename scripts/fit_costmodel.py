@@ -4,7 +4,9 @@
 Each generation's four parameters (compute efficiency, the GEMM width at which it halves, the
 bandwidth scale, overlap) are fitted from `Calibration()`'s generic values to every usable row
 of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's); Hopper's
-FP8 efficiency then to the published bf16/FP8 pairs of runs (calibration/fp8_pairs.py). With
+FP8 efficiency then to the published bf16/FP8 pairs of runs (calibration/fp8_pairs.py);
+Megatron's own compute and FP8 efficiency (`ENGINE_CALIBRATION`) to its dense runs in
+published_moe_cp_runs.csv (calibration/published_moe_cp.py). With
 --check it exits 1 when the code's constants differ from the fit (tests/unit/
 test_costmodel_fit.py runs the same check). scripts/validate_costmodel.py reports the fit's
 error per source, and held out by source.
@@ -19,7 +21,8 @@ import sys
 from pathlib import Path
 
 from autotune.calibration.published import DATA, fitted_defaults
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.calibration.published_moe_cp import fitted_engine_defaults
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, ENGINE_CALIBRATION, Calibration
 
 
 def main() -> None:
@@ -41,7 +44,16 @@ def main() -> None:
             )
             + "\n    ),"
         )
+    engines = fitted_engine_defaults()
+    for (engine, generation), cal in engines.items():
+        print(
+            f'    ("{engine}", "{generation}"): compute_efficiency={cal.compute_efficiency}, '
+            f"fp8_efficiency={cal.fp8_efficiency} (from {generation}'s default)"
+        )
     differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]
+    differ += [
+        f"{e} on {g}" for (e, g), cal in engines.items() if ENGINE_CALIBRATION.get((e, g)) != cal
+    ]
     if differ:
         print(f"the code's defaults differ from the fit for: {', '.join(differ)}", file=sys.stderr)
         if args.check:

@@ -27,7 +27,7 @@ from autotune.calibration.published import DATA, Case, cases
 from autotune.calibration.published_moe_cp import MoeCpCase
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, ENGINE_CALIBRATION, Calibration
 from autotune.specs import Cluster, load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,9 +66,12 @@ def main() -> None:
     print(text.split("## Every row")[0] + "## Held-out" + text.split("## Held-out")[1])
 
 
-def compared(c: Case | MoeCpCase, cluster: Cluster, engine: str) -> dict[str, Any]:
-    """One published run beside the model's prediction of it: a row of a report."""
-    pred = estimate(c.workload, c.config, cluster, engine).step
+def compared(
+    c: Case | MoeCpCase, cluster: Cluster, engine: str, cal: Calibration | None = None
+) -> dict[str, Any]:
+    """One published run beside the model's prediction of it (with `cal`, else the engine's
+    default): a row of a report."""
+    pred = estimate(c.workload, c.config, cluster, engine, cal).step
     gpus = c.config.tp * c.config.pp * c.config.cp * c.config.dp  # a cluster has whole nodes
     return {
         "row": c.row_id,
@@ -193,54 +196,108 @@ def fp8_report() -> str:
 
 def moe_cp_report() -> str:
     """The Megatron runs with expert or context parallelism (`published_moe_cp`), predicted
-    with the default calibration, which none of them was fitted to."""
+    with Megatron's default calibration, fitted to the dense runs of the same pages and to
+    none of these; beside them the generation's default, which Megatron used before."""
     rows, skipped = [], {}
     for c in published_moe_cp.cases():
         if not isinstance(c, MoeCpCase):
             skipped[c] = skipped.get(c, 0) + 1
             continue
-        rows.append(compared(c, c.cluster, "megatron"))
+        generation = DEFAULT_CALIBRATION.get(c.cluster.device.generation, Calibration())
+        before = compared(c, c.cluster, "megatron", generation)["error"]
+        rows.append(
+            {**compared(c, c.cluster, "megatron"), "generation_default_error": before}
+            | {"release": c.release}
+        )
     frame = pd.DataFrame(rows)
+    # Each layout's newest release on its page: the software users run today.
+    layout = frame["sweep"].str.replace(r"^(\S+) .* (\S+ \S+ \S+)$", r"\1 \2", regex=True)
+    newest = frame.groupby([layout, frame["layout"]])["release"].transform("max")
+    frame["newest"] = frame["release"] == newest
     frame["abs_error"] = frame["error"].abs()
+    frame["abs_before"] = frame["generation_default_error"].abs()
+    engine_cal = {g: c for (e, g), c in ENGINE_CALIBRATION.items() if e == "megatron"}
     lines = [
         "",
         "## Expert- and context-parallel runs (published_moe_cp_runs.csv)",
         "",
         "Megatron-Bridge's and NeMo's pages (`autotune/calibration/published_moe_cp.py`: MoE "
         "shapes from the models' configs, recipe defaults where the pages are silent), "
-        "predicted with the default calibration, held out entirely (nothing was fitted to "
-        "them). A sweep is one source, model, GPU and precision, across releases and layouts.",
+        "predicted with Megatron's default calibration ("
+        + "; ".join(
+            f"{g}: compute efficiency {c.compute_efficiency}, FP8 efficiency {c.fp8_efficiency}"
+            for g, c in sorted(engine_cal.items())
+        )
+        + "), which is fitted to the pages' dense Megatron runs (below) and to none of these: "
+        "they are held out. 'before': the same rows with the GPU generation's default, "
+        "fitted to other software's runs, which Megatron used until it had its own. A sweep "
+        "is one source, model, GPU and precision, across releases and layouts.",
         "",
         f"{len(frame)} rows predicted; skipped: "
         + "; ".join(f"{why} ({n})" for why, n in sorted(skipped.items(), key=lambda i: -i[1]))
         + ".",
         "",
-        "| source | rows | median abs error | median signed error | rank corr within sweeps |",
-        "|---|---|---|---|---|",
+        "| source | rows | median abs error | median signed error | before: median abs error "
+        "| rank corr within sweeps |",
+        "|---|---|---|---|---|---|",
     ]
+
+    def summary(label: str, part: pd.DataFrame, corr: str = "") -> str:
+        return (
+            f"| {label} | {len(part)} | {part['abs_error'].median():.1%} | "
+            f"{part['error'].median():+.1%} | {part['abs_before'].median():.1%} | {corr} |"
+        )
+
     for source, part in frame.groupby("source"):
         corrs = [
             f"{spearman(list(g.published_tps), list(g.predicted_tps)):.2f} ({sweep}, {len(g)})"
             for sweep, g in part.groupby("sweep")
             if len(g) > 2 and g["layout"].nunique() > 1
         ]
-        lines.append(
-            f"| {source} | {len(part)} | {part['abs_error'].median():.1%} | "
-            f"{part['error'].median():+.1%} | {'; '.join(corrs) or '-'} |"
-        )
+        lines.append(summary(str(source), part, "; ".join(corrs) or "-"))
     for kind, part in frame.groupby(frame["sweep"].str.contains("Qwen3|Mixtral")):
-        label = "MoE" if kind else "dense with CP"
-        lines.append(
-            f"| {label} | {len(part)} | {part['abs_error'].median():.1%} | "
-            f"{part['error'].median():+.1%} | |"
-        )
+        lines.append(summary("MoE" if kind else "dense with CP", part))
+    for generation, part in frame.groupby(frame["sweep"].str.contains("H100")):
+        lines.append(summary("H100" if generation else "B200, GB200", part))
     lines += [
-        f"| all | {len(frame)} | {frame['abs_error'].median():.1%} | "
-        f"{frame['error'].median():+.1%} | |",
+        summary("newest release of each layout", frame[frame["newest"]]),
+        summary("older releases", frame[~frame["newest"]]),
+        summary("all", frame),
         "",
-        frame.drop(columns=["abs_error"]).to_markdown(index=False, floatfmt=".3g"),
+        "A layout's newest release is the latest software on its page that ran it (same "
+        "source, model, GPU, precision and degrees); its older releases measured the same "
+        "layout on software since made faster, which no model of the layout can see.",
+        "",
+        frame.drop(columns=["abs_error", "abs_before", "newest"]).to_markdown(
+            index=False, floatfmt=".3g"
+        ),
         "",
     ]
+    return "\n".join(lines) + anchor_report()
+
+
+def anchor_report() -> str:
+    """Megatron's dense runs, to which its default calibration is fitted: in-sample error."""
+    frame = pd.DataFrame([compared(c, c.cluster, "megatron") for c in published_moe_cp.anchors()])
+    frame["abs_error"] = frame["error"].abs()
+    lines = [
+        "",
+        "## Megatron's dense runs (the fit of its default calibration)",
+        "",
+        "The same pages' dense runs with a whole model shape (`published_moe_cp.anchors`; "
+        "Megatron-FSDP runs taken as the distributed optimizer), to which Megatron's compute "
+        "and FP8 efficiency are fitted per GPU generation "
+        "(`published_moe_cp.fitted_engine_defaults`): in-sample error, not a validation.",
+        "",
+        "| GPU generation | rows | median abs error | median signed error |",
+        "|---|---|---|---|",
+    ]
+    for generation, part in frame.groupby(frame["sweep"].str.contains("H100")):
+        lines.append(
+            f"| {'hopper' if generation else 'blackwell'} | {len(part)} | "
+            f"{part['abs_error'].median():.1%} | {part['error'].median():+.1%} |"
+        )
+    lines += ["", frame.drop(columns=["abs_error"]).to_markdown(index=False, floatfmt=".3g"), ""]
     return "\n".join(lines)
 
 

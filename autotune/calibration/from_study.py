@@ -56,7 +56,7 @@ def calibrate_study(study: optuna.Study, study_folder: Path, results: Path) -> C
             f"calibration needs at least {MIN_TRIALS}"
         )
     cluster = data[0].cluster
-    before, _ = load_calibration(results, cluster)
+    before, _ = load_calibration(results, cluster, data[0].engine)
     after = fit(data, before)
     halves = (data[::2], data[1::2])
     held_before = held_after = None

@@ -18,7 +18,7 @@ import pandas as pd
 
 from autotune.calibration.fp8_pairs import fitted_fp8_efficiency
 from autotune.engines import get_engine
-from autotune.estimate.calibrate import Observation, fit
+from autotune.estimate.calibrate import Observation, fit, rounded
 from autotune.estimate.steptime import Calibration
 from autotune.space import TrainConfig
 from autotune.space.config import Recompute
@@ -177,17 +177,6 @@ def observations(path: Path = DATA) -> dict[str, list[Observation]]:
                 Observation(c.workload, cluster, c.config, c.engine, c.published_step_s)
             )
     return found
-
-
-def rounded(cal: Calibration) -> Calibration:
-    """A fit as the code states it: two decimals, the GEMM half size in whole rows."""
-    return replace(
-        cal,
-        compute_efficiency=round(cal.compute_efficiency, 2),
-        gemm_half_size=float(round(cal.gemm_half_size)),
-        bandwidth_scale=round(cal.bandwidth_scale, 2),
-        overlap=round(cal.overlap, 2),
-    )
 
 
 def fitted_defaults(path: Path = DATA) -> dict[str, Calibration]:

@@ -21,12 +21,19 @@ from pathlib import Path
 import pandas as pd
 
 from autotune.engines import get_engine
+from autotune.estimate.calibrate import Observation, fit, rounded
+from autotune.estimate.predict import estimate
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
 from autotune.specs.workload import Fp8Recipe
 
 DATA = Path(__file__).resolve().parent / "data" / "published_moe_cp_runs.csv"
 ROLES = ("moe_ep", "cp", "moe_and_cp")
+ANCHOR = "anchor_dense"
+"""Dense runs of the same pages: what Megatron's own calibration is fitted to
+(`fitted_engine_defaults`), so that its expert- and context-parallel runs stay held out."""
+ENGINE_FIT = ("compute_efficiency", "fp8_efficiency")
 MEGATRON_SOURCES = ("M1", "M3", "M6", "M7", "M8")
 """Megatron-Bridge and NeMo's pages; M2 (Automodel, FSDP2) and M9 (torchtitan) run other
 engines."""
@@ -59,13 +66,46 @@ class MoeCpCase:
     cluster: Cluster
     config: TrainConfig
     published_step_s: float
+    release: str
+    """The software the page measured (a NeMo container, a Megatron-Bridge commit): one
+    layout's runs differ by up to 1.7x across releases."""
 
 
-def cases(path: Path = DATA) -> Iterator[MoeCpCase | str]:
-    """Each expert- or context-parallel row as a case, or why it is left out."""
+def cases(path: Path = DATA, roles: tuple[str, ...] = ROLES) -> Iterator[MoeCpCase | str]:
+    """Each expert- or context-parallel row (or each row of `roles`) as a case, or why it is
+    left out."""
     rows = pd.read_csv(path)
-    for _, row in rows[rows.row_role.isin(ROLES)].iterrows():
+    for _, row in rows[rows.row_role.isin(roles)].iterrows():
         yield _case(row)
+
+
+def anchors(path: Path = DATA) -> list[MoeCpCase]:
+    """Megatron's dense runs with a whole shape. A Megatron-FSDP run is taken as the
+    distributed optimizer where its parameter gathers could overlap the compute, but not
+    where the weights and gradients it shards would not fit unsharded (a 405B model over
+    tp 2): its step time is another layout's."""
+    return [c for c in cases(path, (ANCHOR,)) if isinstance(c, MoeCpCase) and _states_fit(c)]
+
+
+def _states_fit(c: MoeCpCase) -> bool:
+    memory = estimate(c.workload, c.config, c.cluster, "megatron").memory
+    return memory.weights + memory.gradients <= c.cluster.device.memory_bytes
+
+
+def fitted_engine_defaults(path: Path = DATA) -> dict[tuple[str, str], Calibration]:
+    """Megatron's compute and FP8 efficiency per GPU generation, fitted to its dense runs
+    from the generation's default: what `ENGINE_CALIBRATION` states."""
+    by_generation: dict[str, list[Observation]] = {}
+    for c in anchors(path):
+        by_generation.setdefault(c.cluster.device.generation, []).append(
+            Observation(c.workload, c.cluster, c.config, "megatron", c.published_step_s)
+        )
+    return {
+        ("megatron", generation): rounded(
+            fit(data, DEFAULT_CALIBRATION.get(generation, Calibration()), free=ENGINE_FIT)
+        )
+        for generation, data in sorted(by_generation.items())
+    }
 
 
 def _case(r: pd.Series) -> MoeCpCase | str:
@@ -113,7 +153,10 @@ def _case(r: pd.Series) -> MoeCpCase | str:
         else workload.tokens_per_step / (float(r.tokens_per_s_per_gpu) * gpus)
     )
     sweep = f"{r.source_id} {r.software_version} {r.model} {gpu} {workload.fp8}"
-    return MoeCpCase(int(r.row_id), str(r.source_id), sweep, workload, cluster, config, step)
+    return MoeCpCase(
+        int(r.row_id), str(r.source_id), sweep, workload, cluster, config, step,
+        str(r.software_version),
+    )  # fmt: skip
 
 
 def _degree(value: object) -> int:
@@ -125,7 +168,7 @@ def _workload(r: pd.Series) -> Workload | str:
     if fp8 is None:
         return f"precision {r.precision}: not modelled"
     seq, batch = int(r.seq_len), int(r.gbs)
-    if r.row_role == "cp":
+    if r.row_role in ("cp", ANCHOR):
         if any(pd.isna(r[k]) for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")):
             return "incomplete: no model shape"
         return Workload(

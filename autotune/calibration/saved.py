@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autotune.errors import InputError
 from autotune.estimate.commfit import CollectiveFit, Regime
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.estimate.steptime import ENGINE_CALIBRATION, Calibration, default_calibration
 from autotune.specs import Cluster
 from autotune.trial.spec import write_atomically
 
@@ -41,13 +41,17 @@ def read_calibration(path: Path, default: Calibration | None = None) -> Calibrat
         ) from None
 
 
-def load_calibration(results: Path, cluster: Cluster) -> tuple[Calibration, str]:
-    """The cluster's fitted calibration if one was saved, else the default; and which."""
+def load_calibration(
+    results: Path, cluster: Cluster, engine: str | None = None
+) -> tuple[Calibration, str]:
+    """The cluster's fitted calibration if one was saved, else the default (the engine's on
+    this generation where it has one); and which."""
     path = calibration_path(results, cluster)
-    default = DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    default = default_calibration(cluster.device.generation, engine)
     if path.is_file():
         return read_calibration(path, default), f"fitted ({path})"
-    return default, f"default for {cluster.device.generation}"
+    owner = f"{engine} on " if (engine, cluster.device.generation) in ENGINE_CALIBRATION else ""
+    return default, f"default for {owner}{cluster.device.generation}"
 
 
 def save_calibration(path: Path, cal: Calibration, meta: Mapping[str, object]) -> None:

@@ -119,3 +119,15 @@ def fit(
                     best, best_loss = candidate, candidate_loss
         step = step**0.5
     return best
+
+
+def rounded(cal: Calibration) -> Calibration:
+    """A fit as the code states it: two decimals, the GEMM half size in whole rows."""
+    return replace(
+        cal,
+        compute_efficiency=round(cal.compute_efficiency, 2),
+        gemm_half_size=float(round(cal.gemm_half_size)),
+        bandwidth_scale=round(cal.bandwidth_scale, 2),
+        overlap=round(cal.overlap, 2),
+        fp8_efficiency=round(cal.fp8_efficiency, 2),
+    )

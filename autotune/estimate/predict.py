@@ -12,10 +12,10 @@ from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import MemoryBreakdown, fits, memory_breakdown
 from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import (
-    DEFAULT_CALIBRATION,
     Calibration,
     StepParts,
     StepTime,
+    default_calibration,
     step_parts,
 )
 from autotune.space import TrainConfig
@@ -140,7 +140,7 @@ def predict(
     cal: Calibration | None = None,
 ) -> Predictions:
     """Step time and memory of every config of the table."""
-    cal = cal or DEFAULT_CALIBRATION.get(cluster.device.generation, Calibration())
+    cal = cal or default_calibration(cluster.device.generation, engine)
     return Predictor.of(w, table, cluster, engine, cal.collectives).at(cal)
 
 

@@ -1,8 +1,9 @@
 """Step time of each config of a table, broken down by where the time goes.
 
 compute: model FLOPs of the worst pipeline stage (plus recomputation) over an achievable rate
-that grows with GEMM size; tensor parallel: 4 all-reduces (or all-gather + reduce-scatter with
-sequence parallelism) of b·s·h per layer and micro-batch, 2 more under full recomputation;
+that grows with GEMM size (a routed expert's GEMMs at an expert's width); tensor parallel: 4
+all-reduces (or all-gather + reduce-scatter with sequence parallelism) of b·s·h per layer and
+micro-batch, 2 more under full recomputation;
 pipeline: the 1F1B bubble (p-1)/v micro-batch times and the activation point-to-point
 transfers; data parallel: gradient all-reduce (ZeRO 1-2: reduce-scatter + parameter
 all-gather; ZeRO 3: per-micro-batch parameter gathers too) in buckets, partly hidden behind
@@ -15,7 +16,7 @@ Formulas: shared research comm_cost_model.md §5.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -62,8 +63,9 @@ class Calibration:
     fp8_efficiency: float = 0.75
     """Share of the FP8 peak an FP8 GEMM reaches where a bf16 one reaches all of the bf16
     peak it would: what scaling, casts and transposes leave of FP8's doubled rate. Fitted on
-    Hopper (`calibration/fp8_pairs.py`); the same prior elsewhere (Blackwell), as no
-    published pair measures it there."""
+    Hopper (`calibration/fp8_pairs.py`, torchtitan's Float8); the same prior elsewhere
+    (Blackwell), as no published pair measures it there; Megatron's own per generation
+    (`ENGINE_CALIBRATION`)."""
     collectives: tuple[CollectiveFit, ...] = ()
     """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
     one matches, it replaces the collective model and bandwidth_scale."""
@@ -82,6 +84,25 @@ DEFAULT_CALIBRATION = {
     ),
     "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3),
 }
+# An engine's own defaults where its kernels differ from those the generation's were fitted
+# on: Hopper's are llm-foundry's runs, but Megatron with Transformer Engine reaches far more of
+# the FP8 peak. Its compute and FP8 efficiency are fitted to Megatron's published dense runs
+# (`calibration/published_moe_cp.fitted_engine_defaults`, checked by a test); its expert- and
+# context-parallel runs are the held-out check (scripts/validate_costmodel.py).
+ENGINE_CALIBRATION = {
+    ("megatron", "hopper"): replace(
+        DEFAULT_CALIBRATION["hopper"], compute_efficiency=0.75, fp8_efficiency=0.89
+    ),
+    ("megatron", "blackwell"): Calibration(compute_efficiency=0.58, fp8_efficiency=1.0),
+}
+
+
+def default_calibration(generation: str, engine: str | None = None) -> Calibration:
+    """The calibration a prediction starts from: the engine's on this generation, else the
+    generation's, else the generic one."""
+    return ENGINE_CALIBRATION.get(
+        (engine or "", generation), DEFAULT_CALIBRATION.get(generation, Calibration())
+    )
 
 
 Seconds = TypeVar("Seconds", float, np.ndarray)
@@ -165,11 +186,15 @@ def _rate(peak: float, width: np.ndarray, tokens: np.ndarray, cal: Calibration) 
     return (
         peak
         * cal.compute_efficiency
-        * width
-        / (width + cal.gemm_half_size)
+        * _width_share(width, cal)
         * tokens
         / (tokens + cal.tokens_half)
     )
+
+
+def _width_share(width: np.ndarray, cal: Calibration) -> np.ndarray:
+    """Of the rate large GEMMs reach, the share one whose narrow side is `width` reaches."""
+    return width / (width + cal.gemm_half_size)
 
 
 @dataclass(frozen=True)
@@ -194,6 +219,12 @@ class StepParts:
     layer's forward dispatch and combine, `moe_exchange`)."""
     moe: bool
     """A mixture of experts: its exchanges are counted (none otherwise)."""
+    expert_flops: np.ndarray
+    """Of `flops`, those in the routed experts' GEMMs, whose narrow side is an expert's width
+    over etp (`expert_width`), not h/tp: narrow experts run further from peak;
+    `expert_recompute_flops`, those of `recompute_flops`."""
+    expert_recompute_flops: np.ndarray
+    expert_width: np.ndarray
     fp8_flops: np.ndarray
     """Of `flops`, those in FP8 GEMMs, which run at `fp8_peak` (none without FP8);
     `fp8_recompute_flops`, those of `recompute_flops`."""
@@ -250,14 +281,21 @@ class StepParts:
             else None
         )
 
-        def seconds(flops: np.ndarray, in_fp8: np.ndarray) -> np.ndarray:
-            if fp8_rate is None:
-                return flops / rate
-            return (flops - in_fp8) / rate + in_fp8 / fp8_rate
+        # Routed experts' GEMMs (in FP8 with FP8, as linear layers) at their own width.
+        expert_slowdown = _width_share(self.width, cal) / _width_share(self.expert_width, cal)
+        expert_rate = rate if fp8_rate is None else fp8_rate
+
+        def seconds(flops: np.ndarray, in_fp8: np.ndarray, experts: np.ndarray) -> np.ndarray:
+            at_width = (
+                flops / rate if fp8_rate is None else (flops - in_fp8) / rate + in_fp8 / fp8_rate
+            )
+            if not self.moe:
+                return at_width
+            return at_width + experts / expert_rate * (expert_slowdown - 1)
 
         # The pipeline moves at the pace of its slowest rank: its layers' compute and
         # tensor-parallel collectives, plus the output layer on the last rank.
-        compute = seconds(self.flops, self.fp8_flops)
+        compute = seconds(self.flops, self.fp8_flops, self.expert_flops)
         tp = self.tp_collectives * self.per_collective.seconds(scale)
         pace, ep = compute + tp, None
         if self.moe:  # a search refits often: dense tables skip what is zero for them
@@ -268,7 +306,9 @@ class StepParts:
         per_micro_tp = tp[slowest, configs]
         per_micro_ep = np.zeros(n) if ep is None else ep[slowest, configs]
         recompute = seconds(
-            self.recompute_flops[slowest, configs], self.fp8_recompute_flops[slowest, configs]
+            self.recompute_flops[slowest, configs],
+            self.fp8_recompute_flops[slowest, configs],
+            self.expert_recompute_flops[slowest, configs],
         )
         per_micro_cp = np.zeros(n)
         if self.context_parallel:
@@ -403,6 +443,9 @@ def step_parts(
         tp_collectives=kinds[:, 2],
         moe_exchanges=kinds[:, 5],
         moe=w.is_moe,
+        expert_flops=kinds[:, 6],
+        expert_recompute_flops=kinds[:, 7],
+        expert_width=np.maximum(w.expert_ffn_size, 1) / c.etp,
         fp8_flops=kinds[:, 3],
         fp8_recompute_flops=kinds[:, 4],
         fp8_peak=_fp8_peak(w, cluster),
@@ -448,11 +491,12 @@ def _rank_work(
     layers: np.ndarray,
     last: np.ndarray,
     selective: tuple[np.ndarray, np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
     tensor-parallel collectives, FLOPs in FP8 GEMMs, of which recomputation, MoE token
-    exchanges: forward, backward and recomputed). `selective`: a layer's selectively
-    recomputed FLOPs, and of those the linear layers'."""
+    exchanges: forward, backward and recomputed, FLOPs in routed experts' GEMMs, of which
+    recomputation). `selective`: a layer's selectively recomputed FLOPs, and of those the
+    MLP's (which FP8 runs)."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
@@ -469,6 +513,11 @@ def _rank_work(
     # layer's routed experts take none (tokens stay sequence-sharded into the dispatcher),
     # its shared expert takes the MLP's.
     per_layer = 2 - w.moe_share * (w.moe_shared_expert_intermediate_size == 0)
+    # The routed experts' share of the MLP's GEMMs: a token passes through top-k of them.
+    routed = w.moe_share * w.moe_router_topk * w.mlp_matrices * w.hidden_size * w.expert_ffn_size
+    routed_share = routed / w.mean_layer_mlp_weights if w.is_moe else 0.0
+    experts = 2 * mbs * w.seq_length * routed / split
+    expert_recompute = rebuilt * experts + layers * selective[1] * routed_share
     return (
         3 * fwd + recompute_fwd,
         recompute_fwd,
@@ -476,6 +525,8 @@ def _rank_work(
         (3 * layers + rebuilt) * linear + selective_linear,
         rebuilt * linear + selective_linear,
         w.moe_share * (2 * layers + rebuilt),
+        3 * layers * experts + expert_recompute,
+        expert_recompute,
     )
 
 
