@@ -28,15 +28,17 @@ from autotune.specs import Cluster, Workload
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER, ENGINE, TRIALS = "dgx-h100:8", "megatron", 16
+SPACE = str(REPO / "scripts/spaces/megatron_2026.yaml")  # the default, with TP overlap
 OVERLAPS = "zero=1,overlap_comm=true,overlap_param_gather=true"
 RECIPES = {
     # Megatron-Bridge's Mixtral 8x7B performance config on 64 H100: TP1 PP4 VPP8 EP8, mbs 1.
     "mixtral-8x7b": ("Megatron-Bridge Mixtral 8x7B, 64 H100", f"pp=4,vpp=8,ep=8,{OVERLAPS}"),
     # NeMo's llama3_70b_64k recipe runs TP8 PP4 CP4 on 128 GPUs; on 64 its nearest layout
-    # halves CP (TP8 PP4 CP2, VPP5 as the 8K recipe).
+    # halves CP (TP8 PP4 CP2, VPP5 as the 8K recipe); its TP collectives overlap the GEMMs
+    # (CommOverlapConfig(tp_comm_overlap=True)).
     "llama3-70b-64k": (
         "NeMo llama3_70b_64k (TP8 PP4 CP4 on 128 GPUs), halved to CP2 for 64",
-        f"tp=8,pp=4,vpp=5,cp=2,sp=true,recompute=full,{OVERLAPS}",
+        f"tp=8,pp=4,vpp=5,cp=2,sp=true,tp_comm_overlap=true,recompute=full,{OVERLAPS}",
     ),
 }
 PARTS = ("compute_s", "recompute_s", "tp_comm_s", "pp_bubble_s", "pp_p2p_s", "cp_comm_s")
@@ -44,12 +46,12 @@ PARTS += ("ep_comm_s", "dp_exposed_s")
 
 
 def _problem_parts(model: str) -> tuple[Workload, Cluster, str]:
-    problem = load_problem(ENGINE, model, CLUSTER)
+    problem = load_problem(ENGINE, model, CLUSTER, SPACE)
     return problem.workload, problem.cluster, ENGINE
 
 
 def predicted(model: str, knobs: str) -> tuple[TrainConfig, Estimate]:
-    config = load_problem(ENGINE, model, CLUSTER).config(parse_overrides(knobs))
+    config = load_problem(ENGINE, model, CLUSTER, SPACE).config(parse_overrides(knobs))
     w, cluster, engine = _problem_parts(model)
     return config, estimate(w, config, cluster, engine)
 
@@ -67,6 +69,7 @@ def study(model: str, results: Path) -> list[str]:
     wall, gib = run_measured(
         ["run", "--engine", ENGINE, "--model", model, "--cluster", CLUSTER,
          "--launcher", "simulate", "--trials", str(TRIALS), "--study", "layouts",
+         "--space", SPACE,
          "--results", str(results)],
         REPO,
     )  # fmt: skip
@@ -76,7 +79,7 @@ def study(model: str, results: Path) -> list[str]:
     w, cluster, engine = _problem_parts(model)
     winner_estimate = estimate(w, winner, cluster, engine)
     recipe, recipe_estimate = predicted(model, recipe_knobs)
-    problem = load_problem(ENGINE, model, CLUSTER)
+    problem = load_problem(ENGINE, model, CLUSTER, SPACE)
     cal = default_calibration("hopper", ENGINE)
     ranked = memory_verdicts(problem, problem.enumerate().require_some().valid, cal)
     rank = ranked.fastest_first.row_of(recipe)
@@ -105,7 +108,8 @@ def main() -> None:
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
         "`.venv/bin/python scripts/bench_layouts_2026.py` on this machine (2 cores): "
         f"`autotune run --engine {ENGINE} --model M --cluster {CLUSTER} --launcher simulate "
-        f"--trials {TRIALS}`, then `autotune estimate` of its winner and of the recipe's "
+        f"--trials {TRIALS} --space scripts/spaces/megatron_2026.yaml` (the default space with "
+        "`tp_comm_overlap`), then `autotune estimate` of its winner and of the recipe's "
         "layout. Seconds per step by part (Megatron's default calibration on Hopper).",
         "",
     ]

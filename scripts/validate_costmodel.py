@@ -285,8 +285,8 @@ def anchor_report() -> str:
         "## Megatron's dense runs (the fit of its default calibration)",
         "",
         "The same pages' dense runs with a whole model shape (`published_moe_cp.anchors`; "
-        "Megatron-FSDP runs taken as the distributed optimizer), to which Megatron's compute "
-        "and FP8 efficiency are fitted per GPU generation "
+        "Megatron-FSDP runs whose weights fit unsharded taken as the distributed optimizer), to "
+        "which Megatron's compute efficiency is fitted per GPU generation "
         "(`published_moe_cp.fitted_engine_defaults`): in-sample error, not a validation.",
         "",
         "| GPU generation | rows | median abs error | median signed error |",

@@ -5,8 +5,9 @@ The table gives each run's degrees, batch, precision and figure but no MoE shape
 come from the models' published configs (`SHAPES`; DeepSeek's latent attention, GPT-OSS's
 sinks and the Nemotron hybrids are not shapes the model has). Settings the performance pages
 leave to Megatron-Bridge's recipe files are its defaults: the distributed optimizer with both
-overlaps, sequence parallelism with tp > 1, experts' tensor parallelism 1, no recomputation
-unless stated. Megatron-Bridge's MoE runs route tokens "force-balanced", as the model
+overlaps, sequence parallelism and tensor-parallel overlap (`CommOverlapConfig(
+tp_comm_overlap=True)`) with tp > 1, experts' tensor parallelism 1, no recomputation unless
+stated. Megatron-Bridge's MoE runs route tokens "force-balanced", as the model
 assumes; real routing is slower (the data's README: 8-20%). A sweep is one release's runs of
 a model, GPU and precision, so that a rank correlation compares layouts, not releases.
 """
@@ -33,7 +34,7 @@ ROLES = ("moe_ep", "cp", "moe_and_cp")
 ANCHOR = "anchor_dense"
 """Dense runs of the same pages: what Megatron's own calibration is fitted to
 (`fitted_engine_defaults`), so that its expert- and context-parallel runs stay held out."""
-ENGINE_FIT = ("compute_efficiency", "fp8_efficiency")
+ENGINE_FIT = ("compute_efficiency",)
 MEGATRON_SOURCES = ("M1", "M3", "M6", "M7", "M8")
 """Megatron-Bridge and NeMo's pages; M2 (Automodel, FSDP2) and M9 (torchtitan) run other
 engines."""
@@ -93,7 +94,7 @@ def _states_fit(c: MoeCpCase) -> bool:
 
 
 def fitted_engine_defaults(path: Path = DATA) -> dict[tuple[str, str], Calibration]:
-    """Megatron's compute and FP8 efficiency per GPU generation, fitted to its dense runs
+    """Megatron's compute efficiency per GPU generation, fitted to its dense runs
     from the generation's default: what `ENGINE_CALIBRATION` states."""
     by_generation: dict[str, list[Observation]] = {}
     for c in anchors(path):
@@ -138,6 +139,7 @@ def _case(r: pd.Series) -> MoeCpCase | str:
         ep=_degree(r.ep),
         etp=_degree(r.etp),
         sp=tp > 1,
+        tp_comm_overlap=tp > 1,
         zero=1,
         mbs=int(r.mbs),
         recompute="full" if str(r.recompute).lower().startswith("full") else "none",

@@ -102,6 +102,7 @@ class MegatronEngine(Engine):
                 "ddp_bucket_mb",
                 "overlap_comm",
                 "overlap_param_gather",
+                "tp_comm_overlap",
             }
         )
         | NCCL_KNOBS
@@ -132,6 +133,8 @@ class MegatronEngine(Engine):
         "parameters (MB*2^20/4)",
         "overlap_comm": "--overlap-grad-reduce",
         "overlap_param_gather": "--overlap-param-gather",
+        "tp_comm_overlap": "--tp-comm-overlap (Transformer Engine's userbuffers overlap "
+        "sequence parallelism's all-gathers and reduce-scatters with the GEMMs; CUDA only)",
         **NCCL_MEANINGS,
     }
     engine_rules = (
@@ -166,6 +169,13 @@ class MegatronEngine(Engine):
             "megatron_param_gather_needs_distopt",
             "--overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce",
             lambda c, _w, _k: not c.overlap_param_gather or (c.zero == 1 and c.overlap_comm),
+        ),
+        Rule(
+            "megatron_tp_comm_overlap_needs_sp",
+            "--tp-comm-overlap overlaps sequence parallelism's collectives (Megatron-LM: "
+            "'Tensor parallel communication/GEMM overlap can happen only when sequence "
+            "parallelism is enabled', which tp 1 turns off)",
+            lambda c, _w, _k: not c.tp_comm_overlap or (c.tp > 1 and c.sp),
         ),
         Rule(
             "megatron_overlap_needs_dp",
@@ -268,6 +278,7 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         **({"context_parallel_size": c.cp} if c.cp > 1 else {}),
         **_uneven_split_kwargs(_placement(c, w)),
         "sequence_parallel": c.sp,
+        **({"tp_comm_overlap": True} if c.tp_comm_overlap else {}),
         "recompute_granularity": None if c.recompute == "none" else c.recompute,
         **(
             {"recompute_modules": c.recompute_modules.split("+")}
@@ -417,6 +428,8 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
         layout += ["--overlap-grad-reduce", f"--ddp-bucket-size {bucket_parameters(c)}"]
     if c.overlap_param_gather:
         layout.append("--overlap-param-gather")
+    if c.tp_comm_overlap:
+        layout.append("--tp-comm-overlap")
     batch = [f"--micro-batch-size {c.mbs}", f"--global-batch-size {w.global_batch_size}"]
     if c.recompute != "none":
         batch.append(f"--recompute-granularity {c.recompute}")
@@ -496,6 +509,16 @@ def core_snippet(w: Workload, c: TrainConfig, banner: list[str] | None = None) -
                     "get_batch does; attention must be Transformer Engine's.",
                 ]
                 if c.cp > 1
+                else []
+            ),
+            *(
+                [
+                    "Tensor-parallel overlap: before building the model, call Transformer",
+                    "Engine's initialize_ub(shape=[seq_length * micro_batch_size // cp,",
+                    f"hidden_size], tp_size={c.tp}, ...) as Megatron-LM's",
+                    "_initialize_tp_communicators does, with CUDA_DEVICE_MAX_CONNECTIONS=1.",
+                ]
+                if c.tp_comm_overlap
                 else []
             ),
             '"""',

@@ -99,6 +99,8 @@ def build_chunks(spec: TrialSpec, on_cpu: bool = False) -> list[GPTModel]:
             "context parallelism needs Transformer Engine's attention; megatron-core's local "
             "attention has none (install transformer-engine)"
         )
+    if c.tp_comm_overlap:
+        _initialize_tp_overlap(spec)
     kwargs = resolve(transformer_config_kwargs(w, c))
     if on_cpu and w.is_moe:
         kwargs["moe_grouped_gemm"] = False
@@ -124,6 +126,24 @@ def build_chunks(spec: TrialSpec, on_cpu: bool = False) -> list[GPTModel]:
             )
         )
     return chunks
+
+
+def _initialize_tp_overlap(spec: TrialSpec) -> None:
+    """Transformer Engine's userbuffers for --tp-comm-overlap, as Megatron-LM's
+    _initialize_tp_communicators sets them up before the model is built (CUDA only)."""
+    if not (has_transformer_engine() and torch.cuda.is_available()):
+        raise RuntimeError(
+            "tp_comm_overlap needs Transformer Engine on CUDA devices (its userbuffers)"
+        )
+    from transformer_engine.pytorch import module as te_module
+
+    w, c = spec.workload, spec.config
+    te_module.base.initialize_ub(
+        shape=[w.seq_length * c.mbs // c.cp, w.hidden_size],
+        tp_size=c.tp,
+        use_fp8=w.fp8 != "none",
+        bootstrap_backend="nccl",
+    )
 
 
 def _one_or_list(items: list[Any]) -> Any:

@@ -40,12 +40,19 @@ class LocalLauncher(Launcher):
         self._pool: WarmPool | None = None
 
     def narrow(self, problem: Problem) -> Problem:
-        """Without Transformer Engine here, no context parallelism: megatron-core's own
-        attention has none, so every cp > 1 trial would crash."""
+        """Without Transformer Engine here, no context parallelism (megatron-core's own
+        attention has none) and no tensor-parallel overlap (its userbuffers are TE's), so
+        every such trial would crash."""
         if has_transformer_engine():
             return problem
-        why = "this host has no Transformer Engine, which context parallelism needs"
-        return dataclasses.replace(problem, space=problem.space.pinned("cp", 1, why))
+        space = problem.space.pinned(
+            "cp", 1, "this host has no Transformer Engine, which context parallelism needs"
+        ).pinned(
+            "tp_comm_overlap",
+            False,
+            "this host has no Transformer Engine, whose userbuffers tp_comm_overlap needs",
+        )
+        return dataclasses.replace(problem, space=space)
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [

@@ -70,6 +70,9 @@ class TrainConfig:
     parameters come up over the host link when gathered."""
     overlap_param_gather: bool = False
     """Megatron --overlap-param-gather (distributed optimizer only)."""
+    tp_comm_overlap: bool = False
+    """Megatron --tp-comm-overlap: Transformer Engine overlaps sequence parallelism's
+    all-gathers and reduce-scatters with the GEMMs they feed and follow (CUDA only)."""
     nccl_algo: str = "default"
     nccl_proto: str = "default"
 
@@ -172,6 +175,7 @@ _KEYED_WHEN_SET: dict[str, Any] = {
     "offload_optimizer": False,
     "offload_param": False,
     "recompute_modules": "core_attn",
+    "tp_comm_overlap": False,
 }
 """Knobs added after studies were stored: left out of the key at their default, so that a
 study from before them resumes with its configs still known."""

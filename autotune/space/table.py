@@ -18,7 +18,10 @@ NUMBERS = (
     "recompute_num_layers",
     *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
 )
-FLAGS = ("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param")
+FLAGS = (
+    *("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param"),
+    "tp_comm_overlap",
+)
 NCCL_KNOBS = ("nccl_algo", "nccl_proto")
 WORDS = (
     *("recompute", "recompute_method", "recompute_modules", "moe_dispatcher"),
@@ -56,6 +59,7 @@ class ConfigTable(Sequence[TrainConfig]):
     overlap_param_gather: np.ndarray
     offload_optimizer: np.ndarray
     offload_param: np.ndarray
+    tp_comm_overlap: np.ndarray
     recompute: np.ndarray
     recompute_method: np.ndarray
     recompute_modules: np.ndarray

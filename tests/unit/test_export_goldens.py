@@ -23,7 +23,9 @@ CONFIGS = {
         dp=16, zero=2, mbs=2, overlap_comm=True, reduce_bucket=200_000_000, nccl_algo="Ring"
     ),
     "torch": TrainConfig(tp=2, dp=8, zero=3, mbs=4, recompute="full", nccl_proto="Simple"),
-    "megatron": TrainConfig(tp=4, pp=2, dp=2, sp=True, zero=1, mbs=1, overlap_comm=True),
+    "megatron": TrainConfig(
+        tp=4, pp=2, dp=2, sp=True, zero=1, mbs=1, overlap_comm=True, tp_comm_overlap=True
+    ),
 }
 
 

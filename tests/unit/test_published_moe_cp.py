@@ -40,7 +40,7 @@ def test_runs_the_model_cannot_express_say_why() -> None:
 
 
 def test_megatrons_defaults_are_the_fit_of_its_dense_runs() -> None:
-    """`ENGINE_CALIBRATION` states what fitting Megatron's compute and FP8 efficiency to its
+    """`ENGINE_CALIBRATION` states what fitting Megatron's compute efficiency to its
     dense runs gives: a change to the model that moves the fit fails here until the
     constants (scripts/fit_costmodel.py prints them) follow."""
     assert fitted_engine_defaults() == ENGINE_CALIBRATION

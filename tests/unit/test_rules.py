@@ -194,6 +194,13 @@ CASES = {
         TrainConfig(tp=8, dp=4, overlap_comm=True, overlap_param_gather=True),
         TrainConfig(tp=8, dp=4, zero=1, overlap_comm=True, overlap_param_gather=True),
     ),
+    "megatron_tp_comm_overlap_needs_sp": (
+        "megatron",
+        LLAMA70,
+        H100x4,
+        TrainConfig(tp=8, dp=4, tp_comm_overlap=True),
+        TrainConfig(tp=8, dp=4, sp=True, tp_comm_overlap=True),
+    ),
     "megatron_cp_splits_the_sequence": (
         "megatron",
         dataclasses.replace(LLAMA70, seq_length=8196),  # 8196 = 4 x 2049

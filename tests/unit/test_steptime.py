@@ -118,3 +118,39 @@ def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> Non
         before = estimate(w, c, fast, "megatron").step.pp_bubble_s
         after = estimate(w, c, slow, "megatron").step.pp_bubble_s
         assert (after > before * 1.01) is grows, (cp, before, after)
+
+
+def test_tp_comm_overlap_hides_the_collectives_behind_the_gemms_they_feed() -> None:
+    """Llama 3 70B's GEMMs outlast sequence parallelism's collectives, so Transformer
+    Engine's overlap hides them all; a 1.3B model's narrow GEMMs over tp 16 across the network
+    hide only as much as they last."""
+    for model, cluster, hidden_all in (
+        ("llama3-70b", "dgx-h100:1", True),
+        ("gpt-1.3b", "dgx-h100:2", False),
+    ):
+        w = load_workload(model)
+        c = TrainConfig(tp=8 * load_cluster(cluster).nodes, dp=1, sp=True, mbs=1)
+        plain = estimate(w, c, load_cluster(cluster), "megatron").step
+        overlapped = estimate(
+            w, dataclasses.replace(c, tp_comm_overlap=True), load_cluster(cluster), "megatron"
+        ).step
+        assert overlapped.compute_s == pytest.approx(plain.compute_s)
+        assert overlapped.total_s < plain.total_s
+        if hidden_all:
+            assert overlapped.tp_comm_s == 0.0 < plain.tp_comm_s
+        else:
+            assert 0.0 < overlapped.tp_comm_s < plain.tp_comm_s
+
+
+def test_narrow_experts_run_further_from_peak_than_wide_ones_of_the_same_flops() -> None:
+    """Qwen3-30B-A3B's 768-wide experts, top-8, against experts twice as wide, top-4: the
+    same FLOPs per token, but the narrow GEMMs reach less of the peak."""
+    narrow = load_workload("qwen3-30b-a3b")
+    wide = dataclasses.replace(
+        narrow, moe_ffn_hidden_size=2 * narrow.moe_ffn_hidden_size, moe_router_topk=4
+    )
+    assert wide.model_flops_per_step() == pytest.approx(narrow.model_flops_per_step())
+    c, cluster = TrainConfig(dp=8, ep=8, zero=1, mbs=1), load_cluster("dgx-h100:1")
+    narrow_s = estimate(narrow, c, cluster, "megatron").step.compute_s
+    wide_s = estimate(wide, c, cluster, "megatron").step.compute_s
+    assert narrow_s > 1.05 * wide_s

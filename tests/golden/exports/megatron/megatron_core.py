@@ -3,6 +3,10 @@ DistributedDataParallel and get_megatron_optimizer in your training script.
 Under bf16 or fp16, wrap each GPTModel in
 megatron.core.transformer.module.Float16Module(transformer_config, model) before
 DistributedDataParallel, as Megatron-LM's get_model does: the measured trials did.
+Tensor-parallel overlap: before building the model, call Transformer
+Engine's initialize_ub(shape=[seq_length * micro_batch_size // cp,
+hidden_size], tp_size=4, ...) as Megatron-LM's
+_initialize_tp_communicators does, with CUDA_DEVICE_MAX_CONNECTIONS=1.
 """
 
 import torch
@@ -31,6 +35,7 @@ transformer_config = TransformerConfig(
     pipeline_model_parallel_size=2,
     virtual_pipeline_model_parallel_size=None,
     sequence_parallel=True,
+    tp_comm_overlap=True,
     recompute_granularity=None,
     recompute_method=None,
     recompute_num_layers=None,
