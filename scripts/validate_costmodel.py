@@ -231,14 +231,14 @@ def moe_cp_report() -> str:
         + "), which is fitted to the pages' dense Megatron runs (below) and to none of these: "
         "they are held out. 'before': the same rows with the GPU generation's default, "
         "fitted to other software's runs, which Megatron used until it had its own. A sweep "
-        "is one source, model, GPU and precision, across releases and layouts.",
+        "is one source's runs of a release, model, GPU and precision.",
         "",
         f"{len(frame)} rows predicted; skipped: "
         + "; ".join(f"{why} ({n})" for why, n in sorted(skipped.items(), key=lambda i: -i[1]))
         + ".",
         "",
         "| source | rows | median abs error | median signed error | before: median abs error "
-        "| rank corr within sweeps |",
+        "| rank corr of tokens/s/GPU within a release's table on one GPU (median) |",
         "|---|---|---|---|---|---|",
     ]
 
@@ -248,13 +248,17 @@ def moe_cp_report() -> str:
             f"{part['error'].median():+.1%} | {part['abs_before'].median():.1%} | {corr} |"
         )
 
+    # One release's table on one GPU: its runs of several models and layouts, ordered by
+    # tokens/s/GPU (no sweep of one model and release has three layouts).
+    gpu = frame["sweep"].str.extract(r" (H100|B200|GB200) ")[0]
     for source, part in frame.groupby("source"):
         corrs = [
-            f"{spearman(list(g.published_tps), list(g.predicted_tps)):.2f} ({sweep}, {len(g)})"
-            for sweep, g in part.groupby("sweep")
+            spearman(list(g.published_tps), list(g.predicted_tps))
+            for _, g in part.groupby([part["release"], gpu[part.index]])
             if len(g) > 2 and g["layout"].nunique() > 1
         ]
-        lines.append(summary(str(source), part, "; ".join(corrs) or "-"))
+        corr = f"{statistics.median(corrs):.2f} ({len(corrs)} tables)" if corrs else "-"
+        lines.append(summary(str(source), part, corr))
     for kind, part in frame.groupby(frame["sweep"].str.contains("Qwen3|Mixtral")):
         lines.append(summary("MoE" if kind else "dense with CP", part))
     for generation, part in frame.groupby(frame["sweep"].str.contains("H100")):

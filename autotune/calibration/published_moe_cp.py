@@ -9,7 +9,7 @@ overlaps, sequence parallelism and tensor-parallel overlap (`CommOverlapConfig(
 tp_comm_overlap=True)`) with tp > 1, experts' tensor parallelism 1, no recomputation unless
 stated. Megatron-Bridge's MoE runs route tokens "force-balanced", as the model
 assumes; real routing is slower (the data's README: 8-20%). A sweep is one release's runs of
-a model, GPU and precision, so that a rank correlation compares layouts, not releases.
+a model, GPU and precision, so that a comparison of its layouts is not one of releases.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class MoeCpCase:
     row_id: int
     source: str
     sweep: str
-    """Runs of one source, model, GPU and precision: what a rank correlation compares."""
+    """Runs of one source, release, model, GPU and precision (the report's sweep column)."""
     workload: Workload
     cluster: Cluster
     config: TrainConfig
