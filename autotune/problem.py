@@ -179,6 +179,13 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         space = _derived(space, problem, workload)
         if megatron_job.runs_local_attention(job.command):
             space = space.pinned("cp", 1, "--transformer-impl local: no context parallel")
+            space = space.pinned(
+                "tp_comm_overlap", False, "--transformer-impl local: no Transformer Engine"
+            )
+        elif megatron_job.overlaps_tp_comm(job.command) and "tp_comm_overlap" not in space.values:
+            space = space.offering(
+                "tp_comm_overlap", (False, True), "your command gives --tp-comm-overlap"
+            )
     elif job.framework == "deepspeed":
         if workload.is_moe:
             raise InputError(

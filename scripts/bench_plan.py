@@ -29,7 +29,7 @@ from autotune.estimate.collectives import _offered as offered
 from autotune.estimate.collectives import candidate
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import DEFAULT_CALIBRATION
+from autotune.estimate.steptime import default_calibration
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.space.enumerate import build_config
@@ -88,7 +88,7 @@ def timed(engine: str, model: str, cluster: str) -> dict[str, float]:
         problem = load_problem(engine, model, cluster)
         found = problem.enumerate()
         enumerated = time.perf_counter()
-        cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
+        cal = default_calibration(problem.cluster.device.generation, problem.engine.name)
         ranked = memory_verdicts(problem, found.valid, cal)
         done = time.perf_counter()
         for part, seconds in (("enumerate", enumerated - start), ("predict", done - enumerated)):
@@ -121,7 +121,7 @@ def proposals(model: str, cluster: str) -> dict[str, float]:
         cold_caches()
         start = time.perf_counter()
         problem = load_problem("megatron", model, cluster, WIDE)
-        cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
+        cal = default_calibration(problem.cluster.device.generation, problem.engine.name)
         valid = problem.enumerate().valid
         ranked = memory_verdicts(problem, valid, cal)
         plans.append(time.perf_counter() - start)

@@ -203,8 +203,8 @@ def moe_cp_report() -> str:
         if not isinstance(c, MoeCpCase):
             skipped[c] = skipped.get(c, 0) + 1
             continue
-        generation = DEFAULT_CALIBRATION.get(c.cluster.device.generation, Calibration())
-        before = compared(c, c.cluster, "megatron", generation)["error"]
+        generation_default = DEFAULT_CALIBRATION.get(c.cluster.device.generation, Calibration())
+        before = compared(c, c.cluster, "megatron", generation_default)["error"]
         rows.append(
             {**compared(c, c.cluster, "megatron"), "generation_default_error": before}
             | {"release": c.release}
@@ -261,8 +261,8 @@ def moe_cp_report() -> str:
         lines.append(summary(str(source), part, corr))
     for kind, part in frame.groupby(frame["sweep"].str.contains("Qwen3|Mixtral")):
         lines.append(summary("MoE" if kind else "dense with CP", part))
-    for generation, part in frame.groupby(frame["sweep"].str.contains("H100")):
-        lines.append(summary("H100" if generation else "B200, GB200", part))
+    for on_h100, part in frame.groupby(frame["sweep"].str.contains("H100")):
+        lines.append(summary("H100" if on_h100 else "B200, GB200", part))
     lines += [
         summary("newest release of each layout", frame[frame["newest"]]),
         summary("older releases", frame[~frame["newest"]]),
@@ -296,9 +296,9 @@ def anchor_report() -> str:
         "| GPU generation | rows | median abs error | median signed error |",
         "|---|---|---|---|",
     ]
-    for generation, part in frame.groupby(frame["sweep"].str.contains("H100")):
+    for on_h100, part in frame.groupby(frame["sweep"].str.contains("H100")):
         lines.append(
-            f"| {'hopper' if generation else 'blackwell'} | {len(part)} | "
+            f"| {'hopper' if on_h100 else 'blackwell'} | {len(part)} | "
             f"{part['abs_error'].median():.1%} | {part['error'].median():+.1%} |"
         )
     lines += ["", frame.drop(columns=["abs_error"]).to_markdown(index=False, floatfmt=".3g"), ""]

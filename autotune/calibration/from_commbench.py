@@ -3,12 +3,11 @@ into the cluster's calibration, keeping its other fitted parameters."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
+from autotune.calibration.saved import calibration_path, save_collectives
 from autotune.errors import InputError
 from autotune.estimate.commfit import CollectiveFit, fit_commbench, require_fits
 from autotune.specs import load_cluster
@@ -41,8 +40,7 @@ def calibrate_commbench(
             f"--commbench: {report_path} has rows that are not commbench's ({type(exc).__name__})"
         ) from None
     fits = tuple(require_fits(fitted, str(report_path)))
-    before, _ = load_calibration(results, cluster)
     path = calibration_path(results, cluster)
     meta = {"commbench": str(report_path.resolve()), "cluster": cluster.name}
-    save_calibration(path, dataclasses.replace(before, collectives=fits), meta)
+    save_collectives(path, fits, meta)
     return CommCalibrationReport(fits=fits, cluster=cluster.name, saved_to=path)

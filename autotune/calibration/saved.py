@@ -54,6 +54,21 @@ def load_calibration(
     return default, f"default for {owner}{cluster.device.generation}"
 
 
+def save_collectives(
+    path: Path, fits: tuple[CollectiveFit, ...], meta: Mapping[str, object]
+) -> None:
+    """Collective fits into a cluster's saved calibration, keeping what a study fitted: the
+    parameters no fit set stay unsaved, the engine's default at every load (Megatron's
+    differs from the others')."""
+    stored: dict[str, object] = {}
+    if path.is_file():
+        read_calibration(path)  # an unreadable file is one line, not a traceback
+        stored = json.loads(path.read_text())["calibration"]
+    stored["collectives"] = [dataclasses.asdict(f) for f in fits]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps({"calibration": stored, **meta}, indent=2) + "\n")
+
+
 def save_calibration(path: Path, cal: Calibration, meta: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(

@@ -516,7 +516,8 @@ def core_snippet(w: Workload, c: TrainConfig, banner: list[str] | None = None) -
                     "Tensor-parallel overlap: before building the model, call Transformer",
                     "Engine's initialize_ub(shape=[seq_length * micro_batch_size // cp,",
                     f"hidden_size], tp_size={c.tp}, ...) as Megatron-LM's",
-                    "_initialize_tp_communicators does, with CUDA_DEVICE_MAX_CONNECTIONS=1.",
+                    "_initialize_tp_communicators does, with CUDA_DEVICE_MAX_CONNECTIONS=1",
+                    "(and UB_SKIPMC=1 on GPUs before Hopper, which lack CUDA multicast).",
                 ]
                 if c.tp_comm_overlap
                 else []

@@ -47,8 +47,8 @@ TUNED = {
     "--recompute-method": 1,
     "--recompute-num-layers": 1,
     "--recompute-modules": VARIADIC,
-    # settings that hold for one layout only, which Megatron-LM refuses under others
     "--tp-comm-overlap": 0,
+    # settings that hold for one layout only, which Megatron-LM refuses under others
     "--decoder-first-pipeline-num-layers": 1,
     "--decoder-last-pipeline-num-layers": 1,
     "--account-for-embedding-in-pipeline-split": 0,
@@ -59,8 +59,8 @@ TUNED = {
     "--overlap-param-gather-with-optimizer-step": 0,
 }
 """The user's flags that the trial's config replaces (flag -> values it takes), and those
-tied to the user's own layout (an uneven pipeline split, TP communication overlap), which
-the tuned layout may not allow."""
+tied to the user's own layout (an uneven pipeline split), which the tuned layout may not
+allow."""
 RUN_LENGTH = {
     "--train-iters": 1,
     "--train-samples": 1,
@@ -112,6 +112,12 @@ def _int_flag(argv: Sequence[str], flag: str, default: int | None = None) -> int
         return int(value)
     except ValueError:
         raise InputError(f"{flag} {value!r}: expected a whole number") from None
+
+
+def overlaps_tp_comm(argv: Sequence[str]) -> bool:
+    """`--tp-comm-overlap`: the user runs Transformer Engine's TP overlap, which their
+    study then searches (it holds only where the tuned layout has sequence parallelism)."""
+    return has_flag(argv, "--tp-comm-overlap")
 
 
 def runs_local_attention(argv: Sequence[str]) -> bool:

@@ -138,6 +138,8 @@ def _initialize_tp_overlap(spec: TrialSpec) -> None:
     from transformer_engine.pytorch import module as te_module
 
     w, c = spec.workload, spec.config
+    if torch.cuda.get_device_capability()[0] < 9:  # no CUDA multicast before Hopper
+        os.environ.setdefault("UB_SKIPMC", "1")
     te_module.base.initialize_ub(
         shape=[w.seq_length * c.mbs // c.cp, w.hidden_size],
         tp_size=c.tp,

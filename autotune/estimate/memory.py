@@ -355,7 +355,8 @@ def comm_buffer_bytes(
     w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray
 ) -> np.ndarray:
     """Bucket buffers the engine allocates beside the gradients, with `psi` the parameters
-    on each config's most loaded rank."""
+    on each config's most loaded rank, and Transformer Engine's userbuffers under
+    tp_comm_overlap."""
     width = BYTES_PER_ELEMENT[w.precision]
     t = traits_of(engine)
     out = np.zeros(len(c))
@@ -369,7 +370,14 @@ def comm_buffer_bytes(
     if t.zero3_resident_layers:
         resident = t.zero3_resident_layers * layer_parameters(w, c.tp) * width
         out = np.where(~bucketed & (c.zero == 3), resident, out)
-    return out
+    userbuffers = USERBUFFERS * c.mbs * (w.seq_length / c.cp) * w.hidden_size * width
+    return out + np.where(c.tp_comm_overlap, userbuffers, 0.0)
+
+
+USERBUFFERS = 10
+"""Transformer Engine's userbuffers for --tp-comm-overlap: one buffer of a micro-batch's
+(s/cp)·b x h activations for each overlapped GEMM pass (qkv, proj, fc1, fc2; forward and
+gradients: initialize_ub's ten methods)."""
 
 
 FP8_WEIGHT_BYTES = {"delayed": 2.0, "tensorwise": 2.0, "mxfp8": 2 * (1 + 1 / 32)}

@@ -64,8 +64,8 @@ class Calibration:
     """Share of the FP8 peak an FP8 GEMM reaches where a bf16 one reaches all of the bf16
     peak it would: what scaling, casts and transposes leave of FP8's doubled rate. Fitted on
     Hopper (`calibration/fp8_pairs.py`, torchtitan's Float8); the same prior elsewhere
-    (Blackwell), as no published pair measures it there; Megatron's own per generation
-    (`ENGINE_CALIBRATION`)."""
+    (Blackwell), as no published pair measures it there, and for Megatron too, whose
+    published runs are all FP8 (`ENGINE_CALIBRATION` fits its compute efficiency only)."""
     collectives: tuple[CollectiveFit, ...] = ()
     """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
     one matches, it replaces the collective model and bandwidth_scale."""
@@ -215,8 +215,9 @@ class StepParts:
     recompute_flops: np.ndarray
     tp_collectives: np.ndarray
     linear_flops: np.ndarray
-    """Per kind of pipeline rank and config: one micro-batch's FLOPs in linear layers' GEMMs,
-    behind which Transformer Engine's tensor-parallel overlap hides the collectives."""
+    """Per kind of pipeline rank and config: one micro-batch's FLOPs in linear layers' GEMMs
+    (forward, backward, recomputed); less the routed experts', those behind which Transformer
+    Engine's tensor-parallel overlap hides the collectives."""
     tp_comm_overlap: np.ndarray
     moe_exchanges: np.ndarray
     """Per kind of pipeline rank and config: one micro-batch's MoE token exchanges (each a
@@ -302,8 +303,10 @@ class StepParts:
         compute = seconds(self.flops, self.fp8_flops, self.expert_flops)
         tp = self.tp_collectives * self.per_collective.seconds(scale)
         # --tp-comm-overlap: each all-gather and reduce-scatter runs in chunks beside the
-        # GEMM it feeds or follows; what the GEMMs cannot cover stays exposed.
-        gemms = self.linear_flops / (rate if fp8_rate is None else fp8_rate)
+        # GEMM it feeds or follows (attention's, the dense or shared MLP's: routed experts
+        # take no TP collective); what those GEMMs cannot cover stays exposed.
+        beside = self.linear_flops - self.expert_flops
+        gemms = beside / (rate if fp8_rate is None else fp8_rate)
         tp = np.where(self.tp_comm_overlap, np.maximum(0.0, tp - gemms), tp)
         pace, ep = compute + tp, None
         if self.moe:  # a search refits often: dense tables skip what is zero for them
@@ -505,8 +508,8 @@ def _rank_work(
     """One micro-batch on a pipeline rank of `layers`: (FLOPs, of which recomputation,
     tensor-parallel collectives, FLOPs in FP8 GEMMs, of which recomputation, MoE token
     exchanges: forward, backward and recomputed, FLOPs in routed experts' GEMMs, of which
-    recomputation). `selective`: a layer's selectively recomputed FLOPs, and of those the
-    MLP's (which FP8 runs)."""
+    recomputation, FLOPs in linear layers' GEMMs). `selective`: a layer's selectively
+    recomputed FLOPs, and of those the MLP's (which FP8 runs)."""
     mbs = c.mbs.astype(float)  # FLOPs outgrow int64 on large models
     split = c.tp * c.cp
     fwd = (layers * layer_forward_flops(w, mbs) + head_forward_flops(w, mbs) * last) / split
@@ -517,8 +520,8 @@ def _rank_work(
     recompute_fwd = recompute_fwd + layers * selective[0]
     # In FP8: the linear layers' GEMMs, forward, backward and recomputed.
     fp8 = w.fp8 != "none"
-    all_linear = layer_linear_forward_flops(w, mbs) / split
-    linear = all_linear if fp8 else 0.0
+    linear_gemms = layer_linear_forward_flops(w, mbs) / split
+    linear = linear_gemms if fp8 else 0.0
     selective_linear = layers * selective[1] if fp8 else 0.0
     # Tensor-parallel collectives of a layer's forward: attention's and the MLP's; an MoE
     # layer's routed experts take none (tokens stay sequence-sharded into the dispatcher),
@@ -538,7 +541,7 @@ def _rank_work(
         w.moe_share * (2 * layers + rebuilt),
         3 * layers * experts + expert_recompute,
         expert_recompute,
-        (3 * layers + rebuilt) * all_linear,
+        (3 * layers + rebuilt) * linear_gemms,
     )
 
 

@@ -28,8 +28,12 @@ class SearchSpace:
         """This space with `knob` held at `value` where it offered more, and why."""
         if self.values.get(knob, (value,)) == (value,):
             return self
+        return self.offering(knob, (value,), why)
+
+    def offering(self, knob: str, values: tuple[Any, ...], why: str) -> SearchSpace:
+        """This space with `knob`'s candidates `values`, and why."""
         return replace(
-            self, values={**self.values, knob: (value,)}, origins={**self.origins, knob: why}
+            self, values={**self.values, knob: values}, origins={**self.origins, knob: why}
         )
 
 

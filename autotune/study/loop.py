@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from autotune.errors import InputError
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_reason, memory_verdicts
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.steptime import Calibration, default_calibration
 from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
@@ -169,7 +169,9 @@ class _Search:
         valid = problem.enumerate().require_some().valid
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
-        self.cal = settings.calibration or Calibration()
+        self.cal = settings.calibration or default_calibration(
+            problem.cluster.device.generation, problem.engine.name
+        )
         self.ranked = memory_verdicts(problem, valid, self.cal)
         if not self.ranked:
             raise InputError(

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from autotune.calibration.from_commbench import calibrate_commbench
+from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
 from autotune.commbench.bench import nccl_variants, sweep_winners
 from autotune.errors import InputError
 from autotune.estimate.comm import Group, seconds
@@ -14,6 +19,7 @@ from autotune.estimate.commfit import (
     matching_fit,
     require_fits,
 )
+from autotune.estimate.steptime import ENGINE_CALIBRATION, Calibration
 from autotune.specs import load_cluster
 
 SIZES = [2**k for k in range(10, 25)]
@@ -118,3 +124,24 @@ def test_sweep_winners_compare_the_fastest_forced_setting_with_the_default() -> 
     )
     assert winners.loc[2048, "vs_default"] == pytest.approx(1.1)
     assert sweep_winners({"rows": rows[:1]}).empty
+
+
+def test_commbench_fits_keep_megatrons_own_defaults_and_a_studys_fit(tmp_path: Path) -> None:
+    """Saving collective fits writes no parameter it did not fit: Megatron's compute
+    efficiency on H100 stays its own, not the generation's, and a study's fit stays."""
+    cluster = load_cluster("dgx-h100:2")
+    report = tmp_path / "report.json"
+    rows = [row("all_reduce", s, 20e-6 + 1.5 * s / 10e9) for s in SIZES]
+    report.write_text(json.dumps({"rows": rows, "cluster": "dgx-h100:2"}))
+    calibrate_commbench(report, None, tmp_path)
+    megatron, _ = load_calibration(tmp_path, cluster, "megatron")
+    assert (
+        megatron.compute_efficiency
+        == ENGINE_CALIBRATION[("megatron", "hopper")].compute_efficiency
+    )
+    assert megatron.collectives and load_calibration(tmp_path, cluster, "torch")[0].collectives
+    path = calibration_path(tmp_path, cluster)
+    save_calibration(path, Calibration(compute_efficiency=0.5), {"study": "s"})
+    calibrate_commbench(report, None, tmp_path)
+    fitted, _ = load_calibration(tmp_path, cluster, "megatron")
+    assert fitted.compute_efficiency == 0.5 and fitted.collectives

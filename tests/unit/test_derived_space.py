@@ -11,6 +11,8 @@ from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import load_problem
 from autotune.space.derive import divisors
 
+SPACE_2026 = Path(__file__).resolve().parents[2] / "scripts" / "spaces" / "megatron_2026.yaml"
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
 
 
@@ -86,6 +88,20 @@ def test_local_trials_without_transformer_engine_keep_cp_1(
     assert narrowed.space.values["cp"] == (1,)
     assert "Transformer Engine" in narrowed.space.origins["cp"]
     assert narrowed.enumerate().require_some().valid
+
+
+def test_local_trials_without_transformer_engine_keep_tp_comm_overlap_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its userbuffers are Transformer Engine's: a space that lists it keeps it off here."""
+    from autotune.launchers import local
+
+    problem = load_problem("megatron", "llama3-8b", "dgx-h100:1", str(SPACE_2026))
+    assert any(c.tp_comm_overlap for c in problem.enumerate().valid)
+    monkeypatch.setattr(local, "has_transformer_engine", lambda: False)
+    narrowed = local.LocalLauncher().narrow(problem)
+    assert narrowed.space.values["tp_comm_overlap"] == (False,)
+    assert not any(c.tp_comm_overlap for c in narrowed.enumerate().valid)
 
 
 def test_deepspeed_searches_expert_parallelism_and_torch_refuses_experts() -> None:

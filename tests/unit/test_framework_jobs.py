@@ -19,6 +19,7 @@ import pytest
 from autotune.engines import megatron_job, torchtitan_job
 from autotune.engines.logged import LoggedMemory, LoggedStep
 from autotune.errors import InputError
+from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import StepPlan, TrialSpec, UserJob
@@ -214,6 +215,31 @@ def test_flags_tied_to_the_users_own_layout_are_left_out() -> None:
     argv = megatron_job.trial_argv(megatron_spec(TrainConfig(tp=1, dp=16, mbs=1), command))
     args = megatron_parser().parse_args(argv[1:])
     assert not args.tp_comm_overlap and args.decoder_first_pipeline_num_layers is None
+
+
+def test_a_command_that_overlaps_tp_comm_has_its_study_search_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--tp-comm-overlap is the user's setting: the study searches it beside the layouts
+    where sequence parallelism allows it, and a trial that keeps it writes it back; with
+    --transformer-impl local (no Transformer Engine) it is held off."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / PRETRAIN[0]).write_text("")
+    problem = load_problem(
+        "megatron", "tiny", "dgx-h100:2", None, [*PRETRAIN, "--tp-comm-overlap"]
+    )
+    assert problem.space.values["tp_comm_overlap"] == (False, True)
+    overlapped = [c for c in problem.enumerate().valid if c.tp_comm_overlap]
+    assert overlapped and all(c.sp and c.tp > 1 for c in overlapped)
+    argv = megatron_job.trial_argv(megatron_spec(overlapped[0], [*PRETRAIN, "--tp-comm-overlap"]))
+    assert megatron_parser().parse_args(argv[1:]).tp_comm_overlap
+    local = [*PRETRAIN, "--tp-comm-overlap", "--transformer-impl", "local"]
+    held = load_problem("megatron", "tiny", "dgx-h100:2", None, local)
+    assert held.space.values.get("tp_comm_overlap", (False,)) == (False,)
+    assert (
+        "tp_comm_overlap"
+        not in load_problem("megatron", "tiny", "dgx-h100:2", None, PRETRAIN).space.values
+    )
 
 
 # torchtitan ------------------------------------------------------------------------------

@@ -78,6 +78,8 @@ CASES = {
         LLAMA70,
         dataclasses.replace(NEMO_LIKE, recompute="selective", recompute_modules="core_attn+mlp"),
     ),
+    # Transformer Engine's TP overlap, as Megatron-Bridge's recipes with tp > 1 run it.
+    "tp_comm_overlap": (LLAMA70, dataclasses.replace(NEMO_LIKE, tp_comm_overlap=True)),
 }
 VARIADIC = {"--recompute-modules"}
 """Flags that take one value or more (argparse nargs='+')."""

@@ -6,7 +6,8 @@ DistributedDataParallel, as Megatron-LM's get_model does: the measured trials di
 Tensor-parallel overlap: before building the model, call Transformer
 Engine's initialize_ub(shape=[seq_length * micro_batch_size // cp,
 hidden_size], tp_size=4, ...) as Megatron-LM's
-_initialize_tp_communicators does, with CUDA_DEVICE_MAX_CONNECTIONS=1.
+_initialize_tp_communicators does, with CUDA_DEVICE_MAX_CONNECTIONS=1
+(and UB_SKIPMC=1 on GPUs before Hopper, which lack CUDA multicast).
 """
 
 import torch
