@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines import Engine, get_engine, megatron_job, torchtitan_job
+from autotune.engines.megatron import without_transformer_engine
 from autotune.engines.user_job import (
     DEEPSPEED_KNOBS,
     global_batch,
@@ -178,10 +179,7 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
         workload = megatron_job.workload_from_command(job.command, job.name)
         space = _derived(space, problem, workload)
         if megatron_job.runs_local_attention(job.command):
-            space = space.pinned("cp", 1, "--transformer-impl local: no context parallel")
-            space = space.pinned(
-                "tp_comm_overlap", False, "--transformer-impl local: no Transformer Engine"
-            )
+            space = without_transformer_engine(space, "--transformer-impl local")
         elif megatron_job.overlaps_tp_comm(job.command) and "tp_comm_overlap" not in space.values:
             space = space.offering(
                 "tp_comm_overlap", (False, True), "your command gives --tp-comm-overlap"

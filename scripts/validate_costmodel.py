@@ -207,12 +207,12 @@ def moe_cp_report() -> str:
         before = compared(c, c.cluster, "megatron", generation_default)["error"]
         rows.append(
             {**compared(c, c.cluster, "megatron"), "generation_default_error": before}
-            | {"release": c.release}
+            | {"release": c.release, "gpu": c.cluster.device.name, "fp8": c.workload.fp8}
         )
     frame = pd.DataFrame(rows)
     # Each layout's newest release on its page: the software users run today.
-    layout = frame["sweep"].str.replace(r"^(\S+) .* (\S+ \S+ \S+)$", r"\1 \2", regex=True)
-    newest = frame.groupby([layout, frame["layout"]])["release"].transform("max")
+    same_layout = ["source", "model", "gpu", "fp8", "layout"]
+    newest = frame.groupby(same_layout)["release"].transform("max")
     frame["newest"] = frame["release"] == newest
     frame["abs_error"] = frame["error"].abs()
     frame["abs_before"] = frame["generation_default_error"].abs()
@@ -250,11 +250,10 @@ def moe_cp_report() -> str:
 
     # One release's table on one GPU: its runs of several models and layouts, ordered by
     # tokens/s/GPU (no sweep of one model and release has three layouts).
-    gpu = frame["sweep"].str.extract(r" (H100|B200|GB200) ")[0]
     for source, part in frame.groupby("source"):
         corrs = [
             spearman(list(g.published_tps), list(g.predicted_tps))
-            for _, g in part.groupby([part["release"], gpu[part.index]])
+            for _, g in part.groupby(["release", "gpu"])
             if len(g) > 2 and g["layout"].nunique() > 1
         ]
         corr = f"{statistics.median(corrs):.2f} ({len(corrs)} tables)" if corrs else "-"
@@ -272,7 +271,7 @@ def moe_cp_report() -> str:
         "source, model, GPU, precision and degrees); its older releases measured the same "
         "layout on software since made faster, which no model of the layout can see.",
         "",
-        frame.drop(columns=["abs_error", "abs_before", "newest"]).to_markdown(
+        frame.drop(columns=["abs_error", "abs_before", "newest", "gpu", "fp8"]).to_markdown(
             index=False, floatfmt=".3g"
         ),
         "",

@@ -20,6 +20,7 @@ from autotune.engines.traits import EngineTraits
 from autotune.errors import InputError
 from autotune.space import Rule, TrainConfig
 from autotune.space.pipeline import PipelineSplit, split_layers
+from autotune.space.spacefile import SearchSpace
 from autotune.specs import Cluster, Workload
 from autotune.trial.spec import TrialSpec
 
@@ -60,6 +61,21 @@ def _placement(c: TrainConfig, w: Workload) -> PipelineSplit:
     split = _split(c, w)
     assert split is not None, "the pipeline_places_layers rule refuses such configs"
     return split
+
+
+NEEDS_TRANSFORMER_ENGINE = {
+    "cp": (1, "its attention, which context parallelism needs"),
+    "tp_comm_overlap": (False, "its userbuffers, which tp_comm_overlap needs"),
+}
+"""Knobs held at these values where Transformer Engine is absent: every trial off them would
+crash (megatron-core's own attention has no context parallelism)."""
+
+
+def without_transformer_engine(space: SearchSpace, where: str) -> SearchSpace:
+    """The space with what needs Transformer Engine held off; `where` it is absent."""
+    for knob, (value, needs) in NEEDS_TRANSFORMER_ENGINE.items():
+        space = space.pinned(knob, value, f"{where} has no Transformer Engine: {needs}")
+    return space
 
 
 def _micro_batches(c: TrainConfig, w: Workload) -> int:

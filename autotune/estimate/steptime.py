@@ -288,7 +288,7 @@ class StepParts:
 
         # Routed experts' GEMMs (in FP8 with FP8, as linear layers) at their own width.
         expert_slowdown = _width_share(self.width, cal) / _width_share(self.expert_width, cal)
-        expert_rate = rate if fp8_rate is None else fp8_rate
+        linear_rate = rate if fp8_rate is None else fp8_rate  # linear layers' GEMMs
 
         def seconds(flops: np.ndarray, in_fp8: np.ndarray, experts: np.ndarray) -> np.ndarray:
             at_width = (
@@ -296,7 +296,7 @@ class StepParts:
             )
             if not self.moe:
                 return at_width
-            return at_width + experts / expert_rate * (expert_slowdown - 1)
+            return at_width + experts / linear_rate * (expert_slowdown - 1)
 
         # The pipeline moves at the pace of its slowest rank: its layers' compute and
         # tensor-parallel collectives, plus the output layer on the last rank.
@@ -306,7 +306,7 @@ class StepParts:
         # GEMM it feeds or follows (attention's, the dense or shared MLP's: routed experts
         # take no TP collective); what those GEMMs cannot cover stays exposed.
         beside = self.linear_flops - self.expert_flops
-        gemms = beside / (rate if fp8_rate is None else fp8_rate)
+        gemms = beside / linear_rate
         tp = np.where(self.tp_comm_overlap, np.maximum(0.0, tp - gemms), tp)
         pace, ep = compute + tp, None
         if self.moe:  # a search refits often: dense tables skip what is zero for them
@@ -528,7 +528,7 @@ def _rank_work(
     # its shared expert takes the MLP's.
     per_layer = 2 - w.moe_share * (w.moe_shared_expert_intermediate_size == 0)
     # The routed experts' share of the MLP's GEMMs: a token passes through top-k of them.
-    routed = w.moe_share * w.moe_router_topk * w.mlp_matrices * w.hidden_size * w.expert_ffn_size
+    routed = w.moe_share * w.routed_weights
     routed_share = routed / w.mean_layer_mlp_weights if w.is_moe else 0.0
     experts = 2 * mbs * w.seq_length * routed / split
     expert_recompute = rebuilt * experts + layers * selective[1] * routed_share

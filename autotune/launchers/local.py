@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 
+from autotune.engines.megatron import without_transformer_engine
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.process_tree import start_tree, stop_tree
@@ -45,13 +46,7 @@ class LocalLauncher(Launcher):
         every such trial would crash."""
         if has_transformer_engine():
             return problem
-        space = problem.space.pinned(
-            "cp", 1, "this host has no Transformer Engine, which context parallelism needs"
-        ).pinned(
-            "tp_comm_overlap",
-            False,
-            "this host has no Transformer Engine, whose userbuffers tp_comm_overlap needs",
-        )
+        space = without_transformer_engine(problem.space, "this host")
         return dataclasses.replace(problem, space=space)
 
     def command(self, request: LaunchRequest) -> list[str]:

@@ -108,13 +108,16 @@ class Workload:
         return self.mlp_matrices * self.hidden_size * self.moe_shared_expert_intermediate_size
 
     @property
+    def routed_weights(self) -> int:
+        """Weights of the top-k routed experts a token passes through in an MoE layer."""
+        return self.moe_router_topk * self.mlp_matrices * self.hidden_size * self.expert_ffn_size
+
+    @property
     def mean_layer_mlp_weights(self) -> float:
         """MLP weights a token passes through in the average layer: the dense MLP, or the
         router, the shared expert and top-k experts."""
-        h = self.hidden_size
-        dense = self.mlp_matrices * h * self.ffn_hidden_size
-        routed = self.moe_router_topk * self.mlp_matrices * h * self.expert_ffn_size
-        moe = self.router_weights + self.shared_expert_weights + routed
+        dense = self.mlp_matrices * self.hidden_size * self.ffn_hidden_size
+        moe = self.router_weights + self.shared_expert_weights + self.routed_weights
         return self.moe_share * moe + (1 - self.moe_share) * dense
 
     @property
