@@ -48,7 +48,8 @@ def main() -> None:
     for (engine, generation), cal in engines.items():
         print(
             f'    ("{engine}", "{generation}"): compute_efficiency={cal.compute_efficiency}, '
-            f"fp8_efficiency={cal.fp8_efficiency} (from {generation}'s default)"
+            f"fp8_efficiency={cal.fp8_efficiency}, moe_expert_host_s={cal.moe_expert_host_s} "
+            f"(from {generation}'s default; the host time from the MoE runs)"
         )
     differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]
     differ += [

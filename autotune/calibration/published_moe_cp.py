@@ -15,16 +15,17 @@ a model, GPU and precision, so that a comparison of its layouts is not one of re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from scipy.optimize import minimize_scalar
 
 from autotune.engines import get_engine
-from autotune.estimate.calibrate import Observation, fit, rounded
+from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors, rounded
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, ENGINE_CALIBRATION, Calibration
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
 from autotune.specs.workload import Fp8Recipe
@@ -94,19 +95,59 @@ def _states_fit(c: MoeCpCase) -> bool:
 
 
 def fitted_engine_defaults(path: Path = DATA) -> dict[tuple[str, str], Calibration]:
-    """Megatron's compute efficiency per GPU generation, fitted to its dense runs
-    from the generation's default: what `ENGINE_CALIBRATION` states."""
+    """Megatron's compute efficiency per GPU generation, fitted to its dense runs from the
+    generation's default, and its experts' host time, fitted to the expert-parallel runs
+    (`fitted_moe_host_time`): what `ENGINE_CALIBRATION` states."""
     by_generation: dict[str, list[Observation]] = {}
     for c in anchors(path):
-        by_generation.setdefault(c.cluster.device.generation, []).append(
-            Observation(c.workload, c.cluster, c.config, "megatron", c.published_step_s)
-        )
-    return {
-        ("megatron", generation): rounded(
+        by_generation.setdefault(c.cluster.device.generation, []).append(_observed(c))
+    compute = {
+        generation: rounded(
             fit(data, DEFAULT_CALIBRATION.get(generation, Calibration()), free=ENGINE_FIT)
         )
         for generation, data in sorted(by_generation.items())
     }
+    held_out = [c for c in cases(path) if isinstance(c, MoeCpCase)]
+    host = fitted_moe_host_time(held_out, compute)
+    return {
+        ("megatron", generation): dataclasses.replace(cal, moe_expert_host_s=host)
+        for generation, cal in compute.items()
+    }
+
+
+def fitted_moe_host_time(runs: Sequence[MoeCpCase], start: dict[str, Calibration]) -> float:
+    """`Calibration.moe_expert_host_s` of least squared log error over the expert-parallel
+    runs among `runs`, each predicted with its generation's calibration in `start`: one
+    host time per expert for every GPU, as the host's Python issues the same kernels to each.
+
+    Only these runs measure it (dense layers keep their GPUs busier than their host), so
+    the validation refits it without each release it predicts (`host_time_held_out`)."""
+    data = [(start[c.cluster.device.generation], _observed(c)) for c in runs if c.workload.is_moe]
+
+    def loss(host: float) -> float:
+        return sum(
+            error**2
+            for cal, o in data
+            for error in log_errors(dataclasses.replace(cal, moe_expert_host_s=host), [o])
+        )
+
+    bounds = BOUNDS["moe_expert_host_s"]
+    best = minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": 1e-8})
+    return round(float(best.x), 5)
+
+
+def host_time_held_out(runs: Sequence[MoeCpCase]) -> dict[str, float]:
+    """Per release, the experts' host time fitted to the other releases' runs: a release's
+    software sets its host time, so one left out is as good as unseen."""
+    start = {g: cal for (e, g), cal in ENGINE_CALIBRATION.items() if e == "megatron"}
+    return {
+        release: fitted_moe_host_time([c for c in runs if c.release != release], start)
+        for release in sorted({c.release for c in runs})
+    }
+
+
+def _observed(c: MoeCpCase) -> Observation:
+    return Observation(c.workload, c.cluster, c.config, "megatron", c.published_step_s)
 
 
 def _case(r: pd.Series) -> MoeCpCase | str:

@@ -172,11 +172,6 @@ class MegatronEngine(Engine):
             lambda c, _w, _k: c.zero <= 1,
         ),
         Rule(
-            "megatron_interleaving_needs_pp_over_2",
-            "Megatron's interleaved schedule needs pp > 2 unless p2p overlap is on",
-            lambda c, _w, _k: c.vpp == 1 or c.pp > 2,
-        ),
-        Rule(
             "megatron_interleaving_microbatches",
             "Megatron's interleaved schedule runs micro-batches in groups of pp",
             lambda c, w, _k: c.vpp == 1 or _micro_batches(c, w) % c.pp == 0,
@@ -291,6 +286,10 @@ def transformer_config_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         "tensor_model_parallel_size": c.tp,
         "pipeline_model_parallel_size": c.pp,
         "virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
+        # Megatron-LM's default with interleaving (--no-overlap-p2p-communication turns it
+        # off), which lets the interleaved schedule run on two stages; it sends one at a time
+        # (megatron-core: overlap "must be False if batch_p2p_comm is true").
+        **({"overlap_p2p_comm": True, "batch_p2p_comm": False} if c.vpp > 1 else {}),
         **({"context_parallel_size": c.cp} if c.cp > 1 else {}),
         **_uneven_split_kwargs(_placement(c, w)),
         "sequence_parallel": c.sp,

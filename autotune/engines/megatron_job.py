@@ -136,6 +136,11 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
             "--cp-comm-type/--hierarchical-context-parallel-sizes: autotune tunes cp with "
             "Megatron's default p2p ring; drop them from the command"
         )
+    if has_flag(argv, "--no-overlap-p2p-communication"):
+        raise InputError(
+            "--no-overlap-p2p-communication: autotune tunes vpp with Megatron-LM's default "
+            "p2p overlap, which runs interleaving on two stages too; drop it from the command"
+        )
     hidden = _int_flag(argv, "--hidden-size")
     heads = _int_flag(argv, "--num-attention-heads")
     swiglu = has_flag(argv, "--swiglu")

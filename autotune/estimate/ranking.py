@@ -1,6 +1,6 @@
 """The plan before any trial: configs predicted to fit, fastest first, and how many cannot fit.
-Memory is predicted for every valid config as one table, step time only for those that fit;
-an `Estimate` is made only for a config looked at."""
+Memory is predicted for every valid config as one table, step time only for those that fit,
+in chunks; an `Estimate` is made only for a config looked at."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import overload
 import numpy as np
 
 from autotune.estimate.memory import fits, memory_breakdown
-from autotune.estimate.predict import Estimate, Predictions, Predictor
+from autotune.estimate.predict import Estimate, Predictor, predict
 from autotune.estimate.stages import Stages
 from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
@@ -19,14 +19,22 @@ from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs.cluster import DeviceKind
 
+CHUNK = 1 << 18
+"""Configs whose step time is predicted at once: what bounds a plan's memory (the model's
+parts of a million configs would take gigabytes), not what it finds."""
+
 
 @dataclass(frozen=True)
 class Ranked(Sequence[Estimate]):
     """The configs predicted to fit, fastest first (equals in the order given); `too_big`
-    counts the valid configs predicted not to fit."""
+    counts the valid configs predicted not to fit. A config's `Estimate` is predicted again
+    when looked at (the rows looked at together, as one table), as ranking keeps only each
+    config's throughput."""
 
-    predictions: Predictions
-    """Of the configs that fit, in the order given."""
+    problem: Problem
+    cal: Calibration
+    table: ConfigTable
+    """The configs that fit, in the order given (not ranked)."""
     order: np.ndarray
     too_big: int
 
@@ -38,14 +46,11 @@ class Ranked(Sequence[Estimate]):
     @overload
     def __getitem__(self, i: slice) -> list[Estimate]: ...
     def __getitem__(self, i: int | slice) -> Estimate | list[Estimate]:
-        if isinstance(i, slice):
-            return [self.predictions.row(int(r)) for r in self.order[i]]
-        return self.predictions.row(int(self.order[i]))
-
-    @property
-    def table(self) -> ConfigTable:
-        """The configs that fit, in the order given (not ranked)."""
-        return self.predictions.table
+        rows = self.order[i] if isinstance(i, slice) else self.order[i : i + 1 or None]
+        p = self.problem
+        found = predict(p.workload, self.table.take(rows), p.cluster, p.engine.name, self.cal)
+        shown = [found.row(k) for k in range(len(rows))]
+        return shown if isinstance(i, slice) else shown[0]
 
     @property
     def fastest_first(self) -> ConfigTable:
@@ -63,7 +68,7 @@ class Ranked(Sequence[Estimate]):
 
 
 def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibration) -> Ranked:
-    """Predictions of the configs that fit, best first."""
+    """The configs that fit, best first."""
     w, cluster, engine = problem.workload, problem.cluster, problem.engine.name
     table = ConfigTable.of(valid)
     # No NCCL setting changes memory: it is computed once per run of a layout's variants.
@@ -71,12 +76,16 @@ def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibra
     stages = Stages.of(w, runs.layouts, engine)
     memory = memory_breakdown(w, runs.layouts, engine, cluster.device.generation, stages)
     fitting = np.flatnonzero(runs.spread(fits(memory, cluster.device)))
-    kept_runs, which = runs.take(fitting)
-    kept = kept_runs.layouts if kept_runs.of_row is None else table.take(fitting)
-    known = memory.take(kept_runs.spread(which)), kept_runs, stages.take(which)
-    p = Predictor.of(w, kept, cluster, engine, cal.collectives, *known).at(cal)
-    fastest = np.argsort(-p.tokens_per_s, kind="stable")
-    return Ranked(p, fastest, len(table) - len(fitting))
+    rate = np.empty(len(fitting))
+    for start in range(0, len(fitting), CHUNK):
+        rows = fitting[start : start + CHUNK]
+        chunk_runs, which = runs.take(rows)
+        chunk = chunk_runs.layouts if chunk_runs.of_row is None else table.take(rows)
+        known = memory.take(chunk_runs.spread(which)), chunk_runs, stages.take(which)
+        model = Predictor.of(w, chunk, cluster, engine, cal.collectives, *known)
+        rate[start : start + len(rows)] = model.at(cal).tokens_per_s
+    fastest = np.argsort(-rate, kind="stable")
+    return Ranked(problem, cal, table.take(fitting), fastest, len(table) - len(fitting))
 
 
 def memory_reason(e: Estimate, device: DeviceKind) -> str:

@@ -10,7 +10,8 @@ all-gather; ZeRO 3: per-micro-batch parameter gathers too) in buckets, partly hi
 the backward pass; expert parallel: each MoE layer's tokens sent to their experts and back,
 all-to-all over the expert-parallel group (gathered over expert tensor parallel ranks),
 twice forward and twice backward, not overlapped; expert gradients reduced over the expert
-data-parallel ranks; optimizer: one pass over the rank's states at memory bandwidth.
+data-parallel ranks; host: a rank's micro-batch takes at least the time its host needs to
+issue its MoE layers; optimizer: one pass over the rank's states at memory bandwidth.
 Formulas: shared research comm_cost_model.md §5.
 """
 
@@ -66,6 +67,14 @@ class Calibration:
     Hopper (`calibration/fp8_pairs.py`, torchtitan's Float8); the same prior elsewhere
     (Blackwell), as no published pair measures it there, and for Megatron too, whose
     published runs are all FP8 (`ENGINE_CALIBRATION` fits its compute efficiency only)."""
+    moe_expert_host_s: float = 0.0
+    """Host time to issue one local expert's share of an MoE layer, forward and backward,
+    for one micro-batch: Transformer Engine's grouped GEMMs cast and multiply each expert
+    apart, beside the router and the dispatcher's device-to-host sync of its token counts,
+    all issued by Python without CUDA graphs. The GPUs cannot run ahead of the host, so a
+    rank's micro-batch takes at least its MoE layers' host time: small micro-batches of a
+    narrow MoE with many experts per rank are host-bound (Megatron's Qwen3-30B-A3B, 16
+    experts per rank, takes about 9 ms a layer at micro-batch 1 on H100 and B200 alike)."""
     collectives: tuple[CollectiveFit, ...] = ()
     """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
     one matches, it replaces the collective model and bandwidth_scale."""
@@ -90,10 +99,13 @@ DEFAULT_CALIBRATION = {
 # FP8's share of the FP8 peak stays the published bf16/FP8 pairs' fit (a fit of both to FP8
 # runs alone cannot tell them apart) (`calibration/published_moe_cp.fitted_engine_defaults`,
 # checked by a test); its expert- and context-parallel runs are the held-out check
-# (scripts/validate_costmodel.py).
+# (scripts/validate_costmodel.py). Its experts' host time only MoE runs measure: it is
+# fitted to them, and the validation refits it without the release it predicts.
 ENGINE_CALIBRATION = {
-    ("megatron", "hopper"): replace(DEFAULT_CALIBRATION["hopper"], compute_efficiency=0.75),
-    ("megatron", "blackwell"): Calibration(compute_efficiency=0.67),
+    ("megatron", "hopper"): replace(
+        DEFAULT_CALIBRATION["hopper"], compute_efficiency=0.75, moe_expert_host_s=0.00072
+    ),
+    ("megatron", "blackwell"): Calibration(compute_efficiency=0.67, moe_expert_host_s=0.00072),
 }
 
 
@@ -127,6 +139,8 @@ class StepTime(Generic[Seconds]):
     """All data-parallel communication of the step, hidden or not."""
     dp_exposed_s: Seconds
     optimizer_s: Seconds
+    host_wait_s: Seconds
+    """GPUs idle while the host issues MoE layers' kernels (`Calibration.moe_expert_host_s`)."""
     offload_s: Seconds
     """DeepSpeed's offload: gradients down and parameters up over the host link, the CPU's
     optimizer step, parameter partitions fetched from the host (ZeRO 3); not overlapped."""
@@ -147,6 +161,7 @@ class StepTime(Generic[Seconds]):
             + self.ep_comm_s
             + self.dp_exposed_s
             + self.optimizer_s
+            + self.host_wait_s
             + self.offload_s
         )
 
@@ -222,6 +237,8 @@ class StepParts:
     moe_exchanges: np.ndarray
     """Per kind of pipeline rank and config: one micro-batch's MoE token exchanges (each a
     layer's forward dispatch and combine, `moe_exchange`)."""
+    local_experts: np.ndarray
+    """Routed experts on a rank (experts / ep), each of whose GEMMs the host issues."""
     moe: bool
     """A mixture of experts: its exchanges are counted (none otherwise)."""
     expert_flops: np.ndarray
@@ -308,11 +325,18 @@ class StepParts:
         beside = self.linear_flops - self.expert_flops
         gemms = beside / linear_rate
         tp = np.where(self.tp_comm_overlap, np.maximum(0.0, tp - gemms), tp)
-        pace, ep = compute + tp, None
+        pace, ep, host_wait = compute + tp, None, np.zeros_like(compute)
         if self.moe:  # a search refits often: dense tables skip what is zero for them
             ep = self.moe_exchanges * self.moe_exchange.seconds(scale)
             pace += ep
+            # Each exchange is one MoE layer's forward or backward: half its host time.
+            # Each exchange is one MoE layer's forward or backward: half its host time, which
+            # grows with the experts the rank runs.
+            host = self.moe_exchanges * self.local_experts * cal.moe_expert_host_s / 2
+            host_wait = np.maximum(0.0, host - pace)
+            pace += host_wait
         slowest, configs = np.argmax(pace, axis=0), np.arange(n)
+        per_micro_host = host_wait[slowest, configs]
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
         per_micro_ep = np.zeros(n) if ep is None else ep[slowest, configs]
@@ -330,7 +354,7 @@ class StepParts:
         # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
         # context-parallel exchange included.
         bubble = self.bubble_share * (
-            per_micro_compute + per_micro_tp + per_micro_cp + per_micro_ep
+            per_micro_compute + per_micro_tp + per_micro_cp + per_micro_ep + per_micro_host
         )
         dp_comm, dp_exposed = self._data_parallel(cal, per_micro_compute)
         return StepTime(
@@ -344,6 +368,7 @@ class StepParts:
             dp_comm_s=dp_comm,
             dp_exposed_s=dp_exposed,
             optimizer_s=self.optimizer,
+            host_wait_s=self.micro * per_micro_host,
             offload_s=self.offload,
         )
 
@@ -456,6 +481,7 @@ def step_parts(
         tp_comm_overlap=c.tp_comm_overlap,
         moe_exchanges=kinds[:, 5],
         moe=w.is_moe,
+        local_experts=np.maximum(w.num_moe_experts, 1) / c.ep,
         expert_flops=kinds[:, 6],
         expert_recompute_flops=kinds[:, 7],
         expert_width=np.maximum(w.expert_ffn_size, 1) / c.etp,

@@ -68,11 +68,13 @@ RESIDUAL_KEPT = 0.5
 two knobs, ...): the correlation of the model's errors between neighbours, as a Gaussian
 process with a product kernel would have it."""
 FULL_FIT_AFTER = 8
-"""Measured trials before all four parameters are fitted; fewer fit compute efficiency only,
+"""Measured trials before every parameter is fitted; fewer fit compute efficiency only,
 so that a handful of points cannot be explained away by a free parameter each."""
 
 
-FREE_PARAMETERS = tuple(BOUNDS)
+MOE_PARAMETERS = ("moe_expert_host_s",)
+"""Fitted only for a mixture of experts: nothing else measures them."""
+FREE_PARAMETERS = tuple(name for name in BOUNDS if name not in MOE_PARAMETERS)
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,8 @@ class GuidedSearch:
             if fastest is not None and CONFIG in fastest.user_attrs
             else None
         )
-        free = FREE_PARAMETERS if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
+        every = FREE_PARAMETERS + (MOE_PARAMETERS if w.is_moe else ())
+        free = every if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
         if data:
             self.calibration = fit(data, self.calibration, free=free, rounds=3)
         # Residuals after fitting understate the error by the parameters fitted; the prior

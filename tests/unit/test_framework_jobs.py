@@ -184,6 +184,12 @@ def test_a_megatron_command_with_another_cp_communication_is_refused() -> None:
             megatron_job.workload_from_command([*PRETRAIN, *extra], "x")
 
 
+def test_a_megatron_command_without_p2p_overlap_is_refused() -> None:
+    """Trials may interleave two stages, which Megatron-LM allows only with its p2p overlap."""
+    with pytest.raises(InputError, match="--no-overlap-p2p-communication"):
+        megatron_job.workload_from_command([*PRETRAIN, "--no-overlap-p2p-communication"], "x")
+
+
 def test_a_megatron_command_with_context_parallelism_is_tuned_with_the_trials_cp() -> None:
     command = [*PRETRAIN, "--context-parallel-size", "2"]
     for cp in (1, 4):

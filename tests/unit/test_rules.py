@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from autotune.engines import ENGINES, get_engine
+from autotune.engines.megatron import transformer_config_kwargs
 from autotune.space import GENERIC_RULES, TrainConfig, first_violation
 from autotune.specs import load_cluster, load_workload
 
@@ -172,13 +173,6 @@ CASES = {
         H100x4,
         TrainConfig(tp=8, dp=4, zero=2),
         TrainConfig(tp=8, dp=4, zero=1),
-    ),
-    "megatron_interleaving_needs_pp_over_2": (
-        "megatron",
-        LLAMA70,
-        H100x4,
-        TrainConfig(tp=8, pp=2, vpp=2, dp=2),
-        TrainConfig(tp=8, pp=4, vpp=2, dp=1),
     ),
     "megatron_interleaving_microbatches": (
         "megatron",
@@ -349,3 +343,17 @@ def test_rule_rejects_breaking_config_and_passes_neighbour(name: str) -> None:
     violation = first_violation(broken, workload, cluster, rules)
     assert violation is not None and violation.name == name
     assert first_violation(fine, workload, cluster, rules) is None
+
+
+def test_megatron_interleaves_two_stages_as_megatron_lm_does() -> None:
+    """Megatron-LM overlaps pipeline p2p by default, so its interleaved schedule needs only
+    pp > 1: Megatron-Bridge's Qwen3-30B-A3B recipe on 16 H100s runs PP2 VPP12. The exported
+    TransformerConfig keeps that overlap, which megatron-core leaves off by default."""
+    recipe = TrainConfig(pp=2, vpp=12, dp=8, ep=8, mbs=1)
+    qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), global_batch_size=1024)
+    cluster = load_cluster("dgx-h100:2")
+    assert first_violation(recipe, qwen, cluster, get_engine("megatron").rules) is None
+    kwargs = transformer_config_kwargs(qwen, recipe)
+    assert kwargs["overlap_p2p_comm"] is True and kwargs["batch_p2p_comm"] is False
+    plain = dataclasses.replace(recipe, vpp=1)
+    assert "overlap_p2p_comm" not in transformer_config_kwargs(qwen, plain)

@@ -123,11 +123,12 @@ def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> Non
 def test_tp_comm_overlap_hides_the_collectives_behind_the_gemms_they_feed() -> None:
     """Llama 3 70B's attention and MLP GEMMs outlast sequence parallelism's collectives, so
     Transformer Engine's overlap hides them all. Mixtral's attention GEMMs alone must cover
-    them: its routed experts take no TP collective and hide none, so some stays exposed."""
+    them: its routed experts take no TP collective and hide none, so some stays exposed
+    (one expert per rank, as its recipe's ep 8 has it: eight would leave it host-bound)."""
     cluster = load_cluster("dgx-h100:1")
-    for model, hidden_all in (("llama3-70b", True), ("mixtral-8x7b", False)):
+    for model, ep, hidden_all in (("llama3-70b", 1, True), ("mixtral-8x7b", 8, False)):
         w = load_workload(model)
-        c = TrainConfig(tp=8, dp=1, sp=True, mbs=1)
+        c = TrainConfig(tp=8, dp=1, ep=ep, sp=True, mbs=1)
         plain = estimate(w, c, cluster, "megatron").step
         overlapped = estimate(w, dataclasses.replace(c, tp_comm_overlap=True), cluster, "megatron")
         assert overlapped.step.compute_s == pytest.approx(plain.compute_s)
@@ -153,3 +154,23 @@ def test_narrow_experts_run_further_from_peak_than_wide_ones_of_the_same_flops()
     narrow_s = estimate(narrow, c, cluster, "megatron").step.compute_s
     wide_s = estimate(wide, c, cluster, "megatron").step.compute_s
     assert narrow_s > 1.05 * wide_s
+
+
+def test_many_experts_per_rank_at_micro_batch_one_wait_on_the_host() -> None:
+    """Qwen3-30B-A3B on 8 B200s, 16 experts a rank: at micro-batch 1 the host issuing its
+    experts is slower than the GPUs running them, so four times the micro-batches take over
+    twice the step time of micro-batch 4 (published, NeMo 26.02: 27.1 s against 9.8 s), and
+    the breakdown says the GPUs wait on the host. Mixtral's one expert a rank and a dense
+    model never wait."""
+    cluster = load_cluster("dgx-b200:1")
+    qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), global_batch_size=512)
+    one, four = (
+        estimate(qwen, TrainConfig(dp=8, ep=8, mbs=mbs), cluster, "megatron").step
+        for mbs in (1, 4)
+    )
+    assert one.total_s > 2 * four.total_s
+    assert one.dominant() == "host_wait" and one.host_wait_s > four.host_wait_s
+    mixtral = dataclasses.replace(load_workload("mixtral-8x7b"), global_batch_size=64)
+    dense = load_workload("llama3-8b")
+    assert estimate(mixtral, TrainConfig(dp=8, ep=8), cluster, "megatron").step.host_wait_s == 0
+    assert estimate(dense, TrainConfig(dp=8), cluster, "megatron").step.host_wait_s == 0
