@@ -158,7 +158,7 @@ class MegatronEngine(Engine):
             "megatron_cp_splits_the_sequence",
             "context parallelism cuts each sequence into 2·cp equal chunks (causal load "
             "balancing, Megatron-LM get_batch_on_this_cp_rank): seq_length must divide by 2·cp",
-            lambda c, w, _k: w.seq_length % (2 * c.cp) == 0,
+            lambda c, w, _k: c.cp == 1 or w.seq_length % (2 * c.cp) == 0,
         ),
         Rule(
             "megatron_moe_tp_needs_sp",

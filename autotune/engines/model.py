@@ -24,6 +24,9 @@ class Attention(nn.Module):
         query = w.query_width
         self.head_dim = w.head_dim
         self.selective_recompute = selective_recompute
+        self.repeat_kv = False
+        """Key and value heads repeated up to the query's before attention: context
+        parallelism's ring attention takes no grouped-query attention."""
         self.q = nn.Linear(h, query, bias=False)
         self.k = nn.Linear(h, kv, bias=False)
         self.v = nn.Linear(h, kv, bias=False)
@@ -36,6 +39,9 @@ class Attention(nn.Module):
             proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
             for proj in (self.q, self.k, self.v)
         )
+        if self.repeat_kv and k.shape[1] != q.shape[1]:
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.selective_recompute:
             # Korthikanti et al.'s selective recomputation: keep the cheap-to-recompute,
             # memory-heavy attention core out of the saved activations.

@@ -1,4 +1,5 @@
-"""PyTorch-native: DDP, ZeroRedundancyOptimizer, FSDP2, DTensor tensor parallel, pipelining."""
+"""PyTorch-native: DDP, ZeroRedundancyOptimizer, FSDP2, DTensor tensor parallel, pipelining,
+context parallel ring attention."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class TorchEngine(Engine):
         script_hint="torch_parallel.yaml lists the mesh and wrappers to apply in your script",
     )
     knobs = frozenset(
-        {"tp", "pp", "vpp", "zero", "hsdp", "mbs", "recompute", "sp", "ddp_bucket_mb"}
+        {"tp", "pp", "vpp", "cp", "zero", "hsdp", "mbs", "recompute", "sp", "ddp_bucket_mb"}
     ) | (NCCL_KNOBS)
     knob_meanings = {
         "tp": "DTensor tensor parallelism (ColwiseParallel/RowwiseParallel, Megatron-style)",
@@ -47,6 +48,9 @@ class TorchEngine(Engine):
         "vpp": "stages per pipeline rank (ScheduleInterleaved1F1B when > 1)",
         "zero": "0 DDP; 1 DDP + ZeroRedundancyOptimizer; 2 FSDP2 fully_shard("
         "reshard_after_forward=False); 3 FSDP2 reshard_after_forward=True",
+        "cp": "context parallelism: torch.distributed.tensor.experimental.context_parallel "
+        "(ring attention over a cp mesh dimension, the sequence load-balanced in 2·cp chunks, "
+        "FSDP2 sharding over dp·cp ranks); CUDA only",
         "hsdp": "FSDP2 replicas: fully_shard over a 2-D (replicate, shard) DeviceMesh, "
         "each replica sharding over dp/hsdp ranks (HSDP); 1: plain FSDP2",
         "mbs": "micro-batch per rank (accumulation keeps the global batch)",
@@ -56,6 +60,27 @@ class TorchEngine(Engine):
         **NCCL_MEANINGS,
     }
     engine_rules = (
+        Rule(
+            "torch_cp_needs_cuda",
+            "torch's context parallelism runs ring attention on CUDA's SDPA kernels (flash, "
+            "memory-efficient, cuDNN); the CPU's has no ring (no sharding strategy for "
+            "_scaled_dot_product_flash_attention_for_cpu)",
+            lambda c, _w, k: c.cp == 1 or k.backend == "nccl",
+        ),
+        Rule(
+            "torch_cp_splits_the_sequence",
+            "context_parallel's load balancer cuts each sequence into 2·cp equal chunks "
+            "(head and tail pairs): seq_length must divide by 2·cp",
+            lambda c, w, _k: c.cp == 1 or w.seq_length % (2 * c.cp) == 0,
+        ),
+        Rule(
+            "torch_cp_beside_fsdp_alone",
+            "the torch engine runs context parallelism with FSDP2 (zero 2 or 3), whose "
+            "gradients reduce over dp·cp ranks, and not yet with tp, pp or HSDP",
+            lambda c, _w, _k: (
+                c.cp == 1 or (c.zero >= 2 and c.tp == 1 and c.pp == 1 and c.hsdp == 1)
+            ),
+        ),
         Rule(
             "torch_hsdp_needs_fsdp",
             "hybrid sharding is FSDP2's (zero 2 or 3)",
@@ -109,14 +134,22 @@ def parallel_settings(spec: TrialSpec) -> dict[str, object]:
         "none" if c.pp == 1 else ("Schedule1F1B" if c.vpp == 1 else "ScheduleInterleaved1F1B")
     )
     mesh: dict[str, int] = {"pp": c.pp, "dp": c.dp, "tp": c.tp}
+    if c.cp > 1:
+        mesh = {"dp": c.dp, "cp": c.cp}
+        data_parallel = f"{data_parallel} over the flattened (dp, cp) mesh"
     if c.hsdp > 1:
         mesh = {"pp": c.pp, "dp_replicate": c.hsdp, "dp_shard": c.dp // c.hsdp, "tp": c.tp}
         data_parallel = f"HSDP: {data_parallel} over the (dp_replicate, dp_shard) mesh"
     return {
         "mesh": mesh,
-        "data_parallel": data_parallel if c.dp > 1 else "none",
+        "data_parallel": data_parallel if c.dp * c.cp > 1 else "none",
         "ddp_bucket_cap_mb": c.ddp_bucket_mb,
         "tensor_parallel": {"degree": c.tp, "sequence_parallel": c.sp},
+        **(
+            {"context_parallel": {"degree": c.cp, "buffers": "tokens and labels, seq dim 1"}}
+            if c.cp > 1
+            else {}
+        ),
         "pipeline": {
             "degree": c.pp,
             "virtual_stages": c.vpp,

@@ -1,5 +1,5 @@
-"""PyTorch-native worker: a (pp, dp, tp) device mesh, dp as (replicate, shard) for HSDP,
-DTensor TP, DDP/ZeRO/FSDP2, pipelining."""
+"""PyTorch-native worker: a (pp, dp, cp, tp) device mesh, dp as (replicate, shard) for HSDP,
+DTensor TP, DDP/ZeRO/FSDP2, pipelining, context parallel ring attention."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from torch.distributed.pipelining import (  # noqa: E402
     ScheduleInterleaved1F1B,
 )
 from torch.distributed.tensor import Replicate, Shard  # noqa: E402
+from torch.distributed.tensor.experimental import context_parallel  # noqa: E402
 from torch.distributed.tensor.parallel import (  # noqa: E402
     ColwiseParallel,
     ParallelStyle,
@@ -52,17 +53,23 @@ class TorchSession:
             else torch.device("cpu")
         )
         w, c = spec.workload, spec.config
+        refuse_context_parallel_off_cuda(c, self.device)
         self.config = c
         self.grad_accum = c.grad_accum(w.global_batch_size)
         self.low_precision = DTYPES.get(w.precision)
         # dp as (replicate, shard): HSDP shards over the inner dimension and replicates over
-        # the outer; without it the shard dimension is the whole of dp.
+        # the outer; without it the shard dimension is the whole of dp. Context-parallel ranks
+        # hold the same weights: FSDP2 shards them over dp·cp (torchtitan's dp_shard_cp).
         mesh = init_device_mesh(
             self.device.type,
-            (c.pp, c.hsdp, c.dp // c.hsdp, c.tp),
-            mesh_dim_names=("pp", "replicate", "shard", "tp"),
+            (c.pp, c.hsdp, c.dp // c.hsdp, c.cp, c.tp),
+            mesh_dim_names=("pp", "replicate", "shard", "cp", "tp"),
         )
         dp_mesh = mesh["shard"] if c.hsdp == 1 else mesh["replicate", "shard"]
+        self.cp_mesh: DeviceMesh | None = None
+        if c.cp > 1:  # rules: FSDP2 alone beside it, no tp, pp or HSDP
+            dp_mesh = mesh["shard", "cp"]._flatten("shard_cp")
+            self.cp_mesh = mesh["cp"]
         torch.manual_seed(0)
         pp_rank = mesh["pp"].get_local_rank()
         stage_ids = [pp_rank + k * c.pp for k in range(c.vpp)]
@@ -80,7 +87,11 @@ class TorchSession:
         if c.tp > 1:
             for module in self.modules:
                 tensor_parallel(cast(Decoder, module), mesh["tp"], c.sp)
-        if c.dp > 1:
+        if c.cp > 1:  # ring attention's SDPA kernels take as many key as query heads
+            for module in self.modules:
+                for block in cast(Decoder, module).blocks.values():
+                    cast(Any, block).attn.repeat_kv = True
+        if c.dp * c.cp > 1:
             self.modules = [self._data_parallel(m, dp_mesh, c) for m in self.modules]
         params = [p for m in self.modules for p in m.parameters()]
         if c.zero == 1:
@@ -146,16 +157,38 @@ class TorchSession:
 
     def _accumulate(self, observe: Callable[[], None] | None) -> None:
         model = self.modules[0]
-        tokens, labels = self.batch
         for micro in range(self.grad_accum):
             last = micro == self.grad_accum - 1
-            with _gradient_sync(model, last or self.config.zero >= 2):
+            tokens, labels = self.batch
+            with (
+                _gradient_sync(model, last or self.config.zero >= 2),
+                self._context_parallel(tokens, labels) as (tokens, labels),
+            ):
                 loss = lm_loss(model(tokens), labels) / self.grad_accum
                 if observe is not None and last:
                     observe()  # FSDP2 with reshard_after_forward=False holds full params here
                 loss.backward()
             if observe is not None:
                 observe()
+
+    @contextlib.contextmanager
+    def _context_parallel(
+        self, tokens: torch.Tensor, labels: torch.Tensor
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's share of the micro-batch's sequence, with SDPA made ring attention over
+        the cp ranks for its forward and backward (torchtitan's train context); the batch
+        itself stays whole."""
+        if self.cp_mesh is None:
+            yield tokens, labels
+            return
+        tokens, labels = tokens.clone(), labels.clone()  # sharded in place
+        with context_parallel(
+            self.cp_mesh,
+            buffers=[tokens, labels],
+            buffer_seq_dims=[1, 1],
+            no_restore_buffers={tokens, labels},
+        ):
+            yield tokens, labels
 
     def _pipeline_step(self) -> None:
         tokens, labels = (t.repeat(self.grad_accum, 1) for t in self.batch)
@@ -179,6 +212,15 @@ class TorchSession:
         # optimizer keeps the sharded parameters (and their gradients) in view.
         tally.add_optimizer(inner, params_kind="params")
         return tally
+
+
+def refuse_context_parallel_off_cuda(c: TrainConfig, device: torch.device) -> None:
+    """The rule torch_cp_needs_cuda, where a trial reaches a rank anyway (a trial.json)."""
+    if c.cp > 1 and device.type != "cuda":
+        raise RuntimeError(
+            f"cp={c.cp}: torch's context parallelism runs ring attention on CUDA's SDPA "
+            f"kernels, and this rank runs on {device.type}"
+        )
 
 
 @contextlib.contextmanager

@@ -167,6 +167,27 @@ CASES = {
         TrainConfig(dp=2, zero=3, ddp_bucket_mb=50),
         TrainConfig(dp=2, zero=0, ddp_bucket_mb=50),
     ),
+    "torch_cp_needs_cuda": (
+        "torch",
+        TINY,
+        LOCAL2,
+        TrainConfig(cp=2, dp=1, zero=2),
+        TrainConfig(dp=2, zero=2),
+    ),
+    "torch_cp_splits_the_sequence": (
+        "torch",
+        dataclasses.replace(LLAMA70, seq_length=8194),
+        H100,
+        TrainConfig(cp=2, dp=8, zero=3),
+        TrainConfig(dp=16, zero=3),
+    ),
+    "torch_cp_beside_fsdp_alone": (
+        "torch",
+        LLAMA70,
+        H100,
+        TrainConfig(tp=8, cp=2, dp=1, zero=3),
+        TrainConfig(cp=2, dp=8, zero=3),
+    ),
     "megatron_zero_is_distributed_optimizer": (
         "megatron",
         LLAMA70,
