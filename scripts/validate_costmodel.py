@@ -294,6 +294,8 @@ def moe_cp_report() -> str:
         "",
         f"With the host time fitted to every release (in sample), all rows: {in_sample:.1%}.",
         "",
+        *held_out_ways(runs),
+        "",
         "A layout's newest release is the latest software on its page that ran it (same "
         "source, model, GPU, precision and degrees); its older releases measured the same "
         "layout on software since made faster, which no model of the layout can see.",
@@ -304,6 +306,30 @@ def moe_cp_report() -> str:
         "",
     ]
     return "\n".join(lines) + anchor_report()
+
+
+def held_out_ways(runs: list[MoeCpCase]) -> list[str]:
+    """The median error of every run with the experts' host time fitted without its group,
+    for each way of grouping (`published_moe_cp.HELD_OUT_BY`)."""
+    lines = [
+        "The host time held out other ways (each run predicted with it fitted to the runs "
+        "outside its group):",
+        "",
+        "| held out by | groups | median abs error, all rows | host time fitted (ms per expert) |",
+        "|---|---|---|---|",
+    ]
+    for by, group in published_moe_cp.HELD_OUT_BY.items():
+        host = published_moe_cp.host_time_held_out(runs, by)
+        errors = []
+        for c in runs:
+            cal = default_calibration(c.cluster.device.generation, "megatron")
+            cal = dataclasses.replace(cal, moe_expert_host_s=host[group(c)])
+            errors.append(abs(compared(c, c.cluster, "megatron", cal)["error"]))
+        lines.append(
+            f"| {by} | {len(host)} | {statistics.median(errors):.1%} | "
+            f"{min(host.values()) * 1e3:.2f}-{max(host.values()) * 1e3:.2f} |"
+        )
+    return lines
 
 
 def anchor_report() -> str:

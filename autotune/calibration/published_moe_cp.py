@@ -15,7 +15,7 @@ a model, GPU and precision, so that a comparison of its layouts is not one of re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,8 +107,8 @@ def fitted_engine_defaults(path: Path = DATA) -> dict[tuple[str, str], Calibrati
         )
         for generation, data in sorted(by_generation.items())
     }
-    held_out = [c for c in cases(path) if isinstance(c, MoeCpCase)]
-    host = fitted_moe_host_time(held_out, compute)
+    runs = [c for c in cases(path) if isinstance(c, MoeCpCase)]
+    host = fitted_moe_host_time(runs, compute)
     return {
         ("megatron", generation): dataclasses.replace(cal, moe_expert_host_s=host)
         for generation, cal in compute.items()
@@ -136,13 +136,25 @@ def fitted_moe_host_time(runs: Sequence[MoeCpCase], start: dict[str, Calibration
     return round(float(best.x), 5)
 
 
-def host_time_held_out(runs: Sequence[MoeCpCase]) -> dict[str, float]:
-    """Per release, the experts' host time fitted to the other releases' runs: a release's
-    software sets its host time, so one left out is as good as unseen."""
+HELD_OUT_BY: dict[str, Callable[[MoeCpCase], object]] = {
+    "release": lambda c: c.release,
+    "layout (model, GPU, degrees)": lambda c: (c.workload.name, c.cluster.device.name, c.config),
+    "GPU": lambda c: c.cluster.device.name,
+    "source": lambda c: c.source,
+    "model": lambda c: c.workload.name,
+}
+"""Ways to hold runs out of the host-time fit, each stricter about what the fit may have
+seen: a release's software sets its host time, but neighbouring releases share layouts; a
+model held out tests the time per expert on another expert count."""
+
+
+def host_time_held_out(runs: Sequence[MoeCpCase], by: str = "release") -> dict[object, float]:
+    """Per group of runs (`HELD_OUT_BY[by]`), the experts' host time fitted to the others."""
     start = {g: cal for (e, g), cal in ENGINE_CALIBRATION.items() if e == "megatron"}
+    group = HELD_OUT_BY[by]
     return {
-        release: fitted_moe_host_time([c for c in runs if c.release != release], start)
-        for release in sorted({c.release for c in runs})
+        key: fitted_moe_host_time([c for c in runs if group(c) != key], start)
+        for key in {group(c) for c in runs}
     }
 
 

@@ -25,8 +25,8 @@ class Attention(nn.Module):
         self.head_dim = w.head_dim
         self.selective_recompute = selective_recompute
         self.repeat_kv = False
-        """Key and value heads repeated up to the query's before attention: context
-        parallelism's ring attention takes no grouped-query attention."""
+        """Key and value heads repeated up to the query's inside the attention core, as
+        torchtitan does under context parallelism: its ring passes the repeated heads."""
         self.q = nn.Linear(h, query, bias=False)
         self.k = nn.Linear(h, kv, bias=False)
         self.v = nn.Linear(h, kv, bias=False)
@@ -39,19 +39,21 @@ class Attention(nn.Module):
             proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
             for proj in (self.q, self.k, self.v)
         )
-        if self.repeat_kv and k.shape[1] != q.shape[1]:
-            groups = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.selective_recompute:
             # Korthikanti et al.'s selective recomputation: keep the cheap-to-recompute,
             # memory-heavy attention core out of the saved activations.
-            out = checkpoint(_core_attention, q, k, v, use_reentrant=False)
+            out = checkpoint(_core_attention, q, k, v, self.repeat_kv, use_reentrant=False)
         else:
-            out = _core_attention(q, k, v)
+            out = _core_attention(q, k, v, self.repeat_kv)
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
 
 
-def _core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _core_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, repeat_kv: bool
+) -> torch.Tensor:
+    if repeat_kv and k.shape[1] != q.shape[1]:
+        groups = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 

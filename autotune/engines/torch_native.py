@@ -37,6 +37,7 @@ class TorchEngine(Engine):
         zero3_resident_layers=2,
         bucket_unit="megabytes",
         overlap="always",
+        cp_gathers_kv=True,
         script_hint="torch_parallel.yaml lists the mesh and wrappers to apply in your script",
     )
     knobs = frozenset(

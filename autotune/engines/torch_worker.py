@@ -87,7 +87,7 @@ class TorchSession:
         if c.tp > 1:
             for module in self.modules:
                 tensor_parallel(cast(Decoder, module), mesh["tp"], c.sp)
-        if c.cp > 1:  # ring attention's SDPA kernels take as many key as query heads
+        if c.cp > 1:  # as torchtitan: the ring passes as many key and value as query heads
             for module in self.modules:
                 for block in cast(Decoder, module).blocks.values():
                     cast(Any, block).attn.repeat_kv = True

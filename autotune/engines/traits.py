@@ -50,6 +50,11 @@ class EngineTraits:
     runs_moe: bool = False
     """Builds mixture-of-experts layers (`Workload.num_moe_experts`) with expert
     parallelism."""
+    cp_gathers_kv: bool = False
+    """Context parallelism all-gathers every rank's keys and values, repeated to the query's
+    heads, before attention, where nothing hides it (torch's context_parallel, its default
+    rotation), instead of passing the key/value heads around a ring behind the attention it
+    feeds (Transformer Engine's p2p)."""
     pipeline_split: Literal["uniform", "megatron"] = "uniform"
     """How layers that pp·vpp does not divide are placed (space/pipeline.py): contiguous
     chunks, the first ones a layer longer (DeepSpeed's PipelineModule, the torch worker), or

@@ -1,7 +1,8 @@
 """Fitting the model's free parameters to measured step times.
 
 A coordinate search on a log grid minimises the squared log error of predicted step time:
-four parameters and at most a few hundred observations, so this takes well under a second:
+a handful of parameters and at most a few hundred observations, so this takes well under a
+second:
 the observations of one workload, cluster and engine are predicted as one table, whose step
 parts are computed once per fit.
 """
@@ -32,6 +33,10 @@ BOUNDS = {
     "fp8_efficiency": (0.2, 1.0),
     "moe_expert_host_s": (0.0, 0.05),
 }
+GRIDS = {"moe_expert_host_s": tuple(1e-5 * 2 ** (k / 2) for k in range(24))}
+"""Values tried before the coordinate search for a parameter that changes nothing until it
+crosses a threshold (a host time below the GPU's time is hidden), from which small steps
+would never leave its start."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,8 @@ def fit(
     free: Sequence[str] = ("compute_efficiency", "gemm_half_size", "bandwidth_scale", "overlap"),
     rounds: int = 6,
 ) -> Calibration:
-    """Least squared log error, one parameter at a time on shrinking multiplicative steps."""
+    """Least squared log error, one parameter at a time on shrinking multiplicative steps
+    (after a grid for those in `GRIDS`)."""
     known = {f.name for f in fields(Calibration)}
     unknown = set(free) - known
     if unknown:
@@ -106,6 +112,13 @@ def fit(
         return float(np.mean(_errors(cal, batches, len(data)) ** 2))
 
     best, best_loss = start, loss(start)
+    for name in (n for n in free if n in GRIDS):
+        for value in GRIDS[name]:
+            grid_point: dict[str, Any] = {name: value}
+            candidate = replace(best, **grid_point)
+            candidate_loss = loss(candidate)
+            if candidate_loss < best_loss:
+                best, best_loss = candidate, candidate_loss
     step = 2.0
     for _ in range(rounds):
         for name in free:
@@ -124,7 +137,7 @@ def fit(
 
 def rounded(cal: Calibration) -> Calibration:
     """A fit as the code states it: two decimals, the GEMM half size in whole rows, host
-    times to a tenth of a millisecond."""
+    times to a hundredth of a millisecond."""
     return replace(
         cal,
         compute_efficiency=round(cal.compute_efficiency, 2),

@@ -46,11 +46,22 @@ class Ranked(Sequence[Estimate]):
     @overload
     def __getitem__(self, i: slice) -> list[Estimate]: ...
     def __getitem__(self, i: int | slice) -> Estimate | list[Estimate]:
-        rows = self.order[i] if isinstance(i, slice) else self.order[i : i + 1 or None]
+        if isinstance(i, slice):
+            return list(self._estimates(self.order[i]))
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return next(self._estimates(self.order[i : i + 1 or None]))
+
+    def __iter__(self) -> Iterator[Estimate]:
+        return self._estimates(self.order)
+
+    def _estimates(self, rows: np.ndarray) -> Iterator[Estimate]:
+        """These rows' estimates, predicted CHUNK at a time."""
         p = self.problem
-        found = predict(p.workload, self.table.take(rows), p.cluster, p.engine.name, self.cal)
-        shown = [found.row(k) for k in range(len(rows))]
-        return shown if isinstance(i, slice) else shown[0]
+        for start in range(0, len(rows), CHUNK):
+            chunk = self.table.take(rows[start : start + CHUNK])
+            found = predict(p.workload, chunk, p.cluster, p.engine.name, self.cal)
+            yield from (found.row(k) for k in range(len(chunk)))
 
     @property
     def fastest_first(self) -> ConfigTable:

@@ -74,7 +74,11 @@ class Calibration:
     all issued by Python without CUDA graphs. The GPUs cannot run ahead of the host, so a
     rank's micro-batch takes at least its MoE layers' host time: small micro-batches of a
     narrow MoE with many experts per rank are host-bound (Megatron's Qwen3-30B-A3B, 16
-    experts per rank, takes about 9 ms a layer at micro-batch 1 on H100 and B200 alike)."""
+    experts per rank, publishes about 9 ms a layer at micro-batch 1 on H100 and B200 alike,
+    the host's pace, not the GPU's; the fit puts it at 11.5 ms). Megatron's, fitted to its
+    Hopper and Blackwell runs; 0 elsewhere until a study of an MoE fits it. Per micro-batch
+    the model takes the larger of host and GPU time, where the dispatcher's sync makes them
+    partly a sum: the fitted value absorbs the difference."""
     collectives: tuple[CollectiveFit, ...] = ()
     """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
     one matches, it replaces the collective model and bandwidth_scale."""
@@ -262,6 +266,9 @@ class StepParts:
     """One context-parallel ring step's send, forward (keys, values) and backward (and their
     gradients), and the attention FLOPs of a forward step that hide it (`cp_block`)."""
     cp_block: np.ndarray
+    cp_hidden: bool
+    """The ring's sends hide behind the attention blocks (Transformer Engine); else nothing
+    hides them (`EngineTraits.cp_gathers_kv`)."""
     bubble_share: np.ndarray
     """(p-1)/v: micro-batches of a stage's work each rank idles for."""
     p2p: comm.Timing
@@ -325,18 +332,15 @@ class StepParts:
         beside = self.linear_flops - self.expert_flops
         gemms = beside / linear_rate
         tp = np.where(self.tp_comm_overlap, np.maximum(0.0, tp - gemms), tp)
-        pace, ep, host_wait = compute + tp, None, np.zeros_like(compute)
+        pace, ep, host = compute + tp, None, None
         if self.moe:  # a search refits often: dense tables skip what is zero for them
             ep = self.moe_exchanges * self.moe_exchange.seconds(scale)
             pace += ep
-            # Each exchange is one MoE layer's forward or backward: half its host time.
             # Each exchange is one MoE layer's forward or backward: half its host time, which
             # grows with the experts the rank runs.
             host = self.moe_exchanges * self.local_experts * cal.moe_expert_host_s / 2
-            host_wait = np.maximum(0.0, host - pace)
-            pace += host_wait
-        slowest, configs = np.argmax(pace, axis=0), np.arange(n)
-        per_micro_host = host_wait[slowest, configs]
+        slowest = np.argmax(pace if host is None else np.maximum(pace, host), axis=0)
+        configs = np.arange(n)
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
         per_micro_ep = np.zeros(n) if ep is None else ep[slowest, configs]
@@ -347,10 +351,15 @@ class StepParts:
         )
         per_micro_cp = np.zeros(n)
         if self.context_parallel:
-            forward = np.maximum(0.0, self.cp_send[0].seconds(scale) - self.cp_block / rate)
-            backward = np.maximum(0.0, self.cp_send[1].seconds(scale) - 2 * self.cp_block / rate)
+            cover = self.cp_block / rate if self.cp_hidden else 0.0
+            forward = np.maximum(0.0, self.cp_send[0].seconds(scale) - cover)
+            backward = np.maximum(0.0, self.cp_send[1].seconds(scale) - 2 * cover)
             ring = np.where(self.cp_ranks == 1, 0.0, (self.cp_ranks - 1) * (forward + backward))
             per_micro_cp = self.busiest * ring
+        per_micro_host = np.zeros(n)
+        if host is not None:  # the host issues on while the GPUs wait on the ring too
+            busy = pace[slowest, configs] + per_micro_cp
+            per_micro_host = np.maximum(0.0, host[slowest, configs] - busy)
         # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
         # context-parallel exchange included.
         bubble = self.bubble_share * (
@@ -493,7 +502,8 @@ def step_parts(
         busiest=runs.spread(stages.busiest),
         cp_ranks=c.cp,
         context_parallel=bool((c.cp > 1).any()),
-        cp_send=_context_parallel_sends(w, c, cluster),
+        cp_send=_context_parallel_sends(w, c, cluster, traits_of(engine).cp_gathers_kv),
+        cp_hidden=not traits_of(engine).cp_gathers_kv,
         cp_block=2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.query_width / c.tp,
         bubble_share=(c.pp - 1) / c.vpp,
         p2p=comm.Timing(transfers * latency, transfers * (p2p_bytes / bandwidth)),
@@ -635,13 +645,15 @@ def _moe_exchange(
 
 
 def _context_parallel_sends(
-    w: Workload, c: ConfigTable, cluster: Cluster
+    w: Workload, c: ConfigTable, cluster: Cluster, gathers: bool
 ) -> tuple[comm.Timing, comm.Timing]:
     """One step of a layer's context-parallel ring for one micro-batch (Transformer Engine's
     p2p context parallelism): a rank passes its keys and values on (forward), and keys,
     values and their gradients (backward), each hidden behind the attention block the step
-    computes; cp - 1 steps."""
-    kv_heads = np.maximum(1, w.num_query_groups // c.tp)
+    computes; cp - 1 steps. `gathers` (torch's all-gather): the same bytes per peer, of keys
+    and values repeated to the query's heads."""
+    heads = w.num_attention_heads if gathers else w.num_query_groups
+    kv_heads = np.maximum(1, heads // c.tp)
     kv_bytes = 2 * c.mbs * (w.seq_length // c.cp) * kv_heads * w.head_dim
     kv_bytes = kv_bytes * BYTES_PER_ELEMENT[w.precision]
     latency, bandwidth = comm.over_links(cluster, comm.place(c.cp, c.tp, cluster.domain_size))

@@ -175,8 +175,8 @@ class NcclRuns:
         return per_run if self.of_row is None else per_run[..., self.of_row]
 
     def take(self, rows: np.ndarray) -> tuple[NcclRuns, np.ndarray]:
-        """The runs of the table's `rows`, which hold whole runs in table order (as memory,
-        the same across a run, keeps them), and which runs of this table they are."""
+        """The runs of the table's `rows`, in table order, and which runs of this table they
+        are; a run cut short (a plan's chunk of rows) is a run of the rows kept."""
         if self.of_row is None:
             return NcclRuns(self.layouts.take(rows), None), rows
         runs = self.of_row[rows]

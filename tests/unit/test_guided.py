@@ -1,5 +1,6 @@
 """The guided search on in-memory studies against the simulate launcher (model = truth)."""
 
+import dataclasses
 import math
 import random
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.launchers.simulate import SimulateLauncher
@@ -209,3 +211,25 @@ def test_a_thorough_search_goes_on_where_each_config_alone_is_unlikely_to_win() 
     why = search_until_converged(thorough)
     assert "expected to beat the best" in why
     assert len(study.trials) > standard_trials and study.best_value > standard_best * 1.05
+
+
+def test_an_moe_study_learns_its_host_time_from_none() -> None:
+    """DeepSpeed on Hopper starts with no host time per expert; a world whose Qwen3-30B-A3B
+    micro-batches wait 0.5 ms per local expert per layer on the host (16 experts a rank): the
+    refit after twelve trials finds it within 20%."""
+    problem = load_problem("deepspeed", "qwen3-30b-a3b", "dgx-h100:1")
+    start = DEFAULT_CALIBRATION["hopper"]
+    assert start.moe_expert_host_s == 0.0
+    ranked = memory_verdicts(problem, problem.enumerate().require_some().valid, start)
+    truth = dataclasses.replace(start, moe_expert_host_s=0.0005)
+    study = optuna.create_study(direction="maximize")
+    for config in ranked.configs[:12]:
+        e = estimate(problem.workload, config, problem.cluster, "deepspeed", truth)
+        trial = study.ask()
+        trial.set_user_attr("config", config.as_dict())
+        trial.set_user_attr("config_key", config_key(config))
+        trial.set_user_attr("step_time_s", e.step.total_s)
+        study.tell(trial, e.tokens_per_s)
+    guide = GuidedSearch(problem, ranked.configs, start, seed=0)
+    guide.learn(study.get_trials())
+    assert guide.calibration.moe_expert_host_s == pytest.approx(0.0005, rel=0.2)

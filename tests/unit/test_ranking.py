@@ -6,6 +6,8 @@ from autotune.estimate import ranking
 from autotune.estimate.steptime import default_calibration
 from autotune.problem import load_problem
 
+CAL = default_calibration("cpu", "torch")
+
 
 def test_chunks_rank_as_one_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 997 configs, which split layouts' NCCL variants between them, give the same
@@ -22,3 +24,18 @@ def test_chunks_rank_as_one_table(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [e.tokens_per_s for e in chunked[:5]] == [e.tokens_per_s for e in top]
     assert chunked[0] == top[0]
     assert top[0].tokens_per_s >= top[4].tokens_per_s
+
+
+def test_estimates_are_the_same_however_they_are_looked_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By index (negative too), by slice and by iteration, chunked or not."""
+    problem = load_problem("torch", "tiny", "local:4", None)
+    ranked = ranking.memory_verdicts(problem, problem.enumerate().require_some().valid, CAL)
+    monkeypatch.setattr(ranking, "CHUNK", 5)
+    looked = list(ranked)
+    assert len(looked) == len(ranked) > 10
+    assert ranked[:] == looked and ranked[3:9] == looked[3:9]
+    assert ranked[-1] == looked[-1] and ranked[0] == looked[0]
+    with pytest.raises(IndexError):
+        ranked[len(ranked)]

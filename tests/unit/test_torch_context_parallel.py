@@ -9,6 +9,7 @@ import torch
 from autotune.engines.model import Attention
 from autotune.engines.torch_native import parallel_settings
 from autotune.engines.torch_worker import refuse_context_parallel_off_cuda
+from autotune.estimate.predict import estimate
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
@@ -65,3 +66,13 @@ def test_repeated_key_value_heads_attend_as_grouped_query_attention() -> None:
     x = torch.randn(2, 16, w.hidden_size)
     assert w.num_query_groups < w.num_attention_heads
     torch.testing.assert_close(repeated(x), grouped(x))
+
+
+def test_torch_waits_on_its_gathered_keys_and_values_where_megatron_hides_its_ring() -> None:
+    """Llama 3 8B with cp 2 on 8 H100s: Transformer Engine passes the 8 key/value heads around
+    a ring behind attention; torch's context_parallel all-gathers them repeated to the 32
+    query heads before attention, so its step waits on them."""
+    w, cluster = load_workload("llama3-8b"), load_cluster("dgx-h100:1")
+    torch_step = estimate(w, TrainConfig(cp=2, dp=4, zero=3), cluster, "torch").step
+    megatron_step = estimate(w, TrainConfig(cp=2, dp=4, zero=1), cluster, "megatron").step
+    assert megatron_step.cp_comm_s == 0.0 < torch_step.cp_comm_s
