@@ -31,7 +31,6 @@ from autotune.estimate.steptime import (
     DEFAULT_CALIBRATION,
     ENGINE_CALIBRATION,
     Calibration,
-    default_calibration,
 )
 from autotune.specs import Cluster, load_cluster
 
@@ -210,13 +209,12 @@ def moe_cp_report() -> str:
             runs.append(c)
         else:
             skipped[c] = skipped.get(c, 0) + 1
-    host = published_moe_cp.host_time_held_out(runs)
+    by_release = published_moe_cp.held_out_calibrations(runs)
     rows = []
     for c in runs:
         generation_default = DEFAULT_CALIBRATION.get(c.cluster.device.generation, Calibration())
         before = compared(c, c.cluster, "megatron", generation_default)["error"]
-        megatron = default_calibration(c.cluster.device.generation, "megatron")
-        held_out = dataclasses.replace(megatron, moe_expert_host_s=host[c.release])
+        held_out = by_release[c.row_id]
         rows.append(
             compared(c, c.cluster, "megatron", held_out)
             | {
@@ -294,7 +292,7 @@ def moe_cp_report() -> str:
         "",
         f"With the host time fitted to every release (in sample), all rows: {in_sample:.1%}.",
         "",
-        *held_out_ways(runs),
+        *held_out_ways(runs, by_release),
         "",
         "A layout's newest release is the latest software on its page that ran it (same "
         "source, model, GPU, precision and degrees); its older releases measured the same "
@@ -308,9 +306,9 @@ def moe_cp_report() -> str:
     return "\n".join(lines) + anchor_report()
 
 
-def held_out_ways(runs: list[MoeCpCase]) -> list[str]:
+def held_out_ways(runs: list[MoeCpCase], by_release: dict[int, Calibration]) -> list[str]:
     """The median error of every run with the experts' host time fitted without its group,
-    for each way of grouping (`published_moe_cp.HELD_OUT_BY`)."""
+    for each way of grouping (`published_moe_cp.HELD_OUT_BY`; by release, `by_release`)."""
     lines = [
         "The host time held out other ways (each run predicted with it fitted to the runs "
         "outside its group):",
@@ -319,15 +317,12 @@ def held_out_ways(runs: list[MoeCpCase]) -> list[str]:
         "|---|---|---|---|",
     ]
     for by, group in published_moe_cp.HELD_OUT_BY.items():
-        host = published_moe_cp.host_time_held_out(runs, by)
-        errors = []
-        for c in runs:
-            cal = default_calibration(c.cluster.device.generation, "megatron")
-            cal = dataclasses.replace(cal, moe_expert_host_s=host[group(c)])
-            errors.append(abs(compared(c, c.cluster, "megatron", cal)["error"]))
+        cals = by_release if by == "release" else published_moe_cp.held_out_calibrations(runs, by)
+        errors = [abs(compared(c, c.cluster, "megatron", cals[c.row_id])["error"]) for c in runs]
+        hosts = [cal.moe_expert_host_s for cal in cals.values()]
         lines.append(
-            f"| {by} | {len(host)} | {statistics.median(errors):.1%} | "
-            f"{min(host.values()) * 1e3:.2f}-{max(host.values()) * 1e3:.2f} |"
+            f"| {by} | {len({group(c) for c in runs})} | {statistics.median(errors):.1%} | "
+            f"{min(hosts) * 1e3:.2f}-{max(hosts) * 1e3:.2f} |"
         )
     return lines
 

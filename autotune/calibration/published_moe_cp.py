@@ -25,7 +25,12 @@ from scipy.optimize import minimize_scalar
 from autotune.engines import get_engine
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors, rounded
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, ENGINE_CALIBRATION, Calibration
+from autotune.estimate.steptime import (
+    DEFAULT_CALIBRATION,
+    ENGINE_CALIBRATION,
+    Calibration,
+    default_calibration,
+)
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
 from autotune.specs.workload import Fp8Recipe
@@ -121,7 +126,7 @@ def fitted_moe_host_time(runs: Sequence[MoeCpCase], start: dict[str, Calibration
     host time per expert for every GPU, as the host's Python issues the same kernels to each.
 
     Only these runs measure it (dense layers keep their GPUs busier than their host), so
-    the validation refits it without each release it predicts (`host_time_held_out`)."""
+    the validation refits it without each release it predicts (`held_out_calibrations`)."""
     data = [(start[c.cluster.device.generation], _observed(c)) for c in runs if c.workload.is_moe]
 
     def loss(host: float) -> float:
@@ -148,13 +153,23 @@ seen: a release's software sets its host time, but neighbouring releases share l
 model held out tests the time per expert on another expert count."""
 
 
-def host_time_held_out(runs: Sequence[MoeCpCase], by: str = "release") -> dict[object, float]:
-    """Per group of runs (`HELD_OUT_BY[by]`), the experts' host time fitted to the others."""
+def held_out_calibrations(
+    runs: Sequence[MoeCpCase], by: str = "release"
+) -> dict[int, Calibration]:
+    """Per run (by row), Megatron's default calibration with the experts' host time fitted
+    to the runs outside its group (`HELD_OUT_BY[by]`)."""
     start = {g: cal for (e, g), cal in ENGINE_CALIBRATION.items() if e == "megatron"}
     group = HELD_OUT_BY[by]
-    return {
+    host = {
         key: fitted_moe_host_time([c for c in runs if group(c) != key], start)
         for key in {group(c) for c in runs}
+    }
+    return {
+        c.row_id: dataclasses.replace(
+            default_calibration(c.cluster.device.generation, "megatron"),
+            moe_expert_host_s=host[group(c)],
+        )
+        for c in runs
     }
 
 

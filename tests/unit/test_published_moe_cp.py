@@ -1,7 +1,6 @@
 """Published expert- and context-parallel runs read as cases of the model, or left out with
 a reason."""
 
-import dataclasses
 import statistics
 
 import pytest
@@ -11,13 +10,12 @@ from autotune.calibration.published_moe_cp import (
     anchors,
     cases,
     fitted_engine_defaults,
-    host_time_held_out,
+    held_out_calibrations,
 )
 from autotune.estimate.predict import estimate
 from autotune.estimate.steptime import (
     DEFAULT_CALIBRATION,
     ENGINE_CALIBRATION,
-    default_calibration,
 )
 
 
@@ -58,13 +56,11 @@ def held_out_errors() -> dict[int, float]:
     """Each run's error with Megatron's default calibration, its experts' host time refitted
     to the other releases' runs (the one thing fitted to these runs)."""
     runs = [c for c in cases() if isinstance(c, MoeCpCase)]
-    host = host_time_held_out(runs)
+    cals = held_out_calibrations(runs)
     errors = {}
     for c in runs:
-        cal = default_calibration(c.cluster.device.generation, "megatron")
-        cal = dataclasses.replace(cal, moe_expert_host_s=host[c.release])
-        step = estimate(c.workload, c.config, c.cluster, "megatron", cal).step.total_s
-        errors[c.row_id] = step / c.published_step_s - 1
+        step = estimate(c.workload, c.config, c.cluster, "megatron", cals[c.row_id]).step
+        errors[c.row_id] = step.total_s / c.published_step_s - 1
     return errors
 
 
