@@ -20,7 +20,13 @@ from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress, SearchSettings
-from autotune.study.noise import remember_spread, save_spread
+from autotune.study.noise import (
+    length_spread,
+    read_spread,
+    remember_spread,
+    save_spread,
+    trial_precision,
+)
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import default_study_name, study_ref
 from autotune.trial.spec import StepPlan
@@ -77,13 +83,17 @@ def tune(
     ref = study_ref(
         settings.study_name or default_study_name(problem), settings.storage, settings.results
     )
+    noise_file = noise_path(settings.results, problem.cluster)
     read = None
     if problem.reads_model and launcher.source == "measured":
+        between = length_spread(read_spread(noise_file), measured=True)
         read = read_model(
             problem,
             launcher,
             ref.folder / "model_probe",
-            settings.steps,
+            dataclasses.replace(
+                settings.steps, precision=trial_precision(settings.steps.precision, between)
+            ),
             settings.budget.timeout_per_trial_s,
         )
         problem, shape, w = read.problem, read.shape, read.problem.workload
@@ -97,7 +107,6 @@ def tune(
         f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
-    noise_file = noise_path(settings.results, problem.cluster)
     if launcher.source == "measured":
         remember_spread(study, noise_file)
     try:

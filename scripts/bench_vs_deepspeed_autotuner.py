@@ -170,9 +170,10 @@ def report(
     spread = {name: (min(t), max(t)) for name, t in times.items()}
     tokens = MODEL["global_batch_size"] * MODEL["seq_length"]
     rows = [
-        "| tuner | its user's config | wall time | experiments | pick found at | pick "
-        "| re-measured step time (median, min-max) | tokens/s | speed vs DeepSpeed's pick |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tuner | its user's config | wall time | experiments | per experiment "
+        "| pick found at | pick | re-measured step time (median, min-max) | tokens/s "
+        "| speed vs DeepSpeed's pick |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     shipped = (
         USER_CONFIG["zero_optimization"]["stage"],
@@ -188,7 +189,7 @@ def report(
         at = "-" if found is None else f"{found:.0f} s ({found / ds_wall:.2f}x)"
         rows.append(
             f"| {name} | zero={zero}, mbs={mbs} | {wall:.0f} s ({wall / ds_wall:.2f}x) | {n} "
-            f"| {at} | zero={pick['zero']}, mbs={pick['mbs']} | "
+            f"| {wall / n:.1f} s | {at} | zero={pick['zero']}, mbs={pick['mbs']} | "
             f"{med[name] * 1000:.1f} ms ({lo * 1000:.1f}-{hi * 1000:.1f}) | "
             f"{tokens / med[name]:,.0f} | {med['DeepSpeed autotuner (fast)'] / med[name]:.2f}x |"
         )
@@ -202,9 +203,11 @@ def report(
             "machine, tuned by `deepspeed --autotuning tune` (fast mode, "
             "`max_train_batch_size` 32) and by `autotune run -- ...` (defaults: the user's "
             "config first, in the run that reads the model (no `--model`), then the guided "
-            "search, 4 trials for a user's command, trials "
-            "measured until their step time is within 2% or they cannot win, confirmation of "
-            "leaders short of their precision), once with the script's ds_config.json as "
+            "search, 4 trials for a user's command, run in a forked pool (each trial a fresh "
+            "process forked from ranks that imported DeepSpeed once), trials measured until "
+            "their step time's interval is within the between-trial spread (at least 2%; 5% "
+            "before the repeats say) or they cannot win, confirmation of leaders by unprofiled "
+            "repeats), once with the script's ds_config.json as "
             "shipped and once with a config copied from a large model's job (ZeRO 3, "
             "micro-batch 16), so that measuring the user's config first cannot be the whole "
             "story. The picks were then re-measured by the same harness (autotune's hook, 20 "

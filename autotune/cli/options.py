@@ -73,7 +73,8 @@ def length_options(func: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             type=click.FloatRange(0),
             help="Stop measuring once the 95% interval of the step time is within this "
-            "share of it; 0 measures every one of --measured-steps.",
+            "share of it, or of the between-trial spread where wider (autotune run); 0 "
+            "measures every one of --measured-steps.",
         ),
     ]
     for option in reversed(options):

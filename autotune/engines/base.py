@@ -10,7 +10,7 @@ from autotune.engines.traits import EngineTraits
 from autotune.space import GENERIC_RULES, Rule
 from autotune.space.rules import pipeline_rule
 from autotune.specs import Cluster
-from autotune.trial.spec import JobFramework, TrialSpec
+from autotune.trial.spec import JobFramework, PoolKind, TrialSpec
 
 NCCL_KNOBS = frozenset({"nccl_algo", "nccl_proto"})
 NCCL_MEANINGS = {
@@ -30,6 +30,9 @@ JOB_WORKERS: dict[JobFramework, str] = {
 """The module torchrun starts on each rank of a trial of a user's command (`autotune run --
 CMD`): a hook around DeepSpeed's step, the `autotune.step` helper, or the reader of
 Megatron-LM's and torchtitan's own log lines."""
+FORKED_FRAMEWORKS: frozenset[JobFramework] = frozenset({"deepspeed", "script"})
+"""The frameworks whose commands run forked from a pool rank that imported their job worker
+(`engines/fork_pool_worker.py`); Megatron-LM and torchtitan need CUDA for their trials."""
 
 
 class Engine(ABC):
@@ -66,10 +69,16 @@ class Engine(ABC):
             return JOB_WORKERS[spec.job.framework]
         return self.worker_module
 
-    def runs_warm(self, spec: TrialSpec) -> bool:
-        """Whether this trial may run in a warm pool: autotune's own worker, of an engine
-        shown to leave no state behind between trials."""
-        return spec.job is None and self.warm_pool
+    def pool_for(self, spec: TrialSpec) -> PoolKind | None:
+        """The pool this trial may run in: a warm one for autotune's own worker, of an
+        engine shown to leave no state behind between trials; a forked one for a user's
+        command whose job worker runs it in its own interpreter, on gloo (a fork is safe
+        only before a device context exists, and no GPU here has shown it safe)."""
+        if spec.job is None:
+            return "warm" if self.warm_pool else None
+        if spec.job.framework in FORKED_FRAMEWORKS and spec.cluster.backend == "gloo":
+            return "forked"
+        return None
 
     def environment(self, cluster: Cluster) -> dict[str, str]:
         """Variables every rank of a trial needs, besides the NCCL knobs."""

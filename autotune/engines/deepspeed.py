@@ -12,7 +12,7 @@ from autotune.engines.traits import EngineTraits
 from autotune.engines.user_job import trial_ds_config
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.trial.spec import TrialSpec
+from autotune.trial.spec import PoolKind, TrialSpec
 
 DS_CONFIG_FILE = "ds_config.json"
 
@@ -112,10 +112,11 @@ class DeepSpeedEngine(Engine):
         ),
     )
 
-    def runs_warm(self, spec: TrialSpec) -> bool:
+    def pool_for(self, spec: TrialSpec) -> PoolKind | None:
         # A PipelineModule's grid stays in deepspeed.utils.groups.mpu after its engine is
-        # gone, and would give a later trial in the pool the old data-parallel group.
-        return super().runs_warm(spec) and spec.config.pp == 1
+        # gone, and would give a later trial in a warm pool the old data-parallel group.
+        pool = super().pool_for(spec)
+        return None if pool == "warm" and spec.config.pp > 1 else pool
 
     def script_hint(self, spec: TrialSpec) -> str:
         hint = super().script_hint(spec)

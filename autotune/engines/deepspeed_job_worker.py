@@ -9,6 +9,7 @@ the trial's ds_config in place of the user's.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -76,6 +77,30 @@ def install(hook: StepHook) -> None:
     DeepSpeedEngine.step = step
     DeepSpeedEngine.forward = forward
     PipelineEngine.train_batch = train_batch
+
+
+def preload() -> None:
+    """What DeepSpeed loads in every trial on a CPU, loaded once in a forked pool's rank
+    (engines/fork_pool_worker.py): its op loader reads the CPU's flags and checks each op's
+    build with ninja, about 3 s a trial here, where a loaded op is kept in the process; and
+    ZeRO's optimizer check imports its Muon optimizer, whose torch.compile decorators import
+    Inductor (1.3 s), as DeepSpeed does, only where it is installed. What fails here is left
+    for the trial, as DeepSpeed would meet it there."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    with contextlib.suppress(ImportError):
+        import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        return
+    # init_distributed's shared-memory collectives; the accelerator's Adam
+    for name in ("ShareMemCommBuilder", "FusedAdamBuilder"):
+        builder = accelerator.create_op_builder(name)
+        if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+            continue
+        with contextlib.suppress(Exception):
+            builder.load(verbose=False)
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ import traceback  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from multiprocessing.connection import Client, Connection  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import NoReturn  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -77,13 +76,13 @@ def _trial(
     spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
     device = _device(spec)
     os.chdir(folder)  # as a one-trial launch runs: whatever the engine writes lands there
-    with _output_to(log), _environment(env):
+    with worker.output_to(log), _environment(env):
         reset_peak_memory(device)
         try:
             result = worker.run_trial(build, spec, folder, rank, clock)
         except BaseException:
             traceback.print_exc()
-            _leave(1)  # the pool goes down with the trial; torchrun stops the other ranks
+            worker.exit_now(1)  # the pool goes down with the trial; torchrun stops the other ranks
         if rank == 0:
             result.write(folder)
         dist.barrier()
@@ -123,27 +122,6 @@ def _release_memory(device: torch.device, thorough: bool) -> None:
 
 
 @contextlib.contextmanager
-def _output_to(log: str) -> Iterator[None]:
-    """This rank's stdout and stderr appended to the trial's log for the trial, as a
-    one-trial launch writes there."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for target, fd in zip((1, 2), saved, strict=True):
-            os.dup2(fd, target)
-            os.close(fd)
-
-
-@contextlib.contextmanager
 def _environment(env: dict[str, str]) -> Iterator[None]:
     """The trial's own variables (a test's injected fault) for the trial only."""
     before = {k: os.environ.get(k) for k in env}
@@ -164,12 +142,6 @@ def _close(conn: Connection) -> None:
         dist.barrier()
         dist.destroy_process_group()
     worker.exit_now()
-
-
-def _leave(code: int) -> NoReturn:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":

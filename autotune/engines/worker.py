@@ -16,9 +16,9 @@ import contextlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Protocol  # noqa: E402
+from typing import NoReturn, Protocol  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -100,8 +100,9 @@ def start() -> tuple[TrialSpec, Path, int, dict[str, float]]:
     return spec, trial_file.parent, int(os.environ.get("RANK", "0")), clock
 
 
-def exit_now() -> None:
-    """End the rank with status 0 without running interpreter and C++ static teardown.
+def exit_now(code: int = 0) -> NoReturn:
+    """End the rank with `code` (0: done) without running interpreter and C++ static
+    teardown.
 
     DeepSpeed's clone of the world group (`deepspeed.utils.groups._clone_world_group`) stays
     alive inside torch after every Python reference to it and `destroy_process_group` are
@@ -113,7 +114,28 @@ def exit_now() -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def output_to(log: str) -> Iterator[None]:
+    """This process's stdout and stderr appended to a trial's log while it runs there (a
+    pool's rank), as a one-trial launch writes there."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for target, fd in zip((1, 2), saved, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
 
 
 def _run(

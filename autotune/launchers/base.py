@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trial.result import TrialResult
-from autotune.trial.spec import TRIAL_FILE, Outcome, read_json
+from autotune.trial.spec import TRIAL_FILE, Outcome, PoolKind, read_json
 
 if TYPE_CHECKING:
     from autotune.estimate.steptime import Calibration
@@ -42,9 +42,9 @@ class LaunchRequest:
     time_limit_s: float = 600.0
     worker_file: str = TRIAL_FILE
     """What the worker module reads, in `folder` (commbench's plan for its worker)."""
-    warm: bool = False
-    """The worker may run in a warm pool (a built-in engine's trial): ranks kept alive
-    between trials of the same world, where the launcher has one."""
+    pool: PoolKind | None = None
+    """The pool the worker may run in, where the launcher keeps one; None: a launch of its
+    own."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +87,7 @@ class Launcher(ABC):
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
 
     def close(self) -> None:
-        """Stop what the launcher keeps between trials (a warm pool); the study's end."""
+        """Stop what the launcher keeps between trials (a pool); the study's end."""
         return None
 
     def __enter__(self) -> Launcher:

@@ -1,8 +1,9 @@
 """torchrun on this host, in its own session; killed by process tree on timeout or Ctrl-C.
 
-Trials of the built-in engines (`LaunchRequest.warm`) run in a warm pool
-(`warm_pool.py`) that serves trial after trial of the same world; the user's own command
-is launched afresh for every trial."""
+Trials of the built-in engines run in a warm pool (`warm_pool.py`) that serves trial after
+trial of the same world (a DeepSpeed pipeline launches afresh); the user's own DeepSpeed or
+`autotune.step` command on gloo runs in a forked pool, a fresh process per trial from ranks
+that imported its framework once; the rest launch afresh (`LaunchRequest.pool`)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ class LocalLauncher(Launcher):
         ]
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
-        if request.warm:
-            return self._run_warm(request)
+        if request.pool is not None:
+            return self._run_pooled(request)
         self.close()  # the devices go to this trial
         env = {**launch_environment(request.env), LAUNCH_EPOCH_ENV: repr(time.time())}
         start = time.monotonic()
@@ -84,7 +85,7 @@ class LocalLauncher(Launcher):
             pool, self._pool = self._pool, None
             pool.close()
 
-    def _run_warm(self, request: LaunchRequest) -> LaunchOutcome:
+    def _run_pooled(self, request: LaunchRequest) -> LaunchOutcome:
         key = pool_key(request)
         if self._pool is not None and (self._pool.key != key or not self._pool.alive):
             self.close()
@@ -92,7 +93,7 @@ class LocalLauncher(Launcher):
             try:
                 self._pool = WarmPool(key, launch_environment(dict(key.env)))
             except OSError:  # no socket or process for a pool here: launch the trial alone
-                return self.run(dataclasses.replace(request, warm=False))
+                return self.run(dataclasses.replace(request, pool=None))
         outcome = self._pool.run(request)
         if not self._pool.alive:
             self.close()

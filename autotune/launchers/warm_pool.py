@@ -1,11 +1,15 @@
-"""A warm pool: one torchrun whose ranks stay alive across trials of the same world, so
-imports, the world process group and the device context are paid once, not per trial.
+"""A pool: one torchrun whose ranks stay alive across trials of the same world, so what a
+launch pays before the trial proper is paid once, not per trial.
 
-The ranks (`engines/pool_worker.py`) connect to a Unix socket here; each trial is one message
-to every rank and one answer from each. A pool serves trials with the same worker, world and
-environment (NCCL reads its variables once per process, so a trial with other NCCL settings
-gets a pool of its own). A trial that fails, or outlives its time limit, takes the pool down
-and the next trial starts a fresh one.
+A warm pool's ranks (`engines/pool_worker.py`) run trial after trial themselves: imports, the
+world process group and the device context are paid once. A forked pool's ranks
+(`engines/fork_pool_worker.py`) fork a fresh process for each trial, which starts its own
+process group on a port chosen here: the imports are paid once, the rest as in a launch of
+its own (a user's command runs from its first line). The ranks connect to a Unix socket
+here; each trial is one message to every rank and one answer from each. A pool serves
+trials with the same worker, world and environment (NCCL reads its variables once per
+process, so a trial with other NCCL settings gets a pool of its own). A trial that fails,
+or outlives its time limit, takes the pool down and the next trial starts a fresh one.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from pathlib import Path
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.process_tree import start_tree, stop_tree
-from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV
+from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV, PoolKind
 
-POOL_WORKER = "autotune.engines.pool_worker"
+POOL_WORKERS: dict[PoolKind, str] = {
+    "warm": "autotune.engines.pool_worker",
+    "forked": "autotune.engines.fork_pool_worker",
+}
 PER_TRIAL_ENV = (FAULT_ENV,)
 """Variables a pooled rank sets for one trial only; every other one is the pool's."""
 MAX_TRIALS = 24
@@ -43,6 +50,7 @@ POOL_LOG = "pool.log"
 class PoolKey:
     """What trials must share to run in the same pool."""
 
+    kind: PoolKind
     worker_module: str
     nprocs_per_node: int
     nnodes: int
@@ -50,8 +58,10 @@ class PoolKey:
 
 
 def pool_key(request: LaunchRequest) -> PoolKey:
+    assert request.pool is not None
     shared = {k: v for k, v in request.env.items() if k not in PER_TRIAL_ENV}
     return PoolKey(
+        request.pool,
         request.worker_module,
         request.nprocs_per_node,
         request.nnodes,
@@ -60,7 +70,7 @@ def pool_key(request: LaunchRequest) -> PoolKey:
 
 
 class WarmPool:
-    """One torchrun of pool ranks, started by the first trial it serves."""
+    """One torchrun of pool ranks (warm or forked), started by the first trial it serves."""
 
     def __init__(self, key: PoolKey, env: dict[str, str]) -> None:
         self.key = key
@@ -86,7 +96,7 @@ class WarmPool:
             torchrun.executable(),
             *torchrun.options(key.nnodes, key.nprocs_per_node, rendezvous=None),
             "-m",
-            POOL_WORKER,
+            POOL_WORKERS[key.kind],
             key.worker_module,
             address,
         ]
@@ -104,18 +114,22 @@ class WarmPool:
         launched = self._started if self.served == 0 else time.time()
         self.served += 1
         try:
-            ok = self._connect(deadline) and self._send_and_wait(request, launched, deadline)
+            code = (
+                self._send_and_wait(request, launched, deadline)
+                if self._connect(deadline)
+                else None
+            )
         except BaseException:  # Ctrl-C: the trial's ranks are stopped, not asked
             self._stop_now()
             raise
         wall_s = time.monotonic() - start
-        if ok:
+        if code == 0:
             return classify(request.folder, 0, False, wall_s)
         timed_out = time.monotonic() >= deadline
         self._stop_now(log_to=request.folder / LOG_FILE)
         # Not 0 even where stopping reaped torchrun before Popen could read its status: a
         # pool that ended mid-trial failed, whatever it exited with.
-        return classify(request.folder, self._proc.returncode or 1, timed_out, wall_s)
+        return classify(request.folder, code or self._proc.returncode or 1, timed_out, wall_s)
 
     def close(self) -> None:
         """Ranks leave their process group and exit; stopped if they do not."""
@@ -146,12 +160,17 @@ class WarmPool:
         self._ranks += [found[r] for r in sorted(found)]
         return True
 
-    def _send_and_wait(self, request: LaunchRequest, launched: float, deadline: float) -> bool:
+    def _send_and_wait(
+        self, request: LaunchRequest, launched: float, deadline: float
+    ) -> int | None:
+        """0 once every rank is done; a forked trial's first non-zero exit status; None if a
+        rank died or time ran out."""
         message = {
             "folder": str(request.folder.resolve()),
             "log": str((request.folder / LOG_FILE).resolve()),
             "env": {k: v for k, v in request.env.items() if k in PER_TRIAL_ENV},
             "launched": launched,
+            "port": free_port(),  # a forked trial's process group; a warm pool has its own
         }
         try:
             for conn in self._ranks:
@@ -159,14 +178,17 @@ class WarmPool:
             waiting = list(self._ranks)
             while waiting:
                 if time.monotonic() >= deadline:
-                    return False
+                    return None
                 for ready in wait(waiting, timeout=POLL_S):
                     assert isinstance(ready, Connection)
-                    ready.recv_bytes()  # an answer; a rank that died raises EOFError
+                    # A rank that died raises EOFError; a forked trial's rank that failed
+                    # answers its exit status, and the others may wait on it for ever.
+                    if code := json.loads(ready.recv_bytes()).get("code", 0):
+                        return int(code)
                     waiting.remove(ready)
         except (OSError, EOFError):
-            return False
-        return True
+            return None
+        return 0
 
     def _stop_now(self, log_to: Path | None = None) -> None:
         """Stop the ranks and torchrun, append torchrun's own lines to `log_to` (a failed
@@ -183,3 +205,11 @@ class WarmPool:
             with contextlib.suppress(OSError), log_to.open("a") as log:
                 log.write((self._dir / POOL_LOG).read_text(errors="replace"))
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A port no one listens on now, for a forked trial's rank 0 to take (its store listens
+    on every address, as torchrun's does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])

@@ -27,7 +27,13 @@ from autotune.study.choices import StudySpace
 from autotune.study.confirm import confirm
 from autotune.study.effort import STANDARD, Effort
 from autotune.study.guided import GuidedSearch
-from autotune.study.noise import early_stop_margin
+from autotune.study.noise import (
+    early_stop_margin,
+    length_spread,
+    measurements,
+    study_spread,
+    trial_precision,
+)
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.storage import (
     StudyRef,
@@ -296,6 +302,7 @@ class _Search:
         )
         steps = dataclasses.replace(
             self.settings.steps,
+            precision=self.trial_precision(),
             best_s=best_step_time(self.study),
             margin=(
                 early_stop_margin(self.budget.early_stop_margin, self.study)
@@ -376,16 +383,31 @@ class _Search:
             return f"search space exhausted: all {n} valid configs that fit were measured"
         return None
 
+    def trial_precision(self) -> float:
+        """The step plan's precision, loosened to the study's between-trial spread."""
+        between = length_spread(study_spread(self.study), self.launcher.source == "measured")
+        return trial_precision(self.settings.steps.precision, between)
+
     def confirm_leaders(self) -> list[int]:
         """Interleaved repeats of the leaders the best is not surely faster than (measured
-        runs only), each measured in full (no step time to beat), while the time budget
+        runs only), each measured against no step time to beat, to the precision the
+        between-trial spread asks, profiled only where the config has no profile yet, while
+        the time budget
         lasts, and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
         command relaunches for each)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
-        repeat = dataclasses.replace(self.settings.steps, best_s=None)
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
+            # Against no best; profiled only if none of the config's trials was yet (one
+            # early stopping cut short, say).
+            ran = measurements(self.study).get(trial.user_attrs[CONFIRMS], [])
+            repeat = dataclasses.replace(
+                self.settings.steps,
+                precision=self.trial_precision(),
+                best_s=None,
+                profile=not any(t.user_attrs.get("profile") for t in ran),
+            )
             record = run_one(
                 self.problem, self.ref, self.study, trial, config, config_key(config),
                 self.launcher, repeat, self.progress, self.budget.timeout_per_trial_s,

@@ -25,6 +25,8 @@ NOISE_FLOOR = 0.02
 UNKNOWN_BETWEEN = 0.05
 """A measured trial's between-trial spread before any repeat says otherwise: about what this
 shared machine shows (results/bench/repeatability.md); a trial's own spread is far smaller."""
+LENGTH_DOF = 4
+"""Degrees of freedom of the between-trial spread before trial lengths follow it alone."""
 PRIOR_DOF = 20
 """The most degrees of freedom a cluster's saved spread counts for in the next study."""
 STOP_Z = 2.33
@@ -96,13 +98,38 @@ def early_stop_margin(base: float, study: optuna.Study) -> float:
     best, a minimum over launches, is lucky more often than not), so the margin is at least
     what two launches of one config differ by at `STOP_Z`: with 10% between trials, 39%.
     Before any repeat, a measured study assumes a shared machine's `UNKNOWN_BETWEEN`."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    sd = assumed_between(study, any(t.user_attrs.get(SOURCE) == "measured" for t in trials))
+    return max(base, math.expm1(STOP_Z * sd * math.sqrt(2)))
+
+
+def assumed_between(study: optuna.Study, measured: bool) -> float:
+    """The between-trial spread a verdict on the study takes now: its own repeats with the
+    cluster's prior; before any, a shared machine's `UNKNOWN_BETWEEN` for measured trials and
+    none for the model's (simulated or replayed)."""
     known = study_spread(study)
     if known is not None:
-        sd = known.relative
-    else:
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        sd = UNKNOWN_BETWEEN if any(t.user_attrs.get(SOURCE) == "measured" for t in trials) else 0
-    return max(base, math.expm1(STOP_Z * sd * math.sqrt(2)))
+        return known.relative
+    return UNKNOWN_BETWEEN if measured else 0.0
+
+
+def length_spread(known: Spread | None, measured: bool) -> float:
+    """The between-trial spread that sets how long a trial measures, from the one `known`
+    (a study's, or the cluster's from earlier studies): itself once it rests on `LENGTH_DOF`
+    degrees of freedom; before, no less than `UNKNOWN_BETWEEN` on measured trials, as a
+    spread from a repeat or two is as often far too small as right."""
+    if known is not None and known.dof >= LENGTH_DOF:
+        return known.relative
+    return max(known.relative if known else 0.0, UNKNOWN_BETWEEN if measured else 0.0)
+
+
+def trial_precision(asked: float, between: float) -> float:
+    """How tight a trial's own 95% interval need be where trials of one config differ by
+    `between`: a config stands on the mean of its trials, and an interval within `between`
+    adds at most about a quarter to each trial's variance there (half-width 1.96 standard
+    errors), so measuring on to a tighter one buys time, not certainty. At least `asked`;
+    0 (measure every step) stays 0."""
+    return asked if asked == 0 else max(asked, between)
 
 
 def read_spread(path: Path) -> Spread | None:

@@ -58,7 +58,7 @@ def prepare(
         nnodes=spec.cluster.nodes,
         env={**engine.environment(spec.cluster), **nccl_environment(spec)},
         time_limit_s=time_limit_s,
-        warm=engine.runs_warm(spec),
+        pool=engine.pool_for(spec),
     )
     script = folder / LAUNCH_SCRIPT
     script.write_text(launch_script(launcher, request))

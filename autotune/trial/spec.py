@@ -84,6 +84,11 @@ class StepPlan:
     in a trial that could be the winner: the first, or one within `precision` of the best."""
 
 
+PoolKind = Literal["warm", "forked"]
+"""How a launcher may keep a world's ranks between trials: `warm`, ranks that run trial after
+trial in one process (a built-in engine's `SESSION`, built afresh each time); `forked`, ranks
+that have imported the worker and fork a fresh process for each trial (a user's command), so
+the imports are paid once and nothing else carries over."""
 JobFramework = Literal["deepspeed", "script", "megatron", "torchtitan"]
 """How a user's command takes the trial's config and how its steps are seen: a DeepSpeed
 script (its ds_config file replaced; a hook around the engine's step), a script that reads

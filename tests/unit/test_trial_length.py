@@ -2,13 +2,21 @@
 stops once its step time is precise or it surely cannot win, and never stops as slower a
 trial that could still beat the best, on noisy replays of step times."""
 
+import math
 import random
+import statistics
 
 import optuna
 import torch
 
 from autotune.engines.measure import StepMeter
-from autotune.study.noise import early_stop_margin
+from autotune.study.noise import (
+    UNKNOWN_BETWEEN,
+    Spread,
+    early_stop_margin,
+    length_spread,
+    trial_precision,
+)
 from autotune.study.trial_attrs import NOISE_PRIOR
 from autotune.trial.length import relative_halfwidth, stopped_for
 from autotune.trial.spec import StepPlan
@@ -146,3 +154,34 @@ def test_early_stopping_never_prunes_a_config_racing_itself_on_a_noisy_cluster()
         fixed += measure(steps, StepPlan(best_s=best_s, margin=0.10))[0] == "slower"
     assert noise_aware <= 100, noise_aware
     assert fixed >= 200, fixed
+
+
+def test_trials_measure_no_tighter_than_launches_differ() -> None:
+    """Where launches differ by 10%, a trial held to the 2% precision runs to the cap on 5%
+    jitter; held to the study's (`noise.trial_precision`) it stops after about half the
+    steps, and its config's trial means, what every verdict stands on, spread hardly more."""
+    loose = StepPlan(precision=trial_precision(0.02, length_spread(Spread(0.10, 20), True)))
+    rng = random.Random(5)
+    means: dict[str, list[float]] = {"tight": [], "loose": []}
+    steps = {"tight": 0, "loose": 0}
+    for _ in range(2_000):
+        draw = noisy_steps(rng, rng.lognormvariate(0.0, 0.10), 8)
+        for name, plan in (("tight", PLAN), ("loose", loose)):
+            n = measure(draw, plan)[1]
+            means[name].append(statistics.median(draw[:n]))
+            steps[name] += n
+    assert steps["loose"] <= 0.65 * steps["tight"], steps
+    spread = {k: statistics.stdev(math.log(m) for m in v) for k, v in means.items()}
+    assert spread["loose"] <= 1.05 * spread["tight"], spread
+
+
+def test_a_spread_from_a_repeat_or_two_does_not_tighten_trials() -> None:
+    """One repeat that happened to agree says little: trials keep a shared machine's 5% until
+    the spread rests on four degrees of freedom; the model's trials, never measured, and a
+    plan that measures every step keep the plan's precision."""
+    assert length_spread(Spread(0.01, 1), measured=True) == UNKNOWN_BETWEEN
+    assert length_spread(Spread(0.01, 20), measured=True) == 0.01
+    assert length_spread(None, measured=True) == UNKNOWN_BETWEEN
+    assert length_spread(None, measured=False) == 0.0
+    assert trial_precision(0.02, 0.0) == 0.02
+    assert trial_precision(0.0, 0.10) == 0.0

@@ -1,5 +1,6 @@
-"""Which trials share a warm pool: NCCL reads its variables once per process, so a trial with
-other NCCL settings must not run in a pool started with different ones."""
+"""Which trials share a pool: NCCL reads its variables once per process, so a trial with
+other NCCL settings must not run in a pool started with different ones; and which trials run
+in which kind of pool."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from autotune.launchers.warm_pool import pool_key
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.trial.folder import prepare
-from autotune.trial.spec import FAULT_ENV, StepPlan
+from autotune.trial.spec import FAULT_ENV, PoolKind, StepPlan
 
 
-def request(env: dict[str, str], worker: str = "autotune.engines.torch_worker") -> LaunchRequest:
-    return LaunchRequest(folder=Path("t"), worker_module=worker, nprocs_per_node=2, env=env)
+def request(
+    env: dict[str, str], worker: str = "autotune.engines.torch_worker", pool: PoolKind = "warm"
+) -> LaunchRequest:
+    return LaunchRequest(
+        folder=Path("t"), worker_module=worker, nprocs_per_node=2, env=env, pool=pool
+    )
 
 
 def test_other_nccl_settings_need_a_pool_of_their_own() -> None:
@@ -36,17 +41,29 @@ def test_another_engine_or_world_needs_another_pool() -> None:
     assert pool_key(request({})) != pool_key(request({}, "autotune.engines.deepspeed_worker"))
 
 
-def test_built_in_engines_run_warm_and_a_users_command_does_not(tmp_path: Path) -> None:
+def test_a_forked_pool_never_serves_a_warm_pools_trial() -> None:
+    worker = "autotune.engines.deepspeed_job_worker"
+    assert pool_key(request({}, worker, "forked")) != pool_key(request({}, worker, "warm"))
+
+
+def test_built_in_engines_run_warm_and_a_users_command_forked_on_gloo(tmp_path: Path) -> None:
     launcher = get_launcher("local")
     problem = load_problem("deepspeed", "tiny", "local:2")
     spec = problem.trial_spec(TrainConfig(dp=2, zero=1, mbs=4), StepPlan())
-    assert prepare(spec, problem.engine, launcher, tmp_path / "own", 60).warm
+    assert prepare(spec, problem.engine, launcher, tmp_path / "own", 60).pool == "warm"
     (tmp_path / "train.py").write_text("")
     (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 16}))
     job = parse_job(["train.py", "--deepspeed_config", "ds.json"], tmp_path, "deepspeed")
     users = dataclasses.replace(spec, job=job)
-    assert not prepare(users, problem.engine, launcher, tmp_path / "users", 60).warm
+    assert prepare(users, problem.engine, launcher, tmp_path / "users", 60).pool == "forked"
+    for framework in ("megatron", "torchtitan"):  # their trials need CUDA: launched afresh
+        logged = dataclasses.replace(users, job=dataclasses.replace(job, framework=framework))
+        assert prepare(logged, problem.engine, launcher, tmp_path / framework, 60).pool is None
+    # A fork is safe only before a device context exists: GPU trials launch afresh.
+    gpus = load_problem("deepspeed", "tiny", "dgx-h100:1").cluster
+    on_gpus = dataclasses.replace(users, cluster=gpus)
+    assert prepare(on_gpus, problem.engine, launcher, tmp_path / "gpus", 60).pool is None
     assert not get_engine("megatron").warm_pool  # its parallel state is global; not shown safe
     # A DeepSpeed pipeline leaves its grid in deepspeed.utils.groups for the next engine.
     pipelined = problem.trial_spec(TrainConfig(pp=2, dp=1, zero=0, mbs=4), StepPlan())
-    assert not prepare(pipelined, problem.engine, launcher, tmp_path / "pipe", 60).warm
+    assert prepare(pipelined, problem.engine, launcher, tmp_path / "pipe", 60).pool is None
