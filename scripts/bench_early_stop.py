@@ -86,7 +86,8 @@ def main() -> None:
         "default margin 10%, or what two launches differ by where more "
         "(noise.early_stop_margin); a trial stops as slower once its median and a one-sided "
         "99.75% bound on its mean step time lie above the best plus the margin (trial/length.py). "
-        "Both runs measure each trial until its step time is within 2% (or 8 steps).",
+        "Both runs measure each trial until its step time's interval is within 2% or the "
+        "between-trial spread, where wider (noise.trial_precision), or 8 steps.",
         "",
         "| run | trials | stopped early | total trial seconds | winner | winner tokens/s |",
         "|---|---|---|---|---|---|",
