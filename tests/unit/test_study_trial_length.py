@@ -61,19 +61,27 @@ class RecordsPlans(Launcher):
         return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)
 
 
-def test_trials_measure_to_the_spread_and_repeats_skip_a_second_profile(tmp_path: Path) -> None:
-    problem = load_problem("torch", "llama3-8b", "dgx-h100:1")
+def studied(
+    tmp_path: Path, budget: Budget, prior: dict[str, float] | None = None
+) -> tuple[optuna.Study, RecordsPlans]:
+    """A guided study of Llama 3 8B on the recording cluster, from the cluster's `prior`."""
     study = optuna.create_study(direction="maximize")
-    study.set_user_attr(NOISE_PRIOR, {"relative": 0.08, "dof": 20})  # earlier studies'
+    if prior is not None:
+        study.set_user_attr(NOISE_PRIOR, prior)
     launcher = RecordsPlans()
     run_study(
-        problem,
+        load_problem("torch", "llama3-8b", "dgx-h100:1"),
         study,
         ref=StudyRef("t", "memory", tmp_path),
         launcher=launcher,
         progress=Quiet(),
-        settings=SearchSettings(budget=Budget(trials=4), calibration=CAL),
+        settings=SearchSettings(budget=budget, calibration=CAL),
     )
+    return study, launcher
+
+
+def test_trials_measure_to_the_spread_and_repeats_skip_a_second_profile(tmp_path: Path) -> None:
+    study, launcher = studied(tmp_path, Budget(trials=4), {"relative": 0.08, "dof": 20})
     repeats = [t for t in study.get_trials() if CONFIRMS in t.user_attrs]
     assert repeats, "leaders 10% apart in 8% noise are repeated"
     assert len(launcher.plans) == 4 + len(repeats)
@@ -86,15 +94,5 @@ def test_trials_measure_to_the_spread_and_repeats_skip_a_second_profile(tmp_path
 
 
 def test_before_any_spread_is_known_trials_assume_a_shared_machines(tmp_path: Path) -> None:
-    problem = load_problem("torch", "llama3-8b", "dgx-h100:1")
-    study = optuna.create_study(direction="maximize")
-    launcher = RecordsPlans()
-    run_study(
-        problem,
-        study,
-        ref=StudyRef("t", "memory", tmp_path),
-        launcher=launcher,
-        progress=Quiet(),
-        settings=SearchSettings(budget=Budget(trials=2, confirm=False), calibration=CAL),
-    )
+    _, launcher = studied(tmp_path, Budget(trials=2, confirm=False))
     assert [plan.precision for _, plan in launcher.plans] == [UNKNOWN_BETWEEN] * 2
