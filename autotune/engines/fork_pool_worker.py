@@ -4,9 +4,9 @@ each trial, which runs the worker from its start as a one-trial launch would.
 torchrun starts `python -m autotune.engines.fork_pool_worker <worker module> <socket>` on
 every rank (launchers/warm_pool.py, a pool of kind `forked`). Each rank imports the worker
 module (a user's command's job worker: torch, DeepSpeed) and what its `preload()` names
-(DeepSpeed's compiled ops), connects to the launcher's socket
-and waits. For each trial it forks a child that takes the trial's environment, a process
-group of its own on the port the launcher chose, the trial's log as its output, and runs the
+(DeepSpeed's compiled ops), connects to the launcher's socket and waits. For each trial it
+forks a child that takes the trial's environment, a process group of its own on the port
+the launcher chose, the trial's log as its output, and runs the
 worker's `main()` on the trial's file: the user's script runs from its first line in a
 process no other trial has touched, so nothing of an earlier trial's state can carry over, as
 it could in a warm pool's ranks. The rank answers with the child's exit status. The rank

@@ -170,7 +170,8 @@ class WarmPool:
             "log": str((request.folder / LOG_FILE).resolve()),
             "env": {k: v for k, v in request.env.items() if k in PER_TRIAL_ENV},
             "launched": launched,
-            "port": free_port(),  # a forked trial's process group; a warm pool has its own
+            # A forked trial's process group; a warm pool's ranks keep theirs.
+            **({"port": free_port()} if self.key.kind == "forked" else {}),
         }
         try:
             for conn in self._ranks:
