@@ -178,12 +178,11 @@ def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: 
     if job.framework == "megatron":
         workload = megatron_job.workload_from_command(job.command, job.name)
         space = _derived(space, problem, workload)
+        for knob, flag in megatron_job.given_overlaps(job.command).items():
+            if knob not in space.values:
+                space = space.offering(knob, (False, True), f"your command gives {flag}")
         if megatron_job.runs_local_attention(job.command):
             space = without_transformer_engine(space, "--transformer-impl local")
-        elif megatron_job.overlaps_tp_comm(job.command) and "tp_comm_overlap" not in space.values:
-            space = space.offering(
-                "tp_comm_overlap", (False, True), "your command gives --tp-comm-overlap"
-            )
     elif job.framework == "deepspeed":
         if workload.is_moe:
             raise InputError(

@@ -28,7 +28,7 @@ from autotune.specs import Cluster, Workload
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER, ENGINE, TRIALS = "dgx-h100:8", "megatron", 16
-SPACE = str(REPO / "scripts/spaces/megatron_2026.yaml")  # the default, with TP overlap
+SPACE = str(REPO / "scripts/spaces/megatron_2026.yaml")  # the default, with TP and EP overlap
 OVERLAPS = "zero=1,overlap_comm=true,overlap_param_gather=true"
 RECIPES = {
     # Megatron-Bridge's Mixtral 8x7B performance config on 64 H100: TP1 PP4 VPP8 EP8, mbs 1.
@@ -109,7 +109,7 @@ def main() -> None:
         "`.venv/bin/python scripts/bench_layouts_2026.py` on this machine (2 cores): "
         f"`autotune run --engine {ENGINE} --model M --cluster {CLUSTER} --launcher simulate "
         f"--trials {TRIALS} --space scripts/spaces/megatron_2026.yaml` (the default space with "
-        "`tp_comm_overlap`), then `autotune estimate` of its winner and of the recipe's "
+        "`tp_comm_overlap` and `ep_comm_overlap`), then `autotune estimate` of its winner and of the recipe's "
         "layout. Seconds per step by part (Megatron's default calibration on Hopper).",
         "",
     ]

@@ -6,7 +6,9 @@ bandwidth scale, overlap) are fitted from `Calibration()`'s generic values to ev
 of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's); Hopper's
 FP8 efficiency then to the published bf16/FP8 pairs of runs (calibration/fp8_pairs.py);
 Megatron's own compute efficiency (`ENGINE_CALIBRATION`) to its dense runs in
-published_moe_cp_runs.csv (calibration/published_moe_cp.py). With --check it exits 1 when
+published_moe_cp_runs.csv (calibration/published_moe_cp.py), and the share of compute its
+expert-parallel overlap hides behind (`Calibration.ep_overlap`) to the pair of those runs
+that differ only in it. With --check it exits 1 when
 the code's constants differ from the fit (tests/unit/test_costmodel_fit.py and, for
 Megatron's, test_published_moe_cp.py run the same check). scripts/validate_costmodel.py
 reports the fit's error per source, and held out by source.
@@ -21,7 +23,7 @@ import sys
 from pathlib import Path
 
 from autotune.calibration.published import DATA, fitted_defaults
-from autotune.calibration.published_moe_cp import fitted_engine_defaults
+from autotune.calibration.published_moe_cp import fitted_engine_defaults, fitted_ep_overlap
 from autotune.estimate.steptime import DEFAULT_CALIBRATION, ENGINE_CALIBRATION, Calibration
 
 
@@ -51,7 +53,13 @@ def main() -> None:
             f"fp8_efficiency={cal.fp8_efficiency}, moe_expert_host_s={cal.moe_expert_host_s} "
             f"(from {generation}'s default; the host time from the MoE runs)"
         )
+    ep_overlap = fitted_ep_overlap()
+    print(
+        f"    Calibration.ep_overlap={ep_overlap} (Megatron's expert-parallel overlap, from "
+        "the published pair of runs with and without it)"
+    )
     differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]
+    differ += ["ep_overlap"] if Calibration().ep_overlap != ep_overlap else []
     differ += [
         f"{e} on {g}" for (e, g), cal in engines.items() if ENGINE_CALIBRATION.get((e, g)) != cal
     ]

@@ -31,6 +31,7 @@ from autotune.estimate.steptime import (
     DEFAULT_CALIBRATION,
     ENGINE_CALIBRATION,
     Calibration,
+    default_calibration,
 )
 from autotune.specs import Cluster, load_cluster
 
@@ -219,7 +220,12 @@ def moe_cp_report() -> str:
             compared(c, c.cluster, "megatron", held_out)
             | {
                 "host_s_held_out": held_out.moe_expert_host_s,
-                "in_sample_error": compared(c, c.cluster, "megatron")["error"],
+                "in_sample_error": compared(
+                    c,
+                    c.cluster,
+                    "megatron",
+                    c.calibrated(default_calibration(c.cluster.device.generation, "megatron")),
+                )["error"],
                 "generation_default_error": before,
                 "release": c.release,
                 "gpu": c.cluster.device.name,
@@ -252,7 +258,13 @@ def moe_cp_report() -> str:
         f"{engine_cal['hopper'].moe_expert_host_s * 1e3:.2f} ms in Megatron's default) is "
         "fitted to these runs, as only they measure it: each row is predicted with it refitted to "
         "the other releases' runs (`host_s_held_out`; `in_sample_error`: with the default, "
-        "fitted to all). 'before': the same rows with the GPU generation's default, "
+        "fitted to all); the runs whose recipe replays the whole iteration from CUDA graphs "
+        "(Qwen3-30B-A3B in MXFP8 on GB200, GB300 and B300 from 26.06 on, "
+        "`published_moe_cp.RECIPES_OVERLAPPED`) have none. Megatron's expert-parallel "
+        "overlap (`ep_comm_overlap`, on in those recipes and where M3 says so) hides the "
+        f"token exchanges behind {Calibration().ep_overlap:.0%} of the paired micro-batch's "
+        "compute, fitted to M3's one pair of runs with and without it (rows 295-297). "
+        "'before': the same rows with the GPU generation's default, "
         "fitted to other software's runs, which Megatron used until it had its own. A sweep "
         "is one source's runs of a release, model, GPU and precision.",
         "",
@@ -284,7 +296,7 @@ def moe_cp_report() -> str:
     for kind, part in frame.groupby(frame["sweep"].str.contains("Qwen3|Mixtral")):
         lines.append(summary("MoE" if kind else "dense with CP", part))
     for on_h100, part in frame.groupby(frame["sweep"].str.contains("H100")):
-        lines.append(summary("H100" if on_h100 else "B200, GB200", part))
+        lines.append(summary("H100" if on_h100 else "Blackwell (B200, GB200, B300, GB300)", part))
     lines += [
         summary("newest release of each layout", frame[frame["newest"]]),
         summary("older releases", frame[~frame["newest"]]),
@@ -319,7 +331,7 @@ def held_out_ways(runs: list[MoeCpCase], by_release: dict[int, Calibration]) -> 
     for by, group in published_moe_cp.HELD_OUT_BY.items():
         cals = by_release if by == "release" else published_moe_cp.held_out_calibrations(runs, by)
         errors = [abs(compared(c, c.cluster, "megatron", cals[c.row_id])["error"]) for c in runs]
-        hosts = [cal.moe_expert_host_s for cal in cals.values()]
+        hosts = [cals[c.row_id].moe_expert_host_s for c in runs if not c.graphs_whole_step]
         lines.append(
             f"| {by} | {len({group(c) for c in runs})} | {statistics.median(errors):.1%} | "
             f"{min(hosts) * 1e3:.2f}-{max(hosts) * 1e3:.2f} |"

@@ -15,6 +15,7 @@ a model, GPU and precision, so that a comparison of its layouts is not one of re
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,21 @@ SHAPES: dict[str, Workload] = {
     ),
 }
 """MoE models by the table's name, as their Hugging Face configs give them."""
-CLUSTERS = {"H100": "dgx-h100", "B200": "dgx-b200", "GB200": "gb200-nvl72"}
+RECIPES_OVERLAPPED = {("Qwen3-30B-A3B", gpu, "mxfp8") for gpu in ("GB200", "GB300", "B300")}
+"""(model, GPU, FP8 recipe) whose Megatron-Bridge performance recipe from v0.5.0 (NeMo
+container 26.06) on overlaps the experts' all-to-alls and captures the whole iteration in
+CUDA graphs (scripts/performance/configs/qwen/qwen3_workload_base_configs.py at v0.5.0:
+`moe_a2a_overlap=True, cuda_graph_impl="full_iteration"` for FP8_MX, commit 55443cbfb; the
+same at 26.08 through `_enable_hybridep_full_iteration_mxfp8`). The performance pages do not
+say; earlier releases ran partial graphs (router and dispatch preprocessing) without it."""
+FIRST_OVERLAPPED_RELEASE = (26, 6)
+CLUSTERS = {
+    "H100": "dgx-h100",
+    "B200": "dgx-b200",
+    "GB200": "gb200-nvl72",
+    "B300": "dgx-b300",
+    "GB300": "gb300-nvl72",
+}
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,13 @@ class MoeCpCase:
     release: str
     """The software the page measured (a NeMo container, a Megatron-Bridge commit): one
     layout's runs differ by up to 1.7x across releases."""
+    graphs_whole_step: bool = False
+    """The recipe captures the whole iteration in CUDA graphs (`cuda_graph_impl=
+    "full_iteration"`, `RECIPES_OVERLAPPED`): the host issues no kernels per expert."""
+
+    def calibrated(self, cal: Calibration) -> Calibration:
+        """`cal` for this run's software: a step replayed from CUDA graphs has no host time."""
+        return dataclasses.replace(cal, moe_expert_host_s=0.0) if self.graphs_whole_step else cal
 
 
 def cases(path: Path = DATA, roles: tuple[str, ...] = ROLES) -> Iterator[MoeCpCase | str]:
@@ -125,9 +147,11 @@ def fitted_moe_host_time(runs: Sequence[MoeCpCase], start: dict[str, Calibration
     runs among `runs`, each predicted with its generation's calibration in `start`: one
     host time per expert for every GPU, as the host's Python issues the same kernels to each.
 
-    Only these runs measure it (dense layers keep their GPUs busier than their host), so
-    the validation refits it without each release it predicts (`held_out_calibrations`)."""
-    data = [(start[c.cluster.device.generation], _observed(c)) for c in runs if c.workload.is_moe]
+    Only these runs measure it (dense layers keep their GPUs busier than their host; a step
+    replayed from CUDA graphs has none), so the validation refits it without each release it
+    predicts (`held_out_calibrations`)."""
+    measured = [c for c in runs if c.workload.is_moe and not c.graphs_whole_step]
+    data = [(start[c.cluster.device.generation], _observed(c)) for c in measured]
 
     def loss(host: float) -> float:
         return sum(
@@ -139,6 +163,36 @@ def fitted_moe_host_time(runs: Sequence[MoeCpCase], start: dict[str, Calibration
     bounds = BOUNDS["moe_expert_host_s"]
     best = minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": 1e-8})
     return round(float(best.x), 5)
+
+
+def overlap_pairs(runs: Sequence[MoeCpCase]) -> list[tuple[MoeCpCase, MoeCpCase]]:
+    """Runs of one sweep that differ only in the expert-parallel overlap: (without, with)."""
+    without = {
+        (c.sweep, dataclasses.replace(c.config, ep_comm_overlap=True)): c
+        for c in runs
+        if not c.config.ep_comm_overlap
+    }
+    return [
+        (without[(c.sweep, c.config)], c)
+        for c in runs
+        if c.config.ep_comm_overlap and (c.sweep, c.config) in without
+    ]
+
+
+def fitted_ep_overlap(path: Path = DATA) -> float:
+    """`Calibration.ep_overlap` that makes the model's overlapped runs as much faster than
+    their pairs without the overlap as published (`overlap_pairs`): the compute efficiency
+    is first fitted to the runs without it, so the share is the overlap's gain, not the
+    model's error on the layout; the fit starts from a full overlap, so its result does not
+    depend on the code's share."""
+    runs = [c for c in cases(path) if isinstance(c, MoeCpCase)]
+    found = overlap_pairs(runs)
+    start = found[0][0].calibrated(
+        default_calibration(found[0][0].cluster.device.generation, "megatron")
+    )
+    alone = fit([_observed(off) for off, _ in found], start, free=("compute_efficiency",))
+    full = dataclasses.replace(alone, ep_overlap=1.0)
+    return round(fit([_observed(on) for _, on in found], full, free=("ep_overlap",)).ep_overlap, 2)
 
 
 HELD_OUT_BY: dict[str, Callable[[MoeCpCase], object]] = {
@@ -165,9 +219,11 @@ def held_out_calibrations(
         for key in {group(c) for c in runs}
     }
     return {
-        c.row_id: dataclasses.replace(
-            default_calibration(c.cluster.device.generation, "megatron"),
-            moe_expert_host_s=host[group(c)],
+        c.row_id: c.calibrated(
+            dataclasses.replace(
+                default_calibration(c.cluster.device.generation, "megatron"),
+                moe_expert_host_s=host[group(c)],
+            )
         )
         for c in runs
     }
@@ -208,6 +264,7 @@ def _case(r: pd.Series) -> MoeCpCase | str:
         etp=_degree(r.etp),
         sp=tp > 1,
         tp_comm_overlap=tp > 1,
+        ep_comm_overlap=_overlaps_ep_comm(r) or _recipe_overlaps(r, gpu, workload),
         zero=1,
         mbs=int(r.mbs),
         recompute="full" if str(r.recompute).lower().startswith("full") else "none",
@@ -225,8 +282,26 @@ def _case(r: pd.Series) -> MoeCpCase | str:
     sweep = f"{r.source_id} {r.software_version} {r.model} {gpu} {workload.fp8}"
     return MoeCpCase(
         int(r.row_id), str(r.source_id), sweep, workload, cluster, config, step,
-        str(r.software_version),
+        str(r.software_version), graphs_whole_step=_recipe_overlaps(r, gpu, workload),
     )  # fmt: skip
+
+
+def _overlaps_ep_comm(r: pd.Series) -> bool:
+    """The run names Megatron's expert-parallel overlap as on (M3's notes: its flag, or
+    "EP overlap on"); the pages that say nothing ran without it, as the recipes' default."""
+    flags = "" if pd.isna(r.other_flags) else str(r.other_flags).lower()
+    return "overlap_moe_expert_parallel_comm=true" in flags or "ep overlap on" in flags
+
+
+def _recipe_overlaps(r: pd.Series, gpu: str, workload: Workload) -> bool:
+    """The run's release of Megatron-Bridge's recipe overlaps the experts' all-to-alls in
+    a whole-iteration CUDA graph (`RECIPES_OVERLAPPED`)."""
+    container = re.match(r"NeMo container (\d+)\.(\d+)", str(r.software_version))
+    return (
+        container is not None
+        and (int(container[1]), int(container[2])) >= FIRST_OVERLAPPED_RELEASE
+        and (str(r.model), gpu, workload.fp8) in RECIPES_OVERLAPPED
+    )
 
 
 def _degree(value: object) -> int:
@@ -270,7 +345,8 @@ def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
     if word == "BF16":
         return "none"
     if word in ("MXFP8", "FP8-MX"):
-        return "mxfp8" if gpu.split()[0] in ("B200", "GB200") else None
+        blackwell = load_cluster(f"{CLUSTERS[gpu.split()[0]]}:1").device.generation == "blackwell"
+        return "mxfp8" if blackwell else None
     if word in ("FP8", "FP8-CS"):
         return "tensorwise"
     return None

@@ -108,6 +108,7 @@ class MegatronEngine(Engine):
                 "ep",
                 "etp",
                 "moe_dispatcher",
+                "ep_comm_overlap",
                 "sp",
                 "zero",
                 "mbs",
@@ -136,6 +137,9 @@ class MegatronEngine(Engine):
         "over ep of a stage's tp·cp·dp ranks)",
         "etp": "--expert-tensor-parallel-size (always written: Megatron's default is tp)",
         "moe_dispatcher": "--moe-token-dispatcher-type (alltoall, allgather)",
+        "ep_comm_overlap": "--overlap-moe-expert-parallel-comm (one micro-batch's forward "
+        "beside another's backward, each one's expert all-to-alls hidden behind the other's "
+        "compute)",
         "sp": "--sequence-parallel",
         "zero": "0 plain DDP; 1 --use-distributed-optimizer (optimizer states and fp32 master "
         "weights sharded over data-parallel ranks)",
@@ -187,6 +191,33 @@ class MegatronEngine(Engine):
             "'Tensor parallel communication/GEMM overlap can happen only when sequence "
             "parallelism is enabled', which tp 1 turns off)",
             lambda c, _w, _k: not c.tp_comm_overlap or (c.tp > 1 and c.sp),
+        ),
+        Rule(
+            "megatron_ep_comm_overlap_needs_ep_alltoall",
+            "--overlap-moe-expert-parallel-comm overlaps the all-to-all token exchange "
+            "(megatron-core: 'overlap_moe_expert_parallel_comm is only supported with expert "
+            "model parallelism' and with the alltoall/flex token dispatcher)",
+            lambda c, _w, _k: (
+                not c.ep_comm_overlap or (c.ep > 1 and c.moe_dispatcher == "alltoall")
+            ),
+        ),
+        Rule(
+            "megatron_ep_comm_overlap_needs_vpp",
+            "with pipelining, the expert-parallel overlap runs in the interleaved schedule only "
+            "(megatron-core: 'virtual_pipeline_model_parallel_size must be specified when "
+            "pipeline_model_parallel_size > 1')",
+            lambda c, _w, _k: not c.ep_comm_overlap or c.pp == 1 or c.vpp > 1,
+        ),
+        Rule(
+            "megatron_ep_comm_overlap_without_full_recompute",
+            "the expert-parallel overlap pairs a forward with a backward layer by layer, which "
+            "full recomputation reorders (megatron-core asserts recompute_granularity != 'full')",
+            lambda c, _w, _k: not c.ep_comm_overlap or c.recompute != "full",
+        ),
+        Rule(
+            "megatron_ep_comm_overlap_needs_half_precision",
+            "megatron-core runs the expert-parallel overlap in bf16 or fp16 only",
+            lambda c, w, _k: not c.ep_comm_overlap or w.precision in ("bf16", "fp16"),
         ),
         Rule(
             "megatron_overlap_needs_dp",
@@ -323,6 +354,7 @@ def _moe_kwargs(w: Workload, c: TrainConfig) -> dict[str, Any]:
         ),
         "moe_layer_freq": w.moe_layer_freq,
         "moe_token_dispatcher_type": c.moe_dispatcher,
+        **({"overlap_moe_expert_parallel_comm": True} if c.ep_comm_overlap else {}),
         "moe_grouped_gemm": w.precision == "bf16",
         "expert_model_parallel_size": c.ep,
         "expert_tensor_parallel_size": c.etp,
@@ -337,6 +369,7 @@ def _moe_flags(w: Workload, c: TrainConfig) -> tuple[list[str], list[str]]:
         f"--expert-model-parallel-size {c.ep}",
         f"--expert-tensor-parallel-size {c.etp}",
         f"--moe-token-dispatcher-type {c.moe_dispatcher}",
+        *(["--overlap-moe-expert-parallel-comm"] if c.ep_comm_overlap else []),
     ]
     shape = [
         f"--num-experts {w.num_moe_experts}",

@@ -48,6 +48,7 @@ TUNED = {
     "--recompute-num-layers": 1,
     "--recompute-modules": VARIADIC,
     "--tp-comm-overlap": 0,
+    "--overlap-moe-expert-parallel-comm": 0,
     # settings that hold for one layout only, which Megatron-LM refuses under others
     "--decoder-first-pipeline-num-layers": 1,
     "--decoder-last-pipeline-num-layers": 1,
@@ -114,10 +115,17 @@ def _int_flag(argv: Sequence[str], flag: str, default: int | None = None) -> int
         raise InputError(f"{flag} {value!r}: expected a whole number") from None
 
 
-def overlaps_tp_comm(argv: Sequence[str]) -> bool:
-    """`--tp-comm-overlap`: the user runs Transformer Engine's TP overlap, which their
-    study then searches (it holds only where the tuned layout has sequence parallelism)."""
-    return has_flag(argv, "--tp-comm-overlap")
+OVERLAP_FLAGS = {
+    "tp_comm_overlap": "--tp-comm-overlap",
+    "ep_comm_overlap": "--overlap-moe-expert-parallel-comm",
+}
+"""Overlaps off by default that a study searches where the user's command turns them on
+(each holds only where the tuned layout allows it)."""
+
+
+def given_overlaps(argv: Sequence[str]) -> dict[str, str]:
+    """The knobs of `OVERLAP_FLAGS` whose flag the command gives, with the flag."""
+    return {knob: flag for knob, flag in OVERLAP_FLAGS.items() if has_flag(argv, flag)}
 
 
 def runs_local_attention(argv: Sequence[str]) -> bool:

@@ -32,6 +32,7 @@ BOUNDS = {
     "overlap": (0.0, 1.0),
     "fp8_efficiency": (0.2, 1.0),
     "moe_expert_host_s": (0.0, 0.05),
+    "ep_overlap": (0.0, 1.0),
 }
 GRIDS = {"moe_expert_host_s": tuple(1e-5 * 2 ** (k / 2) for k in range(24))}
 """Values tried before the coordinate search for a parameter that changes nothing until it
@@ -146,4 +147,5 @@ def rounded(cal: Calibration) -> Calibration:
         overlap=round(cal.overlap, 2),
         fp8_efficiency=round(cal.fp8_efficiency, 2),
         moe_expert_host_s=round(cal.moe_expert_host_s, 5),
+        ep_overlap=round(cal.ep_overlap, 2),
     )

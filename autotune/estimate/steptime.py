@@ -9,7 +9,8 @@ transfers; data parallel: gradient all-reduce (ZeRO 1-2: reduce-scatter + parame
 all-gather; ZeRO 3: per-micro-batch parameter gathers too) in buckets, partly hidden behind
 the backward pass; expert parallel: each MoE layer's tokens sent to their experts and back,
 all-to-all over the expert-parallel group (gathered over expert tensor parallel ranks),
-twice forward and twice backward, not overlapped; expert gradients reduced over the expert
+twice forward and twice backward, not overlapped unless Megatron runs one micro-batch's
+forward beside another's backward (`ep_comm_overlap`); expert gradients reduced over the expert
 data-parallel ranks; host: a rank's micro-batch takes at least the time its host needs to
 issue its MoE layers; optimizer: one pass over the rank's states at memory bandwidth.
 Formulas: shared research comm_cost_model.md §5.
@@ -67,6 +68,15 @@ class Calibration:
     Hopper (`calibration/fp8_pairs.py`, torchtitan's Float8); the same prior elsewhere
     (Blackwell), as no published pair measures it there, and for Megatron too, whose
     published runs are all FP8 (`ENGINE_CALIBRATION` fits its compute efficiency only)."""
+    ep_overlap: float = 0.44
+    """Share of the time that Megatron's overlapped expert all-to-alls (`ep_comm_overlap`)
+    and the paired micro-batch's compute run side by side (the shorter of the two) that the
+    overlap saves: each exchange hides only behind the part of the other pass its schedule
+    pairs it with (a combine behind attention, a dispatch behind the experts' GEMMs), and
+    the exchange's kernels take SMs from that compute. Fitted to
+    the one published pair of runs that differ only in the overlap (Megatron-Bridge's
+    Qwen3-30B-A3B on 16 H100s: 24.7 s without, 21.0 s with;
+    `published_moe_cp.fitted_ep_overlap`); the same elsewhere until a study refits it."""
     moe_expert_host_s: float = 0.0
     """Host time to issue one local expert's share of an MoE layer, forward and backward,
     for one micro-batch: Transformer Engine's grouped GEMMs cast and multiply each expert
@@ -107,9 +117,9 @@ DEFAULT_CALIBRATION = {
 # fitted to them, and the validation refits it without the release it predicts.
 ENGINE_CALIBRATION = {
     ("megatron", "hopper"): replace(
-        DEFAULT_CALIBRATION["hopper"], compute_efficiency=0.75, moe_expert_host_s=0.00072
+        DEFAULT_CALIBRATION["hopper"], compute_efficiency=0.75, moe_expert_host_s=0.00078
     ),
-    ("megatron", "blackwell"): Calibration(compute_efficiency=0.67, moe_expert_host_s=0.00072),
+    ("megatron", "blackwell"): Calibration(compute_efficiency=0.71, moe_expert_host_s=0.00078),
 }
 
 
@@ -238,6 +248,10 @@ class StepParts:
     (forward, backward, recomputed); less the routed experts', those behind which Transformer
     Engine's tensor-parallel overlap hides the collectives."""
     tp_comm_overlap: np.ndarray
+    ep_comm_overlap: np.ndarray
+    """Megatron's expert-parallel overlap: each micro-batch's token exchanges hide behind
+    the compute of the micro-batch paired with it, but one micro-batch a step has no
+    partner (the first forward, the last backward)."""
     moe_exchanges: np.ndarray
     """Per kind of pipeline rank and config: one micro-batch's MoE token exchanges (each a
     layer's forward dispatch and combine, `moe_exchange`)."""
@@ -332,9 +346,14 @@ class StepParts:
         beside = self.linear_flops - self.expert_flops
         gemms = beside / linear_rate
         tp = np.where(self.tp_comm_overlap, np.maximum(0.0, tp - gemms), tp)
-        pace, ep, host = compute + tp, None, None
+        pace, ep, unpaired, host = compute + tp, None, None, None
         if self.moe:  # a search refits often: dense tables skip what is zero for them
-            ep = self.moe_exchanges * self.moe_exchange.seconds(scale)
+            exchanges = self.moe_exchanges * self.moe_exchange.seconds(scale)
+            # Overlapped, an exchange hides behind the partner's compute only while both run,
+            # and its kernels take SMs from that compute: a share of the shorter is saved.
+            hidden = cal.ep_overlap * np.minimum(exchanges, compute)
+            ep = np.where(self.ep_comm_overlap, exchanges - hidden, exchanges)
+            unpaired = exchanges - ep
             pace += ep
             # Each exchange is one MoE layer's forward or backward: half its host time, which
             # grows with the experts the rank runs.
@@ -344,6 +363,7 @@ class StepParts:
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
         per_micro_ep = np.zeros(n) if ep is None else ep[slowest, configs]
+        unpaired_ep = np.zeros(n) if unpaired is None else unpaired[slowest, configs]
         recompute = seconds(
             self.recompute_flops[slowest, configs],
             self.fp8_recompute_flops[slowest, configs],
@@ -373,7 +393,7 @@ class StepParts:
             pp_bubble_s=bubble,
             pp_p2p_s=self.p2p.seconds(scale),
             cp_comm_s=self.micro * per_micro_cp,
-            ep_comm_s=self.micro * per_micro_ep,
+            ep_comm_s=self.micro * per_micro_ep + unpaired_ep,
             dp_comm_s=dp_comm,
             dp_exposed_s=dp_exposed,
             optimizer_s=self.optimizer,
@@ -488,6 +508,7 @@ def step_parts(
         tp_collectives=kinds[:, 2],
         linear_flops=kinds[:, 8],
         tp_comm_overlap=c.tp_comm_overlap,
+        ep_comm_overlap=c.ep_comm_overlap,
         moe_exchanges=kinds[:, 5],
         moe=w.is_moe,
         local_experts=np.maximum(w.num_moe_experts, 1) / c.ep,

@@ -35,6 +35,9 @@ class TrainConfig:
     moe_dispatcher: MoeDispatcher = "alltoall"
     """How tokens reach their experts (--moe-token-dispatcher-type): all-to-all over the
     expert-parallel group, or all-gather of every token and a reduce-scatter back."""
+    ep_comm_overlap: bool = False
+    """Megatron --overlap-moe-expert-parallel-comm: one micro-batch's forward runs beside
+    another's backward, each one's expert all-to-alls hidden behind the other's compute."""
     zero: int = 0
     """ZeRO stage 0-3 (DeepSpeed; FSDP for torch); Megatron: 1 = distributed optimizer."""
     hsdp: int = 1
@@ -176,6 +179,7 @@ _KEYED_WHEN_SET: dict[str, Any] = {
     "offload_param": False,
     "recompute_modules": "core_attn",
     "tp_comm_overlap": False,
+    "ep_comm_overlap": False,
 }
 """Knobs added after studies were stored: left out of the key at their default, so that a
 study from before them resumes with its configs still known."""

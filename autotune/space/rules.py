@@ -46,9 +46,12 @@ GENERIC_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "expert_knobs_need_experts",
-        "expert parallelism and the token dispatcher apply to mixtures of experts only "
-        "(num_moe_experts > 0)",
-        lambda c, w, _: w.is_moe or (c.ep, c.etp, c.moe_dispatcher) == (1, 1, "alltoall"),
+        "expert parallelism, the token dispatcher and its overlap apply to mixtures of "
+        "experts only (num_moe_experts > 0)",
+        lambda c, w, _: (
+            w.is_moe
+            or (c.ep, c.etp, c.moe_dispatcher, c.ep_comm_overlap) == (1, 1, "alltoall", False)
+        ),
     ),
     Rule(
         "experts_divisible_by_ep",

@@ -20,7 +20,7 @@ NUMBERS = (
 )
 FLAGS = (
     *("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param"),
-    "tp_comm_overlap",
+    *("tp_comm_overlap", "ep_comm_overlap"),
 )
 NCCL_KNOBS = ("nccl_algo", "nccl_proto")
 WORDS = (
@@ -60,6 +60,7 @@ class ConfigTable(Sequence[TrainConfig]):
     offload_optimizer: np.ndarray
     offload_param: np.ndarray
     tp_comm_overlap: np.ndarray
+    ep_comm_overlap: np.ndarray
     recompute: np.ndarray
     recompute_method: np.ndarray
     recompute_modules: np.ndarray

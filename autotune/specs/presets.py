@@ -3,8 +3,9 @@
 Link figures are what NCCL's own topology model assigns (see shared research
 comm_cost_model.md §1.6 and §4): per-GPU NVLink bandwidth 240 GB/s on DGX-A100
 (12 links x 20 GB/s), 370.8 GB/s on DGX-H100/H200 (18 x 20.6) and 721.8 GB/s on Blackwell
-(18 x 40.1, NCCL src/graph/topo.h SM100_NVLINK_BW); one HDR (25 GB/s) or NDR (50 GB/s) NIC
-per GPU between nodes (DGX B200 and GB200 NVL72 trays: ConnectX-7, 400 Gb/s per GPU).
+(18 x 40.1, NCCL src/graph/topo.h SM100_NVLINK_BW); one HDR (25 GB/s), NDR (50 GB/s) or XDR
+(100 GB/s) NIC per GPU between nodes (DGX B200 and GB200 NVL72 trays: ConnectX-7, 400 Gb/s per
+GPU; Blackwell Ultra's DGX B300 and GB300 NVL72: ConnectX-8, 800 Gb/s per GPU).
 Latencies are first guesses that the estimator's calibration replaces with fitted values.
 """
 
@@ -193,6 +194,33 @@ DEVICES: dict[str, DeviceKind] = {
             host_memory_bandwidth_bytes_per_s=256e9,
             arm_host=True,
         ),
+        # Blackwell Ultra: the same dense bf16 and FP8 peaks as B200 and GB200 (NVIDIA's HGX
+        # B300 and GB300 NVL72 datasheets: 72 and 720 PFLOP/s sparse FP8 over 8 and 72 GPUs),
+        # 288 GB of HBM3e each (2.3 TB over 8; "up to 21 TB" over 72, taken as 288 GB). DGX
+        # B300's host: 2 TB over 8 GPUs, 2 x Xeon 6776P, its GPUs on PCIe Gen5 (as B200's).
+        # GB300's Grace: "up to 17 TB" LPDDR5X at "up to 14.3 TB/s" over 36 Graces, one per
+        # two GPUs, on NVLink-C2C as GB200's.
+        DeviceKind(
+            name="b300",
+            memory_bytes=288 * 10**9,
+            peak_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 1.125e15, "fp8": 4.5e15},
+            memory_bandwidth_bytes_per_s=8e12,
+            generation="blackwell",
+            host_memory_bytes=256 * 10**9,
+            host_link_bytes_per_s=64e9,
+            host_memory_bandwidth_bytes_per_s=100e9,
+        ),
+        DeviceKind(
+            name="gb300",
+            memory_bytes=288 * 10**9,
+            peak_flops={"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 1.25e15, "fp8": 5e15},
+            memory_bandwidth_bytes_per_s=8e12,
+            generation="blackwell",
+            host_memory_bytes=236 * 10**9,
+            host_link_bytes_per_s=225e9,
+            host_memory_bandwidth_bytes_per_s=198e9,
+            arm_host=True,
+        ),
         DeviceKind(
             name="h200",
             memory_bytes=143771 * 2**20,
@@ -209,6 +237,7 @@ NVLINK3 = Link(bandwidth_bytes_per_s=240e9, latency_s=1e-6)
 NVLINK4 = Link(bandwidth_bytes_per_s=370.8e9, latency_s=1e-6)
 HDR_IB = Link(bandwidth_bytes_per_s=25e9, latency_s=5e-6)
 NDR_IB = Link(bandwidth_bytes_per_s=50e9, latency_s=5e-6)
+XDR_IB = Link(bandwidth_bytes_per_s=100e9, latency_s=5e-6)
 
 NVLINK5 = Link(bandwidth_bytes_per_s=721.8e9, latency_s=1e-6)
 
@@ -232,4 +261,6 @@ CLUSTER_KINDS: dict[str, ClusterKind] = {
     "dgx-b200": ClusterKind("b200", 8, NVLINK5, NDR_IB),
     # N racks of 18 compute trays x 4 GPUs, the 72 GPUs of a rack in one NVLink domain.
     "gb200-nvl72": ClusterKind("gb200", 4, NVLINK5, NDR_IB, nodes_per_count=18, nvlink_domain=72),
+    "dgx-b300": ClusterKind("b300", 8, NVLINK5, XDR_IB),
+    "gb300-nvl72": ClusterKind("gb300", 4, NVLINK5, XDR_IB, nodes_per_count=18, nvlink_domain=72),
 }

@@ -80,6 +80,12 @@ CASES = {
     ),
     # Transformer Engine's TP overlap, as Megatron-Bridge's recipes with tp > 1 run it.
     "tp_comm_overlap": (LLAMA70, dataclasses.replace(NEMO_LIKE, tp_comm_overlap=True)),
+    # Megatron-Bridge's Qwen3-30B-A3B on 16 H100s: EP16 with the experts' all-to-alls
+    # overlapped (perf_recipes/qwen/h100/qwen3_moe.py).
+    "ep_comm_overlap": (
+        QWEN3,
+        TrainConfig(dp=16, ep=16, zero=1, mbs=1, overlap_comm=True, ep_comm_overlap=True),
+    ),
 }
 VARIADIC = {"--recompute-modules"}
 """Flags that take one value or more (argparse nargs='+')."""

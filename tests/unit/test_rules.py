@@ -16,6 +16,7 @@ H100 = load_cluster("dgx-h100:2")
 LLAMA70 = load_workload("llama3-70b")  # 80 layers, global batch 128
 H100x4 = load_cluster("dgx-h100:4")  # 32 GPUs
 MIXTRAL = load_workload("mixtral-8x7b")  # 8 experts of width 14336, 32 layers
+QWEN3 = load_workload("qwen3-30b-a3b")  # 128 experts of width 768, 48 layers, batch 512
 
 # rule name -> (engine, workload, cluster, breaking config, passing config)
 CASES = {
@@ -264,6 +265,34 @@ CASES = {
         LOCAL8,
         TrainConfig(dp=8, hsdp=2),
         TrainConfig(dp=8, zero=3, hsdp=2),
+    ),
+    "megatron_ep_comm_overlap_needs_ep_alltoall": (
+        "megatron",
+        QWEN3,
+        H100,
+        TrainConfig(dp=16, ep=1, ep_comm_overlap=True),
+        TrainConfig(dp=16, ep=16, ep_comm_overlap=True),
+    ),
+    "megatron_ep_comm_overlap_needs_vpp": (
+        "megatron",
+        QWEN3,
+        H100,
+        TrainConfig(pp=2, dp=8, ep=8, ep_comm_overlap=True),
+        TrainConfig(pp=2, vpp=2, dp=8, ep=8, ep_comm_overlap=True),
+    ),
+    "megatron_ep_comm_overlap_without_full_recompute": (
+        "megatron",
+        QWEN3,
+        H100,
+        TrainConfig(dp=16, ep=16, recompute="full", ep_comm_overlap=True),
+        TrainConfig(dp=16, ep=16, recompute="selective", ep_comm_overlap=True),
+    ),
+    "megatron_ep_comm_overlap_needs_half_precision": (
+        "megatron",
+        dataclasses.replace(QWEN3, precision="fp32"),
+        H100,
+        TrainConfig(dp=16, ep=16, ep_comm_overlap=True),
+        TrainConfig(dp=16, ep=16),
     ),
     "expert_knobs_need_experts": (
         "megatron",
