@@ -109,8 +109,9 @@ def main() -> None:
         "`.venv/bin/python scripts/bench_layouts_2026.py` on this machine (2 cores): "
         f"`autotune run --engine {ENGINE} --model M --cluster {CLUSTER} --launcher simulate "
         f"--trials {TRIALS} --space scripts/spaces/megatron_2026.yaml` (the default space with "
-        "`tp_comm_overlap` and `ep_comm_overlap`), then `autotune estimate` of its winner and of the recipe's "
-        "layout. Seconds per step by part (Megatron's default calibration on Hopper).",
+        "`tp_comm_overlap` and `ep_comm_overlap`), then `autotune estimate` of its winner and "
+        "of the recipe's layout. Seconds per step by part (Megatron's default calibration on "
+        "Hopper).",
         "",
     ]
     for model in RECIPES:

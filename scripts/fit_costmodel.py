@@ -6,9 +6,9 @@ bandwidth scale, overlap) are fitted from `Calibration()`'s generic values to ev
 of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's); Hopper's
 FP8 efficiency then to the published bf16/FP8 pairs of runs (calibration/fp8_pairs.py);
 Megatron's own compute efficiency (`ENGINE_CALIBRATION`) to its dense runs in
-published_moe_cp_runs.csv (calibration/published_moe_cp.py), and the share of compute its
-expert-parallel overlap hides behind (`Calibration.ep_overlap`) to the pair of those runs
-that differ only in it. With --check it exits 1 when
+published_moe_cp_runs.csv (calibration/published_moe_cp.py), and the share its
+expert-parallel overlap saves of the shorter of exchanges and compute (`Calibration.ep_overlap`)
+to those runs that differ only in it. With --check it exits 1 when
 the code's constants differ from the fit (tests/unit/test_costmodel_fit.py and, for
 Megatron's, test_published_moe_cp.py run the same check). scripts/validate_costmodel.py
 reports the fit's error per source, and held out by source.

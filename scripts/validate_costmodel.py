@@ -253,17 +253,18 @@ def moe_cp_report() -> str:
             for g, c in sorted(engine_cal.items())
         )
         + "), which is fitted to the pages' dense Megatron runs (below) and to none of these: "
-        "they are held out. Only the experts' host time (the least time a micro-batch "
-        "spends issuing each local expert's share of an MoE layer, "
+        "they are held out. Besides the experts' overlap (below), only their host time "
+        "(the least time a micro-batch spends issuing each local expert's share of an MoE layer, "
         f"{engine_cal['hopper'].moe_expert_host_s * 1e3:.2f} ms in Megatron's default) is "
         "fitted to these runs, as only they measure it: each row is predicted with it refitted to "
         "the other releases' runs (`host_s_held_out`; `in_sample_error`: with the default, "
         "fitted to all); the runs whose recipe replays the whole iteration from CUDA graphs "
         "(Qwen3-30B-A3B in MXFP8 on GB200, GB300 and B300 from 26.06 on, "
         "`published_moe_cp.RECIPES_OVERLAPPED`) have none. Megatron's expert-parallel "
-        "overlap (`ep_comm_overlap`, on in those recipes and where M3 says so) hides the "
-        f"token exchanges behind {Calibration().ep_overlap:.0%} of the paired micro-batch's "
-        "compute, fitted to M3's one pair of runs with and without it (rows 295-297). "
+        "overlap (`ep_comm_overlap`, on in those recipes and where M3 says so) saves "
+        f"{Calibration().ep_overlap:.0%} of the shorter of a micro-batch's token exchanges and "
+        "its partner's compute: fitted to M3's runs with and without it (row 295 against "
+        "rows 296 and 297, which it predicts in sample). "
         "'before': the same rows with the GPU generation's default, "
         "fitted to other software's runs, which Megatron used until it had its own. A sweep "
         "is one source's runs of a release, model, GPU and precision.",

@@ -34,6 +34,7 @@ from autotune.estimate.steptime import (
 )
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
+from autotune.specs.presets import CLUSTER_KINDS, DEVICES
 from autotune.specs.workload import Fp8Recipe
 
 DATA = Path(__file__).resolve().parent / "data" / "published_moe_cp_runs.csv"
@@ -67,7 +68,9 @@ container 26.06) on overlaps the experts' all-to-alls and captures the whole ite
 CUDA graphs (scripts/performance/configs/qwen/qwen3_workload_base_configs.py at v0.5.0:
 `moe_a2a_overlap=True, cuda_graph_impl="full_iteration"` for FP8_MX, commit 55443cbfb; the
 same at 26.08 through `_enable_hybridep_full_iteration_mxfp8`). The performance pages do not
-say; earlier releases ran partial graphs (router and dispatch preprocessing) without it."""
+say; earlier releases ran partial graphs (router and dispatch preprocessing) without it.
+megatron-core 0.16.1, installed here, refuses graphs other than Transformer Engine's with the
+overlap: the recipes run a later megatron-core, read from Megatron-Bridge, not run here."""
 FIRST_OVERLAPPED_RELEASE = (26, 6)
 CLUSTERS = {
     "H100": "dgx-h100",
@@ -345,8 +348,8 @@ def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
     if word == "BF16":
         return "none"
     if word in ("MXFP8", "FP8-MX"):
-        blackwell = load_cluster(f"{CLUSTERS[gpu.split()[0]]}:1").device.generation == "blackwell"
-        return "mxfp8" if blackwell else None
+        kind = CLUSTER_KINDS[CLUSTERS[gpu.split()[0]]]
+        return "mxfp8" if DEVICES[kind.device].generation == "blackwell" else None
     if word in ("FP8", "FP8-CS"):
         return "tensorwise"
     return None

@@ -49,6 +49,7 @@ TUNED = {
     "--recompute-modules": VARIADIC,
     "--tp-comm-overlap": 0,
     "--overlap-moe-expert-parallel-comm": 0,
+    "--delay-wgrad-compute": 0,
     # settings that hold for one layout only, which Megatron-LM refuses under others
     "--decoder-first-pipeline-num-layers": 1,
     "--decoder-last-pipeline-num-layers": 1,
@@ -217,11 +218,21 @@ def _fp8_recipe(argv: Sequence[str]) -> Fp8Recipe:
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
 
 
+DELAY_WGRAD = "--delay-wgrad-compute"
+"""The user's companion of the experts' overlap, which megatron-core refuses without it
+("overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"): kept
+where the trial overlaps, dropped where it does not."""
+
+
 def tuned_flags(spec: TrialSpec) -> list[str]:
     """The config's layout, batch and recomputation flags, as the megatron engine exports
     them."""
+    assert spec.job is not None
     groups = pretrain_gpt_flags(spec.workload, spec.config)[:2]
-    return [word for _, lines in groups for line in lines for word in line.split()]
+    delayed = spec.config.ep_comm_overlap and has_flag(spec.job.command, DELAY_WGRAD)
+    return [word for _, lines in groups for line in lines for word in line.split()] + (
+        [DELAY_WGRAD] if delayed else []
+    )
 
 
 def export_argv(spec: TrialSpec) -> list[str]:

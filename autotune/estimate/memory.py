@@ -338,15 +338,19 @@ def activation_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
     """Worst stage, each with its own layers: under 1F1B rank r holds the activations of
     min(micro-batches, pp - r) micro-batches in flight (more when interleaved), the last
     rank also the fp32 logits for the loss. With even stages the first rank is the worst;
-    with uneven ones (Megatron's first stage a layer short) the second may be."""
+    with uneven ones (Megatron's first stage a layer short) the second may be. Megatron's
+    expert-parallel overlap runs one more chunk's forward beside a backward, so one more
+    chunk is in flight (a second micro-batch without a pipeline)."""
     micro = c.grad_accum(w.global_batch_size)
     logits = c.mbs * w.seq_length // c.cp * w.vocab_size / c.tp * 4
     interleaved = 1 + (c.pp - 1) / (c.pp * c.vpp)
+    paired = np.where(c.ep_comm_overlap & (micro > 1), 1 / c.vpp, 0.0)
     worst = np.zeros(len(c))
     per_layer = _whole_layer_bytes(w, c), layer_activation_bytes(w, c)
     for layers, rank in stages.columns("flight"):
         kept, rebuilt = _stage_activations(w, c, layers, *per_layer)
-        worst = np.maximum(worst, kept * np.minimum(micro, c.pp - rank) * interleaved + rebuilt)
+        flight = np.minimum(micro, c.pp - rank) * interleaved + paired
+        worst = np.maximum(worst, kept * flight + rebuilt)
     kept, rebuilt = _stage_activations(w, c, stages.last_layers, *per_layer)
     return np.maximum(worst, kept + rebuilt + logits)
 

@@ -250,8 +250,12 @@ class StepParts:
     tp_comm_overlap: np.ndarray
     ep_comm_overlap: np.ndarray
     """Megatron's expert-parallel overlap: each micro-batch's token exchanges hide behind
-    the compute of the micro-batch paired with it, but one micro-batch a step has no
-    partner (the first forward, the last backward)."""
+    the compute of the micro-batch paired with it, but those of the schedule's warm-up
+    forwards and cool-down backwards have no partner (`unpaired`)."""
+    unpaired: np.ndarray
+    """Micro-batches' worth of a rank's passes that run without a partner under the overlap:
+    megatron-core's warm-up chunks on the first rank, 2(p-1) + (v-1)p + 1 of a micro-batch's
+    v chunks (one without a pipeline: the first forward and the last backward), at most all."""
     moe_exchanges: np.ndarray
     """Per kind of pipeline rank and config: one micro-batch's MoE token exchanges (each a
     layer's forward dispatch and combine, `moe_exchange`)."""
@@ -380,10 +384,12 @@ class StepParts:
         if host is not None:  # the host issues on while the GPUs wait on the ring too
             busy = pace[slowest, configs] + per_micro_cp
             per_micro_host = np.maximum(0.0, host[slowest, configs] - busy)
+        # A micro-batch without a partner exchanges in full, where its host wait leaves room.
+        alone = np.maximum(unpaired_ep, per_micro_host)
         # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
-        # context-parallel exchange included.
+        # context-parallel exchange included; the pipeline fills and drains unpaired.
         bubble = self.bubble_share * (
-            per_micro_compute + per_micro_tp + per_micro_cp + per_micro_ep + per_micro_host
+            per_micro_compute + per_micro_tp + per_micro_cp + per_micro_ep + alone
         )
         dp_comm, dp_exposed = self._data_parallel(cal, per_micro_compute)
         return StepTime(
@@ -393,7 +399,7 @@ class StepParts:
             pp_bubble_s=bubble,
             pp_p2p_s=self.p2p.seconds(scale),
             cp_comm_s=self.micro * per_micro_cp,
-            ep_comm_s=self.micro * per_micro_ep + unpaired_ep,
+            ep_comm_s=self.micro * per_micro_ep + self.unpaired * (alone - per_micro_host),
             dp_comm_s=dp_comm,
             dp_exposed_s=dp_exposed,
             optimizer_s=self.optimizer,
@@ -509,6 +515,11 @@ def step_parts(
         linear_flops=kinds[:, 8],
         tp_comm_overlap=c.tp_comm_overlap,
         ep_comm_overlap=c.ep_comm_overlap,
+        unpaired=np.where(
+            c.ep_comm_overlap,
+            np.minimum(micro, (2 * (c.pp - 1) + (c.vpp - 1) * c.pp + 1) / c.vpp),
+            0.0,
+        ),
         moe_exchanges=kinds[:, 5],
         moe=w.is_moe,
         local_experts=np.maximum(w.num_moe_experts, 1) / c.ep,

@@ -72,7 +72,7 @@ FULL_FIT_AFTER = 8
 so that a handful of points cannot be explained away by a free parameter each."""
 
 
-MOE_PARAMETERS = ("moe_expert_host_s",)
+MOE_PARAMETERS = ("moe_expert_host_s", "ep_overlap")
 """Fitted only for a mixture of experts: nothing else measures them."""
 FREE_PARAMETERS = tuple(name for name in BOUNDS if name not in MOE_PARAMETERS)
 

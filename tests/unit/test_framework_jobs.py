@@ -253,21 +253,24 @@ def test_a_command_that_overlaps_the_experts_exchanges_has_its_study_search_it(
 ) -> None:
     """--overlap-moe-expert-parallel-comm is the user's setting: the study searches it where
     megatron-core allows it (expert parallelism, no full recomputation), and a trial without
-    it drops the user's flag."""
+    it drops the user's flag and its companion --delay-wgrad-compute."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / PRETRAIN[0]).write_text("")
     moe = [a for a in PRETRAIN if a != "--recompute-activations"]
-    moe += ["--num-experts", "8", "--overlap-moe-expert-parallel-comm"]
+    moe += ["--num-experts", "8", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     problem = load_problem("megatron", "tiny", "dgx-h100:2", None, moe)
     assert problem.space.values["ep_comm_overlap"] == (False, True)
     valid = problem.enumerate().valid
     overlapped = [c for c in valid if c.ep_comm_overlap]
     assert overlapped and all(c.ep > 1 and c.recompute != "full" for c in overlapped)
     argv = megatron_job.trial_argv(megatron_spec(overlapped[0], moe))
-    assert megatron_parser().parse_args(argv[1:]).overlap_moe_expert_parallel_comm
+    args = megatron_parser().parse_args(argv[1:])
+    assert args.overlap_moe_expert_parallel_comm and args.delay_wgrad_compute
     plain = next(c for c in valid if not c.ep_comm_overlap)
     argv = megatron_job.trial_argv(megatron_spec(plain, moe))
-    assert not megatron_parser().parse_args(argv[1:]).overlap_moe_expert_parallel_comm
+    args = megatron_parser().parse_args(argv[1:])
+    # megatron-core refuses --delay-wgrad-compute without the overlap: it goes with it
+    assert not args.overlap_moe_expert_parallel_comm and not args.delay_wgrad_compute
 
 
 # torchtitan ------------------------------------------------------------------------------

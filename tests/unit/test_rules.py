@@ -407,3 +407,11 @@ def test_megatron_interleaves_two_stages_as_megatron_lm_does() -> None:
     assert kwargs["overlap_p2p_comm"] is True and kwargs["batch_p2p_comm"] is False
     plain = dataclasses.replace(recipe, vpp=1)
     assert "overlap_p2p_comm" not in transformer_config_kwargs(qwen, plain)
+
+
+def test_the_experts_overlap_needs_the_alltoall_dispatcher() -> None:
+    """megatron-core overlaps the alltoall (or flex) dispatcher's exchanges only: the
+    allgather dispatcher with the overlap breaks the same rule as no expert parallelism."""
+    gathered = TrainConfig(dp=16, ep=16, moe_dispatcher="allgather", ep_comm_overlap=True)
+    broken = first_violation(gathered, QWEN3, H100, get_engine("megatron").rules)
+    assert broken is not None and broken.name == "megatron_ep_comm_overlap_needs_ep_alltoall"

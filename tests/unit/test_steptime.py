@@ -189,11 +189,33 @@ def test_megatrons_expert_parallel_overlap_hides_the_exchanges_of_paired_micro_b
         for on in (False, True)
     )
     assert 0.80 < overlapped.total_s / plain.total_s < 0.90  # published: 0.85
-    micro = 1024 // 16
-    assert overlapped.ep_comm_s > plain.ep_comm_s / micro  # one micro-batch's, at least
+    two = dataclasses.replace(qwen, global_batch_size=32)  # two micro-batches a rank
+    paired = [
+        estimate(two, TrainConfig(dp=16, ep=16, ep_comm_overlap=on), cluster, "megatron").step
+        for on in (False, True)
+    ]
+    one_micro_batch = paired[0].ep_comm_s / 2
+    assert paired[1].ep_comm_s > 1.5 * one_micro_batch  # the first, in full, and a share
     alone = dataclasses.replace(qwen, global_batch_size=16)
     once = [
         estimate(alone, TrainConfig(dp=16, ep=16, ep_comm_overlap=on), cluster, "megatron").step
         for on in (False, True)
     ]
     assert once[0].total_s == pytest.approx(once[1].total_s)
+
+
+def test_the_experts_overlap_never_slows_a_host_bound_step_and_costs_a_micro_batch_in_flight() -> (
+    None
+):
+    """Qwen3-30B-A3B on 8 H100s at micro-batch 1 waits on its host: overlapping the
+    exchanges the GPUs had time for saves nothing, and costs nothing either. The overlap runs
+    a second micro-batch's forward beside a backward, so its activations are in memory too."""
+    cluster = load_cluster("dgx-h100:1")
+    qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), global_batch_size=64)
+    plain, overlapped = (
+        estimate(qwen, TrainConfig(dp=8, ep=8, ep_comm_overlap=on), cluster, "megatron")
+        for on in (False, True)
+    )
+    assert plain.step.dominant() == "host_wait"
+    assert overlapped.step.total_s == pytest.approx(plain.step.total_s)
+    assert overlapped.memory.activations > 1.5 * plain.memory.activations  # logits held once
