@@ -63,7 +63,13 @@ COPIED_CONFIG = {
 }
 """A poor starting point: a config copied from a large model's job (ZeRO 3, the largest
 micro-batch), so that autotune cannot win by measuring the user's config first."""
-VARIANTS = {"autotune run": USER_CONFIG, "autotune run, copied config": COPIED_CONFIG}
+VARIANTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "autotune run": (USER_CONFIG, ()),
+    "autotune run, copied config": (COPIED_CONFIG, ()),
+    "autotune run --no-confirm": (USER_CONFIG, ("--no-confirm",)),
+}
+"""Each autotune run: the script's ds_config.json and the options beside the defaults. The
+last skips confirmation: its pick rests on one launch each, as DeepSpeed's does."""
 BIN = Path(sys.executable).parent
 OUT_NAME = "vs_deepspeed_autotuner.md"
 
@@ -107,10 +113,10 @@ def run_deepspeed_autotuner(work: Path) -> tuple[float, int, dict[str, int]]:
 
 
 def run_autotune(
-    work: Path, users: dict[str, object]
+    work: Path, users: dict[str, object], options: tuple[str, ...]
 ) -> tuple[float, int, dict[str, object], float]:
     """Wall time, trials, the pick, and when the pick's trial had finished (from the start),
-    for the script with `users` as its ds_config.json, in the folder `work`."""
+    for the script with `users` as its ds_config.json and `options`, in the folder `work`."""
     work.mkdir(exist_ok=True)
     shutil.copy(SCRIPT, work / "ds_train.py")
     (work / "ds_config.json").write_text(json.dumps(users, indent=2))
@@ -118,7 +124,7 @@ def run_autotune(
     start = time.monotonic()
     done = subprocess.run(
         [str(BIN / "autotune"), "run", "--cluster", "local:2",
-         "--results", str(work / "results"), "--study", "bench",
+         "--results", str(work / "results"), "--study", "bench", *options,
          "--", "ds_train.py", *SHAPE, "--deepspeed_config", "ds_config.json"],
         cwd=work, env=environment(), capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
@@ -181,7 +187,7 @@ def report(
     )
     entries = [("DeepSpeed autotuner (fast)", shipped, ds_wall, ds_n, None, ds_pick)]
     for name, (wall, n, config, found) in runs.items():
-        users = VARIANTS[name]
+        users = VARIANTS[name][0]
         start = users["zero_optimization"]["stage"], users["train_micro_batch_size_per_gpu"]
         entries.append((name, start, wall, n, found, config))
     for name, (zero, mbs), wall, n, found, pick in entries:
@@ -210,7 +216,9 @@ def report(
             "repeats), once with the script's ds_config.json as "
             "shipped and once with a config copied from a large model's job (ZeRO 3, "
             "micro-batch 16), so that measuring the user's config first cannot be the whole "
-            "story. The picks were then re-measured by the same harness (autotune's hook, 20 "
+            "story, and once with `--no-confirm`, whose pick rests on one launch of each "
+            "config, as DeepSpeed's does. The picks were then re-measured by the same harness "
+            "(autotune's hook, 20 "
             f"measured steps), interleaved, {args_repeats(times)} times each. Measured, not "
             "simulated. Wall times and the time at which autotune's pick had been measured "
             "are also given as a share of DeepSpeed's wall time (goal: at most 0.33x).",
@@ -243,8 +251,8 @@ def main() -> None:
     ds = run_deepspeed_autotuner(work)
     print(f"DeepSpeed autotuner: {ds[0]:.0f} s, {ds[1]} experiments, pick {ds[2]}", flush=True)
     runs = {}
-    for i, (name, users) in enumerate(VARIANTS.items()):
-        runs[name] = run_autotune(work / f"autotune-{i}", users)
+    for i, (name, (users, options)) in enumerate(VARIANTS.items()):
+        runs[name] = run_autotune(work / f"autotune-{i}", users, options)
         wall, n, pick, found = runs[name]
         print(f"{name}: {wall:.0f} s, {n} trials, pick {pick} at {found:.0f} s", flush=True)
     picks = {
