@@ -34,7 +34,6 @@ from autotune.estimate.steptime import (
 )
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
-from autotune.specs.presets import CLUSTER_KINDS, DEVICES
 from autotune.specs.workload import Fp8Recipe
 
 DATA = Path(__file__).resolve().parent / "data" / "published_moe_cp_runs.csv"
@@ -249,11 +248,12 @@ def _case(r: pd.Series) -> MoeCpCase | str:
         missing.append("tokens/s or step time")
     if missing:
         return f"incomplete: no {', '.join(missing)}"
-    workload = _workload(r)
-    if isinstance(workload, str):
-        return workload
     gpus = int(r.num_gpus)
     cluster = _cluster(gpu, gpus)
+    workload = _workload(r, cluster.device.generation)
+    if isinstance(workload, str):
+        return workload
+    graphed = _recipe_overlaps(r, gpu, workload)
     tp, pp, cp = int(r.tp), int(r.pp), _degree(r.cp)
     if gpus % (tp * pp * cp):
         return "tp·pp·cp does not divide the GPUs (as printed)"
@@ -267,7 +267,7 @@ def _case(r: pd.Series) -> MoeCpCase | str:
         etp=_degree(r.etp),
         sp=tp > 1,
         tp_comm_overlap=tp > 1,
-        ep_comm_overlap=_overlaps_ep_comm(r) or _recipe_overlaps(r, gpu, workload),
+        ep_comm_overlap=_overlaps_ep_comm(r) or graphed,
         zero=1,
         mbs=int(r.mbs),
         recompute="full" if str(r.recompute).lower().startswith("full") else "none",
@@ -285,7 +285,7 @@ def _case(r: pd.Series) -> MoeCpCase | str:
     sweep = f"{r.source_id} {r.software_version} {r.model} {gpu} {workload.fp8}"
     return MoeCpCase(
         int(r.row_id), str(r.source_id), sweep, workload, cluster, config, step,
-        str(r.software_version), graphs_whole_step=_recipe_overlaps(r, gpu, workload),
+        str(r.software_version), graphs_whole_step=graphed,
     )  # fmt: skip
 
 
@@ -311,8 +311,8 @@ def _degree(value: object) -> int:
     return 1 if pd.isna(value) else int(value)  # type: ignore[call-overload]
 
 
-def _workload(r: pd.Series) -> Workload | str:
-    fp8 = _fp8(str(r.precision), str(r.gpu))
+def _workload(r: pd.Series, generation: str) -> Workload | str:
+    fp8 = _fp8(str(r.precision), generation)
     if fp8 is None:
         return f"precision {r.precision}: not modelled"
     seq, batch = int(r.seq_len), int(r.gbs)
@@ -338,7 +338,7 @@ def _workload(r: pd.Series) -> Workload | str:
     return dataclasses.replace(shape, seq_length=seq, global_batch_size=batch, fp8=fp8)
 
 
-def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
+def _fp8(precision: str, generation: str) -> Fp8Recipe | None:
     """Transformer Engine's recipe the page's precision names: MXFP8 (Blackwell), current
     (tensorwise) scaling for FP8-CS and for a plain FP8 (the step time is the same for
     either recipe in the model)."""
@@ -348,8 +348,7 @@ def _fp8(precision: str, gpu: str) -> Fp8Recipe | None:
     if word == "BF16":
         return "none"
     if word in ("MXFP8", "FP8-MX"):
-        kind = CLUSTER_KINDS[CLUSTERS[gpu.split()[0]]]
-        return "mxfp8" if DEVICES[kind.device].generation == "blackwell" else None
+        return "mxfp8" if generation == "blackwell" else None
     if word in ("FP8", "FP8-CS"):
         return "tensorwise"
     return None

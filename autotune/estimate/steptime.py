@@ -248,12 +248,11 @@ class StepParts:
     (forward, backward, recomputed); less the routed experts', those behind which Transformer
     Engine's tensor-parallel overlap hides the collectives."""
     tp_comm_overlap: np.ndarray
-    ep_comm_overlap: np.ndarray
-    """Megatron's expert-parallel overlap: each micro-batch's token exchanges hide behind
-    the compute of the micro-batch paired with it, but those of the schedule's warm-up
-    forwards and cool-down backwards have no partner (`unpaired`)."""
     unpaired: np.ndarray
-    """Micro-batches' worth of a rank's passes that run without a partner under the overlap:
+    """Megatron's expert-parallel overlap (0 without it): each micro-batch's token exchanges
+    hide behind the compute of the micro-batch paired with it, but the schedule's warm-up
+    forwards and cool-down backwards have no partner. Micro-batches' worth of a rank's
+    passes that run without a partner:
     megatron-core's warm-up chunks on the first rank, 2(p-1) + (v-1)p + 1 of a micro-batch's
     v chunks (one without a pipeline: the first forward and the last backward), at most all."""
     moe_exchanges: np.ndarray
@@ -350,14 +349,14 @@ class StepParts:
         beside = self.linear_flops - self.expert_flops
         gemms = beside / linear_rate
         tp = np.where(self.tp_comm_overlap, np.maximum(0.0, tp - gemms), tp)
-        pace, ep, unpaired, host = compute + tp, None, None, None
+        pace, ep, hidden, host = compute + tp, None, None, None
         if self.moe:  # a search refits often: dense tables skip what is zero for them
             exchanges = self.moe_exchanges * self.moe_exchange.seconds(scale)
             # Overlapped, an exchange hides behind the partner's compute only while both run,
             # and its kernels take SMs from that compute: a share of the shorter is saved.
-            hidden = cal.ep_overlap * np.minimum(exchanges, compute)
-            ep = np.where(self.ep_comm_overlap, exchanges - hidden, exchanges)
-            unpaired = exchanges - ep
+            saved = cal.ep_overlap * np.minimum(exchanges, compute)
+            hidden = np.where(self.unpaired > 0, saved, 0.0)
+            ep = exchanges - hidden
             pace += ep
             # Each exchange is one MoE layer's forward or backward: half its host time, which
             # grows with the experts the rank runs.
@@ -367,7 +366,7 @@ class StepParts:
         per_micro_compute = compute[slowest, configs]
         per_micro_tp = tp[slowest, configs]
         per_micro_ep = np.zeros(n) if ep is None else ep[slowest, configs]
-        unpaired_ep = np.zeros(n) if unpaired is None else unpaired[slowest, configs]
+        hidden_ep = np.zeros(n) if hidden is None else hidden[slowest, configs]
         recompute = seconds(
             self.recompute_flops[slowest, configs],
             self.fp8_recompute_flops[slowest, configs],
@@ -385,7 +384,7 @@ class StepParts:
             busy = pace[slowest, configs] + per_micro_cp
             per_micro_host = np.maximum(0.0, host[slowest, configs] - busy)
         # A micro-batch without a partner exchanges in full, where its host wait leaves room.
-        alone = np.maximum(unpaired_ep, per_micro_host)
+        alone = np.maximum(hidden_ep, per_micro_host)
         # The bubble idles each rank for (p-1)/v micro-batches of the whole stage's work,
         # context-parallel exchange included; the pipeline fills and drains unpaired.
         bubble = self.bubble_share * (
@@ -514,7 +513,6 @@ def step_parts(
         tp_collectives=kinds[:, 2],
         linear_flops=kinds[:, 8],
         tp_comm_overlap=c.tp_comm_overlap,
-        ep_comm_overlap=c.ep_comm_overlap,
         unpaired=np.where(
             c.ep_comm_overlap,
             np.minimum(micro, (2 * (c.pp - 1) + (c.vpp - 1) * c.pp + 1) / c.vpp),
