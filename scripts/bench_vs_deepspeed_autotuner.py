@@ -6,16 +6,19 @@ Both tune tests/data/user_scripts/ds_train.py (a GPT of about 7M parameters: wid
   `max_train_batch_size` 32 so it keeps the global batch; on a CPU it needs LOCAL_SIZE=2.
 - autotune: `autotune run -- ds_train.py ...` with its defaults (no --model: it reads the
   model in its trial of the script's own config, as DeepSpeed profiles the model first).
-Then both winners are re-measured by the same harness (autotune's hook around the script,
-20 measured steps), interleaved A B A B ..., and compared by median step time.
+Then DeepSpeed's pick, each autotune run's pick, and the config each autotune run led with at
+a third of DeepSpeed's wall time are re-measured by the same harness (autotune's hook around
+the script, 20 measured steps), interleaved A B C A B C ... with the order rotated each
+round, and compared by median step time and round by round.
 
-Writes results/bench/vs_deepspeed_autotuner.md. About 15 minutes on 2 cores.
+Writes results/bench/vs_deepspeed_autotuner.md. About 25 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -23,12 +26,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
 import yaml
+from optuna.trial import TrialState
 
 from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
@@ -39,7 +45,7 @@ from autotune.trial.spec import StepPlan
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "data" / "user_scripts" / "ds_train.py"
 SHAPE = ["--width", "256", "--layers", "4", "--vocab", "8192", "--seq", "128", "--steps", "60"]
-MODEL = {  # the same shape, for re-measuring the picks through autotune's hook
+MODEL: dict[str, Any] = {  # the same shape, for re-measuring the picks through autotune's hook
     "num_layers": 4,
     "hidden_size": 256,
     "num_attention_heads": 4,
@@ -83,7 +89,7 @@ def environment() -> dict[str, str]:
     }
 
 
-def run_deepspeed_autotuner(work: Path) -> tuple[float, int, dict[str, int]]:
+def run_deepspeed_autotuner(work: Path) -> tuple[float, int, str]:
     config = {
         **USER_CONFIG,
         "autotuning": {
@@ -105,18 +111,53 @@ def run_deepspeed_autotuner(work: Path) -> tuple[float, int, dict[str, int]]:
     (work / "deepspeed_autotuner.log").write_text(done.stdout + done.stderr)
     optimal = json.loads((work / "autotuning_results" / "ds_config_optimal.json").read_text())
     experiments = len(list((work / "autotuning_exps").glob("*.json")))
-    pick = {
-        "zero": int(optimal.get("zero_optimization", {}).get("stage", 0)),
-        "mbs": int(optimal["train_micro_batch_size_per_gpu"]),
-    }
-    return wall, experiments, pick
+    pick = TrainConfig(
+        dp=2,
+        zero=int(optimal.get("zero_optimization", {}).get("stage", 0)),
+        mbs=int(optimal["train_micro_batch_size_per_gpu"]),
+    )
+    return wall, experiments, key_of(pick.as_dict())
 
 
-def run_autotune(
-    work: Path, users: dict[str, object], options: tuple[str, ...]
-) -> tuple[float, int, dict[str, object], float]:
-    """Wall time, trials, the pick, and when the pick's trial had finished (from the start),
-    for the script with `users` as its ds_config.json and `options`, in the folder `work`."""
+@dataclass(frozen=True)
+class AutotuneRun:
+    """One `autotune run` of the script: its wall time, its trials, its pick and every
+    measurement it took, in order."""
+
+    wall_s: float
+    trials: int
+    pick: str
+    """The picked config's key (`config_key`)."""
+    pick_found_s: float
+    """When the pick's first trial had finished, from the start."""
+    measured: tuple[tuple[float, str, float], ...]
+    """Each completed measurement: when it finished (from the start), its config's key,
+    its tokens/s."""
+
+    def leader_at(self, seconds: float) -> str | None:
+        """The config autotune would have named had it stopped then: the best geometric mean
+        over the measurements finished by then (None before any)."""
+        logs: dict[str, list[float]] = defaultdict(list)
+        for at, key, tokens_per_s in self.measured:
+            if at <= seconds:
+                logs[key].append(math.log(tokens_per_s))
+        return max(logs, key=lambda k: statistics.fmean(logs[k]), default=None)
+
+
+def key_of(knobs: dict[str, object]) -> str:
+    """A config as a key: its knobs other than dp (every pick runs on both ranks), sorted."""
+    return json.dumps({k: v for k, v in sorted(knobs.items()) if k != "dp"})
+
+
+def label(key: str) -> str:
+    """The config's ZeRO stage and the knobs it sets away from their defaults."""
+    config = TrainConfig(**{**json.loads(key), "dp": 2})
+    knobs = {k: v for k, v in config.differs_from_default().items() if k not in ("dp", "zero")}
+    return ",".join([f"zero={config.zero}", *(f"{k}={v}" for k, v in knobs.items())])
+
+
+def run_autotune(work: Path, users: dict[str, object], options: tuple[str, ...]) -> AutotuneRun:
+    """The script with `users` as its ds_config.json, tuned with `options` in `work`."""
     work.mkdir(exist_ok=True)
     shutil.copy(SCRIPT, work / "ds_train.py")
     (work / "ds_config.json").write_text(json.dumps(users, indent=2))
@@ -136,74 +177,114 @@ def run_autotune(
     study = optuna.load_study(
         study_name="bench", storage=f"sqlite:///{work / 'results' / 'bench' / 'study.db'}"
     )
-    trials = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("kind"))
-    found = min(
-        t.datetime_complete
-        for t in study.get_trials(deepcopy=False)
-        if t.datetime_complete and t.user_attrs.get("config") == best["config"]
-    )  # the pick was measured, so some trial has its config
-    return wall, trials, best["config"], (found - began).total_seconds()
+    trials = study.get_trials(deepcopy=False)
+    measured = tuple(
+        sorted(
+            ((t.datetime_complete - began).total_seconds(), key_of(t.user_attrs["config"]),
+             t.value)
+            for t in trials
+            if t.state == TrialState.COMPLETE and t.value and t.datetime_complete
+            and "config" in t.user_attrs
+        )
+    )  # fmt: skip
+    pick = key_of(best["config"])
+    return AutotuneRun(
+        wall_s=wall,
+        trials=sum(1 for t in trials if t.user_attrs.get("kind")),
+        pick=pick,
+        pick_found_s=min(at for at, key, _ in measured if key == pick),  # the pick was measured
+        measured=measured,
+    )
 
 
-def remeasure(work: Path, picks: dict[str, dict[str, object]], repeats: int) -> dict:
-    """Each pick's step times, measured by autotune's hook, interleaved."""
+def remeasure(work: Path, configs: list[str], repeats: int) -> dict[str, list[float]]:
+    """Each config's step times, measured by autotune's hook, interleaved, the order rotated
+    each round (on this machine a round's first trial can run apart from the rest), each
+    trial in a pool of its own that is closed before the next."""
     os.chdir(work)
     command = ["ds_train.py", *SHAPE, "--deepspeed_config", "ds_config.json"]
     problem = load_problem("deepspeed", str(work / "model.yaml"), "local:2", command=command)
     steps = StepPlan(measured_steps=20, precision=0.0, profile=False)  # all 20, every time
-    times: dict[str, list[float]] = {name: [] for name in picks}
+    times: dict[str, list[float]] = {key: [] for key in configs}
     for round_ in range(repeats):
-        for name, knobs in picks.items():
-            config = TrainConfig(**{**knobs, "dp": 2})
-            folder = work / "remeasure" / f"{name}-{round_}"
-            record = run_trial(
-                problem.trial_spec(config, steps), problem.engine, LocalLauncher(), folder, 900
-            )
+        shift = round_ % len(configs)
+        for i, key in enumerate(configs[shift:] + configs[:shift]):
+            config = TrainConfig(**{**json.loads(key), "dp": 2})
+            folder = work / "remeasure" / f"{round_}-{i}"
+            launcher = LocalLauncher()
+            try:
+                spec = problem.trial_spec(config, steps)
+                record = run_trial(spec, problem.engine, launcher, folder, 900)
+            finally:
+                launcher.close()
             if record.kind != "ok" or record.result is None:
-                raise SystemExit(f"re-measuring {name}: {record.kind}: {record.error}")
-            times[name].append(record.result.step_time_s)
+                raise SystemExit(f"re-measuring {label(key)}: {record.kind}: {record.error}")
+            times[key].append(record.result.step_time_s)
     return times
+
+
+def speed(ds: list[float], ours: list[float]) -> str:
+    """A config's speed against DeepSpeed's pick: the ratio of median step times, and the
+    least and most of the per-round ratios."""
+    rounds = [theirs / mine for theirs, mine in zip(ds, ours, strict=True)]
+    ratio = statistics.median(ds) / statistics.median(ours)
+    return f"{ratio:.2f}x ({min(rounds):.2f}-{max(rounds):.2f}x)"
 
 
 def report(
     out: Path,
-    ds: tuple,
-    runs: dict[str, tuple[float, int, dict[str, object], float]],
+    ds: tuple[float, int, str],
+    runs: dict[str, AutotuneRun],
     times: dict[str, list[float]],
+    repeats: int,
 ) -> None:
     ds_wall, ds_n, ds_pick = ds
-    med = {name: statistics.median(t) for name, t in times.items()}
-    spread = {name: (min(t), max(t)) for name, t in times.items()}
+    third = ds_wall / 3
     tokens = MODEL["global_batch_size"] * MODEL["seq_length"]
-    rows = [
-        "| tuner | its user's config | wall time | experiments | per experiment "
-        "| pick found at | pick | re-measured step time (median, min-max) | tokens/s "
-        "| speed vs DeepSpeed's pick |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+
+    def start(users: dict[str, Any]) -> str:
+        zero, mbs = users["zero_optimization"]["stage"], users["train_micro_batch_size_per_gpu"]
+        return f"zero={zero}, mbs={mbs}"
+
+    tuners = [
+        "| tuner | its user's config | wall time | experiments | per experiment | pick "
+        "| pick found at | pick's speed vs DeepSpeed's (per round) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| DeepSpeed autotuner (fast) | {start(USER_CONFIG)} | {ds_wall:.0f} s (1.00x) | {ds_n} "
+        f"| {ds_wall / ds_n:.1f} s | {label(ds_pick)} | - | 1.00x |",
     ]
-    shipped = (
-        USER_CONFIG["zero_optimization"]["stage"],
-        USER_CONFIG["train_micro_batch_size_per_gpu"],
-    )
-    entries = [("DeepSpeed autotuner (fast)", shipped, ds_wall, ds_n, None, ds_pick)]
-    for name, (wall, n, config, found) in runs.items():
-        users = VARIANTS[name][0]
-        start = users["zero_optimization"]["stage"], users["train_micro_batch_size_per_gpu"]
-        entries.append((name, start, wall, n, found, config))
-    for name, (zero, mbs), wall, n, found, pick in entries:
-        lo, hi = spread[name]
-        at = "-" if found is None else f"{found:.0f} s ({found / ds_wall:.2f}x)"
-        rows.append(
-            f"| {name} | zero={zero}, mbs={mbs} | {wall:.0f} s ({wall / ds_wall:.2f}x) | {n} "
-            f"| {wall / n:.1f} s | {at} | zero={pick['zero']}, mbs={pick['mbs']} | "
-            f"{med[name] * 1000:.1f} ms ({lo * 1000:.1f}-{hi * 1000:.1f}) | "
-            f"{tokens / med[name]:,.0f} | {med['DeepSpeed autotuner (fast)'] / med[name]:.2f}x |"
+    leaders = [
+        f"| tuner | leader at {third:.0f} s (1/3 of DeepSpeed's wall time) "
+        "| its speed vs DeepSpeed's pick (per round) |",
+        "|---|---|---|",
+    ]
+    for name, run in runs.items():
+        tuners.append(
+            f"| {name} | {start(VARIANTS[name][0])} | {run.wall_s:.0f} s "
+            f"({run.wall_s / ds_wall:.2f}x) | {run.trials} | {run.wall_s / run.trials:.1f} s "
+            f"| {label(run.pick)} | {run.pick_found_s:.0f} s ({run.pick_found_s / ds_wall:.2f}x) "
+            f"| {speed(times[ds_pick], times[run.pick])} |"
         )
+        leader = run.leader_at(third)
+        leaders.append(
+            f"| {name} | {'none measured' if leader is None else label(leader)} "
+            f"| {'-' if leader is None else speed(times[ds_pick], times[leader])} |"
+        )
+    measured = [
+        "| config | re-measured step time (median, min-max) | tokens/s |",
+        "|---|---|---|",
+        *(
+            f"| {label(key)} | {statistics.median(t) * 1000:.1f} ms "
+            f"({min(t) * 1000:.1f}-{max(t) * 1000:.1f}) | {tokens / statistics.median(t):,.0f} |"
+            for key, t in times.items()
+        ),
+    ]
     text = "\n".join(
         [
             "# autotune beside DeepSpeed's autotuner",
             "",
-            "Made by `scripts/bench_vs_deepspeed_autotuner.py`: the same unmodified DeepSpeed "
+            f"Generated {datetime.now().isoformat(timespec='seconds')} by "
+            "`scripts/bench_vs_deepspeed_autotuner.py`: the same unmodified DeepSpeed "
             "script (`tests/data/user_scripts/ds_train.py`, a GPT of width 256, 4 layers, "
             "vocabulary 8192, 128 tokens; global batch 32) on 2 gloo ranks of this 2-core "
             "machine, tuned by `deepspeed --autotuning tune` (fast mode, "
@@ -217,17 +298,33 @@ def report(
             "shipped and once with a config copied from a large model's job (ZeRO 3, "
             "micro-batch 16), so that measuring the user's config first cannot be the whole "
             "story, and once with `--no-confirm`, whose pick rests on one launch of each "
-            "config, as DeepSpeed's does. The picks were then re-measured by the same harness "
-            "(autotune's hook, 20 "
-            f"measured steps), interleaved, {args_repeats(times)} times each. Measured, not "
-            "simulated. Wall times and the time at which autotune's pick had been measured "
-            "are also given as a share of DeepSpeed's wall time (goal: at most 0.33x).",
+            "config, as DeepSpeed's does. Every config named below was then re-measured by the "
+            f"same harness (autotune's hook, 20 measured steps), interleaved, {repeats} times "
+            "each, the order rotated each round, each trial in a pool of its own. Measured, not "
+            "simulated. Speeds are DeepSpeed's pick's median step time over the config's, with "
+            "the least and most of the per-round ratios (the two measured in the same round): "
+            "above 1 is faster than DeepSpeed's pick.",
             "",
-            *rows,
+            "## The tuners",
+            "",
+            *tuners,
+            "",
+            "## What autotune had found by a third of DeepSpeed's wall time",
+            "",
+            "The config each autotune run would have named had it been stopped then: the best "
+            "mean over the measurements it had finished (goal: at least as fast as DeepSpeed's "
+            "pick, within the spread).",
+            "",
+            *leaders,
+            "",
+            "## The configs re-measured",
+            "",
+            *measured,
             "",
             "DeepSpeed's autotuner tunes the micro-batch at the ZeRO stage the user's config "
-            "names. On this noisy machine runs of one config differ by up to about 20%: the "
-            "min-max ranges say whether two picks are apart.",
+            "names. On this noisy machine runs of one config differ by up to about 20%, and "
+            "its speed from one hour to the next by as much: each tuner's wall time is one "
+            "run, the per-round ratios say whether one config was faster in every round.",
             "",
         ]
     )
@@ -235,13 +332,9 @@ def report(
     print(text)
 
 
-def args_repeats(times: dict[str, list[float]]) -> int:
-    return min(len(t) for t in times.values())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--out", type=Path, default=REPO / "results/bench" / OUT_NAME)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-vs-ds-"))
@@ -252,14 +345,16 @@ def main() -> None:
     print(f"DeepSpeed autotuner: {ds[0]:.0f} s, {ds[1]} experiments, pick {ds[2]}", flush=True)
     runs = {}
     for i, (name, (users, options)) in enumerate(VARIANTS.items()):
-        runs[name] = run_autotune(work / f"autotune-{i}", users, options)
-        wall, n, pick, found = runs[name]
-        print(f"{name}: {wall:.0f} s, {n} trials, pick {pick} at {found:.0f} s", flush=True)
-    picks = {
-        "DeepSpeed autotuner (fast)": ds[2],
-        **{name: {k: v for k, v in r[2].items() if k != "dp"} for name, r in runs.items()},
-    }
-    report(args.out, ds, runs, remeasure(work, picks, args.repeats))
+        run = runs[name] = run_autotune(work / f"autotune-{i}", users, options)
+        print(
+            f"{name}: {run.wall_s:.0f} s, {run.trials} trials, pick {label(run.pick)} "
+            f"at {run.pick_found_s:.0f} s",
+            flush=True,
+        )
+    leaders = [run.leader_at(ds[0] / 3) for run in runs.values()]
+    configs = [ds[2], *(run.pick for run in runs.values()), *filter(None, leaders)]
+    distinct = list(dict.fromkeys(configs))
+    report(args.out, ds, runs, remeasure(work, distinct, args.repeats), args.repeats)
     print(f"work folder: {work}")
 
 
