@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,15 @@ def spawn_autotune(*args: str, env: dict[str, str] | None = None) -> subprocess.
         start_new_session=True,
         stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
+        preexec_fn=_interruptible,
     )
+
+
+def _interruptible() -> None:
+    """SIGINT as a user's shell leaves it: tests started in the background without job
+    control (`nohup pytest &`) have it ignored, which the tuner would inherit, so that a
+    test's Ctrl-C would never reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture
