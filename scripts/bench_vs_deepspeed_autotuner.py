@@ -127,7 +127,7 @@ class AutotuneRun:
     wall_s: float
     trials: int
     pick: str
-    """The picked config's key (`config_key`)."""
+    """The picked config's key (`key_of`)."""
     pick_found_s: float
     """When the pick's first trial had finished, from the start."""
     measured: tuple[tuple[float, str, float], ...]
