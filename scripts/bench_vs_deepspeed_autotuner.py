@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 
 from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
-from autotune.space import TrainConfig
+from autotune.space import TrainConfig, config_key
 from autotune.trial.folder import run as run_trial
 from autotune.trial.spec import StepPlan
 
@@ -144,14 +144,15 @@ class AutotuneRun:
         return max(logs, key=lambda k: statistics.fmean(logs[k]), default=None)
 
 
-def key_of(knobs: dict[str, object]) -> str:
-    """A config as a key: its knobs other than dp (every pick runs on both ranks), sorted."""
-    return json.dumps({k: v for k, v in sorted(knobs.items()) if k != "dp"})
+def key_of(knobs: dict[str, Any]) -> str:
+    """A config's key (the study's `config_key`) from its knobs as a study or DeepSpeed's pick
+    gives them."""
+    return config_key(TrainConfig(**knobs))
 
 
 def label(key: str) -> str:
     """The config's ZeRO stage and the knobs it sets away from their defaults."""
-    config = TrainConfig(**{**json.loads(key), "dp": 2})
+    config = TrainConfig(**json.loads(key))
     knobs = {k: v for k, v in config.differs_from_default().items() if k not in ("dp", "zero")}
     return ",".join([f"zero={config.zero}", *(f"{k}={v}" for k, v in knobs.items())])
 
@@ -209,7 +210,7 @@ def remeasure(work: Path, configs: list[str], repeats: int) -> dict[str, list[fl
     for round_ in range(repeats):
         shift = round_ % len(configs)
         for i, key in enumerate(configs[shift:] + configs[:shift]):
-            config = TrainConfig(**{**json.loads(key), "dp": 2})
+            config = TrainConfig(**json.loads(key))
             folder = work / "remeasure" / f"{round_}-{i}"
             launcher = LocalLauncher()
             try:
