@@ -12,14 +12,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.engines.model_shape import ModelShape
-from autotune.engines.user_job import ds_precision
+from autotune import runner as trials
+from autotune.engines.deepspeed.jobs import ds_precision
 from autotune.errors import InputError, LaunchError
 from autotune.launchers import Launcher
 from autotune.problem import Problem
+from autotune.rank.model_shape import ModelShape
 from autotune.space import TrainConfig
 from autotune.specs.throughput import throughput
-from autotune.trial import folder as trials
 from autotune.trial.spec import TRIAL_FILE, StepPlan
 
 PROBE_STEPS = StepPlan(

@@ -8,15 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.engines import Engine, get_engine, megatron_job, torchtitan_job
-from autotune.engines.megatron import without_transformer_engine
-from autotune.engines.user_job import (
-    DEEPSPEED_KNOBS,
-    global_batch,
-    job_space,
-    parse_job,
-    users_knobs,
-)
+from autotune.engines import Engine, Framework, get_engine, get_framework
+from autotune.engines.command import parse_job
+from autotune.engines.framework import JobProblem
 from autotune.errors import InputError
 from autotune.space import (
     Enumeration,
@@ -51,6 +45,11 @@ class Problem:
     def rules(self) -> tuple[Rule, ...]:
         return self.engine.rules + self.extra_rules
 
+    @property
+    def framework(self) -> Framework | None:
+        """The framework that runs the user's command; None for autotune's own worker."""
+        return get_framework(self.job.framework) if self.job else None
+
     def trial_spec(self, config: TrainConfig, steps: StepPlan) -> TrialSpec:
         """What a worker is told to run for `config` on this problem."""
         return TrialSpec(
@@ -64,12 +63,15 @@ class Problem:
 
     def users_config(self) -> TrainConfig | None:
         """The config the user's own command runs today (a DeepSpeed or Hugging Face job's
-        config file), with defaults for what it leaves unset; None for other commands, or
-        when it breaks a rule here."""
-        if self.job is None or self.job.framework != "deepspeed":
+        config file), with defaults for what it leaves unset; None where the framework does
+        not know it, or when it breaks a rule here."""
+        if self.job is None or self.framework is None:
+            return None
+        knobs = self.framework.users_knobs(self.job)
+        if knobs is None:
             return None
         try:
-            return self.config(users_knobs(self.job))
+            return self.config(knobs)
         except InputError:
             return None
 
@@ -118,10 +120,10 @@ def load_problem(
         space=load_space(path, chosen.name, chosen.knobs),
     )
     if not command:
-        return _check_runs(dataclasses.replace(problem, space=_derived(problem.space, problem)))
+        return _check_runs(dataclasses.replace(problem, space=_derived(problem)))
     job = parse_job(command, Path.cwd(), chosen.name)
     return _check_runs(
-        _with_job(problem, job, default_space=space is None, model_given=model != "tiny")
+        _with_job(problem, job, space_given=space is not None, model_given=model != "tiny")
     )
 
 
@@ -148,80 +150,32 @@ def _check_runs(problem: Problem) -> Problem:
     return problem
 
 
-def _derived(
-    space: SearchSpace,
-    problem: Problem,
-    workload: Workload | None = None,
-    knobs: frozenset[str] | None = None,
-) -> SearchSpace:
-    """The layout knobs the space leaves out, derived (`space.derive`): of the engine's knobs,
-    or only those a user's command takes from a trial."""
-    takes = problem.engine.knobs if knobs is None else problem.engine.knobs & knobs
-    return derive_space(space, takes, workload or problem.workload, problem.cluster)
+def _derived(problem: Problem) -> SearchSpace:
+    """The layout knobs the space leaves out, derived (`space.derive`)."""
+    return derive_space(problem.space, problem.engine.knobs, problem.workload, problem.cluster)
 
 
-def _with_job(problem: Problem, job: UserJob, default_space: bool, model_given: bool) -> Problem:
-    """The problem of tuning the user's command: the model and batch its framework says
-    (Megatron-LM's flags; the DeepSpeed config's batch; torchtitan's batch and sequence,
-    and its model where autotune has a preset of it), else `--model`; the space narrowed
-    to what the framework takes from a trial."""
-    world = problem.cluster.world_size
-    workload, space = problem.workload, problem.space
-    reads_model = False
-    if job.framework == "script":
-        if default_space:
-            raise InputError(
-                "your script reads its knobs from $AUTOTUNE_CONFIG: list the ones it applies, "
-                "and their values, in --space FILE"
-            )
-        return dataclasses.replace(problem, job=job)
-    if job.framework == "megatron":
-        workload = megatron_job.workload_from_command(job.command, job.name)
-        space = _derived(space, problem, workload)
-        for knob, flag in megatron_job.given_overlaps(job.command).items():
-            if knob not in space.values:
-                space = space.offering(knob, (False, True), f"your command gives {flag}")
-        if megatron_job.runs_local_attention(job.command):
-            space = without_transformer_engine(space, "--transformer-impl local")
-    elif job.framework == "deepspeed":
-        if workload.is_moe:
-            raise InputError(
-                f"{workload.name}: your script's DeepSpeed-MoE layers set their ep_size in "
-                "its code, where autotune cannot read or change it (tune the model without "
-                "a command, or with --engine megatron)"
-            )
-        workload = dataclasses.replace(workload, global_batch_size=global_batch(job, world))
-        space = _derived(space, problem, workload, DEEPSPEED_KNOBS)
-        space = job_space(space, DEEPSPEED_KNOBS, workload, world, derive_mbs=default_space)
-        space = _users_offload(space, users_knobs(job))
-        reads_model = not model_given
-    else:
-        preset = torchtitan_job.model_preset(job.command, Path(job.workdir))
-        if preset is None and not model_given:
-            raise InputError(
-                "autotune has no preset of the torchtitan model this command trains: "
-                "describe it with --model (a preset like llama3-8b, or a YAML file)"
-            )
-        workload = load_workload(preset) if preset else workload
-        batch, seq = torchtitan_job.batch_and_sequence(job.command, Path(job.workdir), world)
-        workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
-        space = _derived(space, problem, workload, torchtitan_job.KNOBS)
-        space = job_space(space, torchtitan_job.KNOBS, workload, world, derive_mbs=default_space)
-        space = torchtitan_job.without_zero1(space)
-    return dataclasses.replace(
-        problem, workload=workload, space=space, job=job, reads_model=reads_model
+def _with_job(problem: Problem, job: UserJob, space_given: bool, model_given: bool) -> Problem:
+    """The problem of tuning the user's command, as its framework narrows it: the model and
+    batch the job trains, the space restricted to what it takes from a trial."""
+    narrowed = get_framework(job.framework).narrow(
+        job,
+        JobProblem(
+            workload=problem.workload,
+            space=problem.space,
+            cluster=problem.cluster,
+            engine_knobs=problem.engine.knobs,
+            space_given=space_given,
+            model_given=model_given,
+        ),
     )
-
-
-def _users_offload(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
-    """A ds_config that offloads keeps offloading in every trial unless the space file
-    lists the knob: a model that fits only offloaded must not be tried without it."""
-    values, origins = dict(space.values), dict(space.origins)
-    for knob in ("offload_optimizer", "offload_param"):
-        if users.get(knob) and knob not in values:
-            values[knob] = (True,)
-            origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
-    return dataclasses.replace(space, values=values, origins=origins)
+    return dataclasses.replace(
+        problem,
+        workload=narrowed.workload,
+        space=narrowed.space,
+        job=job,
+        reads_model=narrowed.reads_model,
+    )
 
 
 def problem_from_trial_file(path: Path) -> tuple[Problem, TrainConfig]:

@@ -16,7 +16,7 @@ CONFIG_ENV = "AUTOTUNE_CONFIG"
 
 def done() -> None:
     """One optimizer step of this rank has ended."""
-    hook_module = sys.modules.get("autotune.engines.job_hook")
+    hook_module = sys.modules.get("autotune.rank.job_hook")
     hook = getattr(hook_module, "ACTIVE", None)
     if hook is not None:
         hook.step_done()

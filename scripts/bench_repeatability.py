@@ -31,8 +31,8 @@ import yaml
 
 from autotune.launchers import get_launcher
 from autotune.problem import load_problem
+from autotune.runner import prepare
 from autotune.space import TrainConfig
-from autotune.trial.folder import prepare
 from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]

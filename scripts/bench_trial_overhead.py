@@ -31,8 +31,8 @@ from pathlib import Path
 from autotune.launchers import LaunchOutcome, get_launcher
 from autotune.launchers.base import Launcher
 from autotune.problem import Problem, load_problem
+from autotune.runner import prepare
 from autotune.space import parse_overrides
-from autotune.trial.folder import prepare
 from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,8 +38,8 @@ from optuna.trial import TrialState
 
 from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
+from autotune.runner import run as run_trial
 from autotune.space import TrainConfig, config_key
-from autotune.trial.folder import run as run_trial
 from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]

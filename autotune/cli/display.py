@@ -12,8 +12,8 @@ from rich.table import Table
 
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
+from autotune.runner import TrialRecord
 from autotune.space import Enumeration
-from autotune.trial.folder import TrialRecord
 from autotune.trial.result import TrialResult
 
 if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, scipy)

@@ -82,8 +82,8 @@ def trial(
     as_json: bool,
 ) -> None:
     """Run one config for real and print what was measured."""
+    from autotune import runner as trials
     from autotune.launchers import get_launcher
-    from autotune.trial import folder as trials
 
     problem = load_problem(engine, model, cluster, space)
     problem.engine.check_runnable(problem.cluster)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -198,8 +197,9 @@ def _variant_rows(
     return rows
 
 
-def main() -> None:
-    plan = json.loads(Path(sys.argv[1]).read_text())
+def main(args: list[str], started: float) -> None:
+    """Run the plan in the file `args[0]` (`autotune.rank` notes `started`; unused here)."""
+    plan = json.loads(Path(args[0]).read_text())
     backend = plan["backend"]
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -233,7 +233,3 @@ def main() -> None:
         Path(plan["out"]).write_text(json.dumps(report, indent=2) + "\n")
     dist.barrier()
     dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()

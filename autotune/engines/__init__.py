@@ -1,15 +1,25 @@
-"""Training engines: rules, config files and workers. Importing this package imports no torch."""
+"""Training engines and the users' commands they run, registered by name. Importing this
+package imports no torch.
+
+A new engine is a folder `engines/<name>/` (engine.py, exports.py, worker.py, jobs.py) and one
+line in `ENGINES`; its frameworks (`Engine.frameworks`) are registered with it.
+"""
 
 from autotune.engines.base import Engine
-from autotune.engines.deepspeed import DeepSpeedEngine
-from autotune.engines.megatron import MegatronEngine
-from autotune.engines.torch_native import TorchEngine
+from autotune.engines.deepspeed.engine import DeepSpeedEngine
+from autotune.engines.framework import Framework
+from autotune.engines.megatron.engine import MegatronEngine
+from autotune.engines.torch.engine import TorchEngine
 from autotune.engines.traits import EngineTraits
 from autotune.errors import InputError
 
 ENGINES: dict[str, Engine] = {
     e.name: e for e in (DeepSpeedEngine(), TorchEngine(), MegatronEngine())
 }
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f for engine in ENGINES.values() for f in engine.frameworks
+}
+"""Every framework by name (`UserJob.framework`); a test may register one of its own."""
 
 
 def get_engine(name: str) -> Engine:
@@ -18,10 +28,31 @@ def get_engine(name: str) -> Engine:
     return ENGINES[name]
 
 
+def get_framework(name: str) -> Framework:
+    if name not in FRAMEWORKS:
+        raise InputError(f"unknown framework {name!r}; frameworks: {', '.join(FRAMEWORKS)}")
+    return FRAMEWORKS[name]
+
+
+def frameworks_of(engine: str) -> list[Framework]:
+    """The frameworks whose commands `engine` runs, in the order they were registered."""
+    return [f for f in FRAMEWORKS.values() if f.engine == engine]
+
+
 def traits_of(engine: str | EngineTraits) -> EngineTraits:
     """What estimate/ and export/ read of an engine, given by name or by its traits (an
     engine not registered, e.g. the ZeRO paper's plain formulas in a test)."""
     return engine if isinstance(engine, EngineTraits) else get_engine(engine).traits
 
 
-__all__ = ["ENGINES", "Engine", "EngineTraits", "get_engine", "traits_of"]
+__all__ = [
+    "ENGINES",
+    "FRAMEWORKS",
+    "Engine",
+    "EngineTraits",
+    "Framework",
+    "frameworks_of",
+    "get_engine",
+    "get_framework",
+    "traits_of",
+]

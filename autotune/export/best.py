@@ -22,15 +22,13 @@ import optuna
 import yaml
 
 from autotune import shell
-from autotune.engines import get_engine
+from autotune.engines import get_engine, get_framework
 from autotune.engines.base import Engine
-from autotune.engines.user_job import export_argv
 from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.launchers import torchrun
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig
-from autotune.step import CONFIG_ENV
 from autotune.study.confirm import standings
 from autotune.study.noise import study_spread
 from autotune.study.storage import stored_job, stored_specs
@@ -105,7 +103,11 @@ def _write_all(
     nccl_note: str | None = None,
 ) -> None:
     source = trial.user_attrs.get(SOURCE, "measured")
-    files = engine.write_files(spec, folder)
+    files = (
+        get_framework(spec.job.framework).write_files(spec, folder)
+        if spec.job is not None
+        else engine.write_files(spec, folder)
+    )
     for path in files:
         if path.suffix in COMMENTED_SUFFIXES and simulated_banner(trial):
             path.write_text("\n".join(simulated_banner(trial)) + "\n" + path.read_text())
@@ -113,7 +115,10 @@ def _write_all(
     env = nccl_environment(spec)
     (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial, nccl_note))
     for name, text in (
-        ("train.sh", train_script(engine, spec, trial, study.study_name, files[0].name)),
+        (
+            "train.sh",
+            train_script(engine, spec, trial, study.study_name, files[0].name if files else ""),
+        ),
         ("train.sbatch", sbatch_script(spec, trial, study.study_name)),
     ):
         (folder / name).write_text(text)
@@ -285,11 +290,12 @@ def train_script(
         launch = [
             'here="$(pwd)"',
             *(
-                [f'export {CONFIG_ENV}="$here/{job_config}"']
-                if spec.job.framework == "script"
-                else []
+                f'export {name}="{value}"'
+                for name, value in get_framework(spec.job.framework)
+                .export_environment(job_config)
+                .items()
             ),
-            f"cd {shell.quote(spec.job.workdir)}",
+            f"cd {shell.quote(spec.user_job.workdir)}",
             f"{launcher} {job_command(spec, job_config)}",
         ]
     else:
@@ -297,7 +303,8 @@ def train_script(
             f"# Runs it with autotune's worker {where}. For your own training script: "
             f"{engine.script_hint(spec)}."
         )
-        launch = [f"{launcher} -m {shell.quote(engine.worker_module)} {TRIAL_FILE}"]
+        worker = shell.join(torchrun.rank_words(engine.worker_module))
+        launch = [f"{launcher} {worker} {TRIAL_FILE}"]
     return "\n".join(
         [
             "#!/usr/bin/env bash",
@@ -320,13 +327,12 @@ def train_script(
 def job_command(spec: TrialSpec, config_file: str) -> str:
     """The user's command for the best config, for a shell, its config argument naming
     `config_file` in this folder ($here) while the command runs from the user's folder."""
-    assert spec.job is not None
-    argv = export_argv(spec, config_file)
+    argv = get_framework(spec.user_job.framework).export_argv(spec, config_file)
     words = [shell.quote(arg) for arg in argv]
-    index = spec.job.config_index
+    index = spec.user_job.config_index
     if index is None:  # flags rewritten, or the script reads $AUTOTUNE_CONFIG
         return " ".join(words)
-    argument = spec.job.command[index]
+    argument = spec.user_job.command[index]
     flag = shell.quote(argument.partition("=")[0] + "=") if argument.startswith("--") else ""
     words[index] = f'{flag}"$here/{config_file}"'
     return " ".join(words)

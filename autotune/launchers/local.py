@@ -13,12 +13,12 @@ import os
 import subprocess
 import time
 
-from autotune.engines.megatron import without_transformer_engine
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.launchers.warm_pool import WarmPool, pool_key
 from autotune.problem import Problem
+from autotune.space.transformer_engine import without_transformer_engine
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 POLL_S = 0.5
@@ -54,8 +54,7 @@ class LocalLauncher(Launcher):
         return [
             torchrun.executable(),
             *torchrun.options(request.nnodes, request.nprocs_per_node, rendezvous=None),
-            "-m",
-            request.worker_module,
+            *torchrun.rank_words(request.worker_module),
             request.worker_file,
         ]
 

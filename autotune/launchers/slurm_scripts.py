@@ -61,7 +61,7 @@ def step_script(request: LaunchRequest) -> str:
                 [
                     shell.quote(torchrun.executable()),
                     *torchrun.options(request.nnodes, request.nprocs_per_node, RENDEZVOUS),
-                    f"-m {shell.quote(request.worker_module)}",
+                    shell.join(torchrun.rank_words(request.worker_module)),
                     f"{shell.quote(request.worker_file)} &",
                 ]
             ),

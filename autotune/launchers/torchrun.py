@@ -18,6 +18,15 @@ def executable() -> str:
     return str(beside) if beside.exists() else "torchrun"
 
 
+RANK_ENTRY = "autotune.rank"
+"""The module every rank starts with: it notes the clock, then runs the worker module."""
+
+
+def rank_words(worker_module: str) -> list[str]:
+    """`python -m` words that start `worker_module` on a rank, through `RANK_ENTRY`."""
+    return ["-m", RANK_ENTRY, worker_module]
+
+
 def python_bin_first(path: str) -> str:
     """PATH with this Python's scripts folder first, so every trial, local or in a SLURM
     step, compiles engine ops with the same tools (DeepSpeed's ninja from its own

@@ -1,9 +1,9 @@
 """A pool: one torchrun whose ranks stay alive across trials of the same world, so what a
 launch pays before the trial proper is paid once, not per trial.
 
-A warm pool's ranks (`engines/pool_worker.py`) run trial after trial themselves: imports, the
+A warm pool's ranks (`rank/warm_pool.py`) run trial after trial themselves: imports, the
 world process group and the device context are paid once. A forked pool's ranks
-(`engines/fork_pool_worker.py`) fork a fresh process for each trial, which starts its own
+(`rank/fork_pool.py`) fork a fresh process for each trial, which starts its own
 process group on a port chosen here: the imports are paid once, the rest as in a launch of
 its own (a user's command runs from its first line). The ranks connect to a Unix socket
 here; each trial is one message to every rank and one answer from each. A pool serves
@@ -31,8 +31,8 @@ from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV, PoolKind
 
 POOL_WORKERS: dict[PoolKind, str] = {
-    "warm": "autotune.engines.pool_worker",
-    "forked": "autotune.engines.fork_pool_worker",
+    "warm": "autotune.rank.warm_pool",
+    "forked": "autotune.rank.fork_pool",
 }
 PER_TRIAL_ENV = (FAULT_ENV,)
 """Variables a pooled rank sets for one trial only; every other one is the pool's."""
@@ -95,8 +95,7 @@ class WarmPool:
         command = [
             torchrun.executable(),
             *torchrun.options(key.nnodes, key.nprocs_per_node, rendezvous=None),
-            "-m",
-            POOL_WORKERS[key.kind],
+            *torchrun.rank_words(POOL_WORKERS[key.kind]),
             key.worker_module,
             address,
         ]

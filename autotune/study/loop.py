@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
+from autotune import runner as trials
 from autotune.errors import InputError
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_reason, memory_verdicts
@@ -49,7 +50,6 @@ from autotune.study.trial_attrs import (
 )
 from autotune.study.trial_run import Progress, run_one, script_fault
 from autotune.study.verdicts import best_value, claim, collisions, running_keys, verdicts
-from autotune.trial import folder as trials
 from autotune.trial.spec import StepPlan
 
 SEEDS = 3

@@ -10,6 +10,7 @@ import optuna
 from optuna.trial import TrialState
 from optuna_dashboard import save_note
 
+from autotune import runner as trials
 from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.report.dashboard import trial_note
@@ -31,7 +32,6 @@ from autotune.study.trial_attrs import (
     SOURCE,
     WALL,
 )
-from autotune.trial import folder as trials
 from autotune.trial.spec import StepPlan, TrialSpec
 
 

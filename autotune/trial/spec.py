@@ -48,6 +48,10 @@ LAUNCH_EPOCH_ENV = "AUTOTUNE_LAUNCH_EPOCH"
 TRIAL_FILE = "trial.json"
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
+COMMAND_FILE = "command.json"
+"""The user's command as a trial runs it (its argument list), written by the tuner beside
+trial.json from the job's framework: a rank reads it here, so no rank needs a framework's
+code."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,11 +93,6 @@ PoolKind = Literal["warm", "forked"]
 trial in one process (a built-in engine's `SESSION`, built afresh each time); `forked`, ranks
 that have imported the worker and fork a fresh process for each trial (a user's command), so
 the imports are paid once and nothing else carries over."""
-JobFramework = Literal["deepspeed", "script", "megatron", "torchtitan"]
-"""How a user's command takes the trial's config and how its steps are seen: a DeepSpeed
-script (its ds_config file replaced; a hook around the engine's step), a script that reads
-$AUTOTUNE_CONFIG and calls `autotune.step.done()`, or Megatron-LM / torchtitan (their flags
-rewritten; their own log lines read)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +102,9 @@ class UserJob:
 
     command: tuple[str, ...]
     """The script (or `-m module`) and its arguments, as given after `--`."""
-    framework: JobFramework
+    framework: str
+    """The framework that runs it (`engines.FRAMEWORKS`): how it takes a trial's config
+    and how its steps are seen."""
     workdir: str
     """Where it was given: the command runs here, so its relative paths mean the same."""
     config_index: int | None = None
@@ -141,6 +142,14 @@ class TrialSpec:
     job: UserJob | None = None
     """The user's command, when the trial runs it instead of autotune's own worker."""
 
+    @property
+    def user_job(self) -> UserJob:
+        """The user's command this trial runs; ValueError for a trial of autotune's own
+        worker."""
+        if self.job is None:
+            raise ValueError("a trial of autotune's own worker runs no user's command")
+        return self.job
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
 
@@ -169,3 +178,11 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_command(folder: Path) -> list[str]:
+    """The command a trial's rank runs, as the tuner wrote it (`COMMAND_FILE`)."""
+    argv = json.loads((folder / COMMAND_FILE).read_text())
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        raise ValueError(f"{folder / COMMAND_FILE}: not a command")
+    return argv

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
-from autotune.engines.megatron_worker import build_chunks, init_model_parallel
-from autotune.engines.model import synthetic_batch
+from autotune.engines.megatron.worker import build_chunks, init_model_parallel
+from autotune.rank.model import synthetic_batch
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import TrialSpec

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from autotune.engines.megatron_worker import build_chunks, init_model_parallel
+from autotune.engines.megatron.worker import build_chunks, init_model_parallel
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import TrialSpec

@@ -13,8 +13,8 @@ import pytest
 
 from autotune.launchers import LAUNCHERS, LaunchSettings, get_launcher
 from autotune.problem import load_problem
+from autotune.runner import LAUNCH_SCRIPT, prepare
 from autotune.space import TrainConfig
-from autotune.trial.folder import LAUNCH_SCRIPT, prepare
 from autotune.trial.spec import FAULT_ENV, RESULT_FILE, StepPlan
 
 pytestmark = pytest.mark.slow

@@ -211,11 +211,12 @@ def test_a_megatron_lm_command_is_measured_from_its_own_log_lines(tmp_path: Path
     lines (megatron-core cannot train on CPU): the trial's flags reach the script, the last
     rank's iteration times are the trial's steps, the data-parallel rank 0's memory report
     its peak, and the user's checkpoint folder is left alone."""
-    from autotune.engines import get_engine, megatron_job
+    from autotune import runner as trial
+    from autotune.engines import get_engine
+    from autotune.engines.megatron import jobs as megatron_job
     from autotune.launchers.local import LocalLauncher
     from autotune.space import TrainConfig
     from autotune.specs import load_cluster
-    from autotune.trial import folder as trial
     from autotune.trial.spec import StepPlan, TrialSpec, UserJob
 
     workdir = tmp_path / "project"

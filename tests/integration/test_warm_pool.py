@@ -14,8 +14,8 @@ from autotune.engines import ENGINES
 from autotune.launchers import LaunchOutcome, get_launcher
 from autotune.launchers.base import Launcher
 from autotune.problem import Problem, load_problem
+from autotune.runner import prepare
 from autotune.space import TrainConfig
-from autotune.trial.folder import prepare
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import FAULT_ENV, PoolKind, StepPlan, TrialSpec
 from tests.integration.test_user_job import MODEL, SCRIPTS

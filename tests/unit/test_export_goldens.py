@@ -55,7 +55,7 @@ def test_slurm_step_script_matches_its_golden_file(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torchrun, "executable", lambda: "torchrun")  # not this machine's path
     request = LaunchRequest(
         folder=Path("/trials/7"),
-        worker_module="autotune.engines.torch_worker",
+        worker_module="autotune.engines.torch.worker",
         nprocs_per_node=8,
         nnodes=2,
         env={"OMP_NUM_THREADS": "1", "NCCL_ALGO": "Ring"},

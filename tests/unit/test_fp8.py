@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune.calibration.saved import calibration_path, load_calibration
-from autotune.engines import megatron_job
-from autotune.engines.megatron import args_text, transformer_config_kwargs
+from autotune.engines.megatron import jobs as megatron_job
+from autotune.engines.megatron.engine import args_text
+from autotune.engines.megatron.exports import transformer_config_kwargs
 from autotune.errors import InputError
 from autotune.estimate.predict import estimate
 from autotune.specs import load_cluster, load_workload
@@ -82,7 +83,7 @@ def test_megatron_gets_the_fp8_flags_and_config_it_defines() -> None:
     assert {"--fp8-format", "--fp8-recipe"} <= set(known)
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from autotune.engines.megatron_worker import resolve
+    from autotune.engines.megatron.worker import resolve
 
     kwargs = transformer_config_kwargs(FP8_LLAMA70, NEMO_LIKE)
     assert (kwargs["fp8"], kwargs["fp8_recipe"]) == ("hybrid", "tensorwise")

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from autotune.engines import megatron_job, torchtitan_job
-from autotune.engines.logged import LoggedMemory, LoggedStep
+from autotune.engines.megatron import jobs as megatron_job
+from autotune.engines.torch import torchtitan as torchtitan_job
 from autotune.errors import InputError
 from autotune.problem import load_problem
+from autotune.rank.logged import LoggedMemory, LoggedStep
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import StepPlan, TrialSpec, UserJob

@@ -14,10 +14,9 @@ import pytest
 import yaml
 
 from autotune.engines import get_engine
-from autotune.engines.megatron import (
-    args_text,
+from autotune.engines.megatron.engine import args_text, core_snippet
+from autotune.engines.megatron.exports import (
     bucket_parameters,
-    core_snippet,
     ddp_config_kwargs,
     optimizer_config_kwargs,
     pretrain_gpt_flags,
@@ -163,7 +162,7 @@ def test_uneven_stages_are_placed_and_exported_as_megatron_does() -> None:
     the flags are Megatron-LM's."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from autotune.engines.megatron_worker import resolve
+    from autotune.engines.megatron.worker import resolve
 
     flags = args_text(LLAMA405, BRIDGE_405B)
     assert "--account-for-embedding-in-pipeline-split" in flags
@@ -211,7 +210,7 @@ def test_megatron_core_config_classes_accept_a_grid_of_layouts() -> None:
     from megatron.core.optimizer import OptimizerConfig
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from autotune.engines.megatron_worker import resolve
+    from autotune.engines.megatron.worker import resolve
 
     layouts = sample_layouts(60)
     assert len({(c.tp, c.pp, c.vpp) for c in layouts}) >= 10

@@ -4,7 +4,7 @@ and the decoder the estimator plans for from it."""
 import torch
 from torch import nn
 
-from autotune.engines.model_shape import read_shape, token_ids
+from autotune.rank.model_shape import read_shape, token_ids
 
 
 class ScriptLM(nn.Module):

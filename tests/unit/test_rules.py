@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from autotune.engines import ENGINES, get_engine
-from autotune.engines.megatron import transformer_config_kwargs
+from autotune.engines.megatron.exports import transformer_config_kwargs
 from autotune.space import GENERIC_RULES, TrainConfig, first_violation
 from autotune.specs import load_cluster, load_workload
 

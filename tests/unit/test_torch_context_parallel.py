@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.engines.model import Attention
-from autotune.engines.torch_native import parallel_settings
-from autotune.engines.torch_worker import refuse_context_parallel_off_cuda
+from autotune.engines.torch.exports import parallel_settings
+from autotune.engines.torch.worker import refuse_context_parallel_off_cuda
 from autotune.estimate.predict import estimate
 from autotune.problem import load_problem
+from autotune.rank.model import Attention
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import TrialSpec

@@ -25,7 +25,7 @@ TOY_SPACE = "engine: toy\nknobs:\n  zero: [0, 1, 2, 3]\n  mbs: [1, 2, 4]\n"
 
 class ToyEngine(Engine):
     name = "toy"
-    worker_module = "autotune.engines.torch_worker"
+    worker_module = "autotune.engines.torch.worker"
     knobs = frozenset({"zero", "mbs", "recompute"}) | NCCL_KNOBS
     engine_rules = (Rule("toy_zero", "the toy shards up to zero 2", lambda c, _w, _k: c.zero < 3),)
     traits = EngineTraits(
@@ -60,7 +60,7 @@ def test_a_toy_engine_is_planned_tuned_and_exported(toy: Path, tmp_path: Path) -
     names = {p.name for p in tuned.exported}
     assert {"toy.json", "train.sh", "train.sbatch", "nccl.env"} <= names
     train = (tuned.ref.folder / "best" / "train.sh").read_text()
-    assert "read toy.json in your script" in train and "autotune.engines.torch_worker" in train
+    assert "read toy.json in your script" in train and "autotune.engines.torch.worker" in train
 
 
 def test_the_estimator_reads_the_toy_engines_traits(toy: Path) -> None:

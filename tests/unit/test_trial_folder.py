@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autotune import runner as trials
 from autotune.launchers import LaunchRequest
 from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
-from autotune.trial import folder as trials
 from autotune.trial.spec import StepPlan
 
 

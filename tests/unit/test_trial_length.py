@@ -9,7 +9,7 @@ import statistics
 import optuna
 import torch
 
-from autotune.engines.measure import StepMeter
+from autotune.rank.measure import StepMeter
 from autotune.study.noise import (
     UNKNOWN_BETWEEN,
     Spread,

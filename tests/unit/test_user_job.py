@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines.user_job import (
+from autotune.engines.command import parse_job
+from autotune.engines.deepspeed.jobs import (
     ds_precision,
     global_batch,
-    parse_job,
     trial_argv,
     trial_ds_config,
     users_knobs,

@@ -9,17 +9,17 @@ import json
 from pathlib import Path
 
 from autotune.engines import get_engine
-from autotune.engines.user_job import parse_job
+from autotune.engines.command import parse_job
 from autotune.launchers import LaunchRequest, get_launcher
 from autotune.launchers.warm_pool import pool_key
 from autotune.problem import load_problem
+from autotune.runner import prepare
 from autotune.space import TrainConfig
-from autotune.trial.folder import prepare
 from autotune.trial.spec import FAULT_ENV, PoolKind, StepPlan
 
 
 def request(
-    env: dict[str, str], worker: str = "autotune.engines.torch_worker", pool: PoolKind = "warm"
+    env: dict[str, str], worker: str = "autotune.engines.torch.worker", pool: PoolKind = "warm"
 ) -> LaunchRequest:
     return LaunchRequest(
         folder=Path("t"), worker_module=worker, nprocs_per_node=2, env=env, pool=pool
@@ -38,11 +38,11 @@ def test_an_injected_fault_is_the_trials_own_and_shares_the_pool() -> None:
 
 
 def test_another_engine_or_world_needs_another_pool() -> None:
-    assert pool_key(request({})) != pool_key(request({}, "autotune.engines.deepspeed_worker"))
+    assert pool_key(request({})) != pool_key(request({}, "autotune.engines.deepspeed.worker"))
 
 
 def test_a_forked_pool_never_serves_a_warm_pools_trial() -> None:
-    worker = "autotune.engines.deepspeed_job_worker"
+    worker = "autotune.engines.deepspeed.job_worker"
     assert pool_key(request({}, worker, "forked")) != pool_key(request({}, worker, "warm"))
 
 

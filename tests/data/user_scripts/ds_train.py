@@ -73,7 +73,7 @@ def main() -> None:
     if engine.global_rank == 0:
         print(f"trained {args.steps} steps, last loss {loss.item():.3f}", flush=True)
     # DeepSpeed on gloo leaks a process group whose threads can abort the interpreter's exit
-    # (see autotune/engines/worker.py); end without that teardown, as autotune's workers do.
+    # (see autotune/rank/harness.py); end without that teardown, as autotune's workers do.
     os._exit(0)
 
 

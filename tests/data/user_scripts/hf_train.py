@@ -37,7 +37,7 @@ def main() -> None:
     if trainer.is_world_process_zero():
         print(f"trained {trainer.state.global_step} steps", flush=True)
     # DeepSpeed on gloo leaks a process group whose threads can abort the interpreter's exit
-    # (see autotune/engines/worker.py); end without that teardown, as autotune's workers do.
+    # (see autotune/rank/harness.py); end without that teardown, as autotune's workers do.
     os._exit(0)
 
 

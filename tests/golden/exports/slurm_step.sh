@@ -7,7 +7,7 @@ id="$SLURM_JOB_ID${SLURM_STEP_ID:+.$SLURM_STEP_ID}"
 nodes="${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"
 head=$(scontrol show hostnames "$nodes" | head -n 1)
 port=$((20000 + (SLURM_JOB_ID * 7 + ${SLURM_STEP_ID:-0}) % 20000))
-torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "$head:$port" --rdzv-id "$id" --max-restarts 0 -m autotune.engines.torch_worker trial.json &
+torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "$head:$port" --rdzv-id "$id" --max-restarts 0 -m autotune.rank autotune.engines.torch.worker trial.json &
 pid=$!
 if [ "${SLURM_NODEID:-0}" = 0 ]; then
   echo "$id" > slurm_id

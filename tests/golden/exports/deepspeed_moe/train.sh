@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 set -a; source ./nccl.env; set +a
-exec "${TORCHRUN:-torchrun}" --nnodes 2 --nproc-per-node 8 --node-rank "${NODE_RANK:?set NODE_RANK}" --rdzv-backend c10d --rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}" --max-restarts 0 -m autotune.engines.deepspeed_worker trial.json
+exec "${TORCHRUN:-torchrun}" --nnodes 2 --nproc-per-node 8 --node-rank "${NODE_RANK:?set NODE_RANK}" --rdzv-backend c10d --rdzv-endpoint "${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}" --max-restarts 0 -m autotune.rank autotune.engines.deepspeed.worker trial.json

@@ -1,31 +1,28 @@
 """The part of every engine's worker that is not engine-specific.
 
-torchrun starts `python -m autotune.engines.<engine>_worker trial.json` on every rank. The
-engine builds a `Session`; this harness warms it up until step time settles, measures steps,
-profiles one, tallies model states, and writes `metrics.jsonl` and `result.json`. A rank that
-fails writes `error-rank<N>.json` with the kind of failure before it exits.
+torchrun starts `python -m autotune.rank autotune.engines.<engine>.worker trial.json` on every
+rank. The engine builds a `Session`; this harness warms it up until step time settles, measures
+steps, profiles one, tallies model states, and writes `metrics.jsonl` and `result.json`. A rank
+that fails writes `error-rank<N>.json` with the kind of failure before it exits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NoReturn, Protocol
 
-STARTED = time.time()  # before the heavy imports, so import time is measured
+import torch
+import torch.distributed as dist
 
-import contextlib  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import NoReturn, Protocol  # noqa: E402
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from autotune.engines.failures import check_nccl_environment, write_error  # noqa: E402
-from autotune.engines.faults import maybe_inject_fault  # noqa: E402
-from autotune.engines.measure import (  # noqa: E402
+from autotune.rank.failures import check_nccl_environment, write_error
+from autotune.rank.faults import maybe_inject_fault
+from autotune.rank.measure import (
     StateTally,
     StepMeter,
     profile_summary,
@@ -33,9 +30,9 @@ from autotune.engines.measure import (  # noqa: E402
     summarize,
     sync,
 )
-from autotune.trial.lifetime import die_with_parent  # noqa: E402
-from autotune.trial.result import TrialResult  # noqa: E402
-from autotune.trial.spec import (  # noqa: E402
+from autotune.trial.lifetime import die_with_parent
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import (
     LAUNCH_EPOCH_ENV,
     METRICS_FILE,
     TrialSpec,
@@ -62,9 +59,10 @@ class Session(Protocol):
 Build = Callable[[TrialSpec, Path], Session]
 
 
-def main(build: Build) -> None:
-    """Entry point of an engine's worker module: one trial, then the process ends."""
-    spec, folder, rank, clock = start()
+def main(build: Build, args: list[str], started: float) -> None:
+    """What an engine's worker module runs (`autotune.rank`'s `main(args, started)`): one
+    trial, then the process ends."""
+    spec, folder, rank, clock = start(args, started)
     result = run_trial(build, spec, folder, rank, clock)
     finish(folder, rank, result)
 
@@ -85,16 +83,17 @@ def run_trial(
         raise
 
 
-def start() -> tuple[TrialSpec, Path, int, dict[str, float]]:
-    """What every worker does first: the trial it runs, its folder, its rank, and the clock
-    that splits the trial's wall time into phases."""
+def start(args: list[str], started: float) -> tuple[TrialSpec, Path, int, dict[str, float]]:
+    """What every worker does first: the trial it runs (`args`: the trial file), its folder,
+    its rank, and the clock that splits the trial's wall time into phases (`started`: when
+    `autotune.rank` began, before the heavy imports)."""
     die_with_parent()
     clear_stale_build_locks()
-    trial_file = Path(sys.argv[1]).resolve()
+    trial_file = Path(args[0]).resolve()
     spec = TrialSpec.from_json(trial_file.read_text())
     clock = {
-        "launched": float(os.environ.get(LAUNCH_EPOCH_ENV, STARTED)),
-        "started": STARTED,
+        "launched": float(os.environ.get(LAUNCH_EPOCH_ENV, started)),
+        "started": started,
         "imported": time.time(),
     }
     return spec, trial_file.parent, int(os.environ.get("RANK", "0")), clock

@@ -1,10 +1,9 @@
 """Runs the user's own DeepSpeed script as a trial, unmodified.
 
-torchrun starts `python -m autotune.engines.deepspeed_job_worker trial.json` on every rank.
-It wraps DeepSpeed's optimizer step (`DeepSpeedEngine.step` at a gradient-accumulation
-boundary, `PipelineEngine.train_batch`) so that a `job_hook.StepHook` sees each step, and its
-forward, whose first batch tells the model's shape (`model_shape`), then runs the script with
-the trial's ds_config in place of the user's.
+`autotune.rank` runs it on every rank. It wraps DeepSpeed's optimizer step
+(`DeepSpeedEngine.step` at a gradient-accumulation boundary, `PipelineEngine.train_batch`) so
+that a `job_hook.StepHook` sees each step, and its forward, whose first batch tells the model's
+shape (`model_shape`), then runs the script with the trial's ds_config in place of the user's.
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ import torch
 from deepspeed.runtime.engine import DeepSpeedEngine
 from deepspeed.runtime.pipe.engine import PipelineEngine
 
-from autotune.engines import failures, worker
-from autotune.engines.deepspeed import DS_CONFIG_FILE
-from autotune.engines.deepspeed_worker import model_state
-from autotune.engines.job_hook import StepHook, run_job
-from autotune.engines.model_shape import read_shape, token_ids
+from autotune.engines.deepspeed.worker import model_state
+from autotune.rank import failures, harness
+from autotune.rank.job_hook import StepHook, run_job
+from autotune.rank.model_shape import read_shape, token_ids
 from autotune.trial.spec import TrialSpec
 
 
@@ -81,7 +79,7 @@ def install(hook: StepHook) -> None:
 
 def preload() -> None:
     """What DeepSpeed loads in every trial on a CPU, loaded once in a forked pool's rank
-    (engines/fork_pool_worker.py): its op loader reads the CPU's flags and checks each op's
+    (rank/fork_pool.py): its op loader reads the CPU's flags and checks each op's
     build with ninja, about 3 s a trial here, where a loaded op is kept in the process; and
     ZeRO's optimizer check imports its Muon optimizer, whose torch.compile decorators import
     Inductor (1.3 s), as DeepSpeed does, only where it is installed. What fails here is left
@@ -103,11 +101,7 @@ def preload() -> None:
             builder.load(verbose=False)
 
 
-def main() -> None:
-    hook = StepHook(*worker.start())
+def main(args: list[str], started: float) -> None:
+    hook = StepHook(*harness.start(args, started))
     install(hook)
-    run_job(hook, hook.folder / DS_CONFIG_FILE)
-
-
-if __name__ == "__main__":
-    main()
+    run_job(hook)

@@ -4,45 +4,45 @@ what a trial measures is what `pretrain_gpt.py` with the exported flags runs. Ne
 
 from __future__ import annotations
 
-import itertools  # noqa: E402
-import os  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from megatron.core import parallel_state  # noqa: E402
-from megatron.core.distributed import (  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.distributed import (
     DistributedDataParallel,
     DistributedDataParallelConfig,
     finalize_model_grads,
 )
-from megatron.core.models.gpt import GPTModel  # noqa: E402
-from megatron.core.models.gpt.gpt_layer_specs import (  # noqa: E402
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import (
     get_gpt_decoder_block_spec,
     get_gpt_layer_local_spec,
     get_gpt_layer_with_transformer_engine_spec,
 )
-from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: E402
-from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
-from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
-from megatron.core.transformer.module import Float16Module  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
-from megatron.core.utils import get_batch_on_this_cp_rank  # noqa: E402
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.pipeline_parallel import get_forward_backward_func
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+from megatron.core.transformer.module import Float16Module
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import get_batch_on_this_cp_rank
 
-from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
-from autotune.engines.megatron import (  # noqa: E402
+from autotune.engines.megatron.exports import (
     PyExpr,
     ddp_config_kwargs,
     gpt_model_kwargs,
     optimizer_config_kwargs,
     transformer_config_kwargs,
 )
-from autotune.engines.model import synthetic_batch  # noqa: E402
-from autotune.space import TrainConfig  # noqa: E402
-from autotune.trial.spec import TrialSpec  # noqa: E402
+from autotune.rank import harness, measure
+from autotune.rank.model import synthetic_batch
+from autotune.space import TrainConfig
+from autotune.trial.spec import TrialSpec
 
 
 def resolve(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -246,5 +246,5 @@ class MegatronSession:
         return tally
 
 
-if __name__ == "__main__":
-    worker.main(MegatronSession)
+def main(args: list[str], started: float) -> None:
+    harness.main(MegatronSession, args, started)

@@ -1,4 +1,5 @@
-"""One trial: a folder with everything needed to re-run it, the launch, and its outcome."""
+"""One trial run: a folder with everything needed to re-run it (the engine's or the user's
+framework's files, the command, launch.sh), the launch, and its outcome."""
 
 from __future__ import annotations
 
@@ -10,10 +11,18 @@ from pathlib import Path
 import yaml
 
 from autotune import shell
+from autotune.engines import get_framework
 from autotune.engines.base import Engine
+from autotune.engines.framework import write_command
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
 from autotune.trial.result import TrialResult
-from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment, write_atomically
+from autotune.trial.spec import (
+    TRIAL_FILE,
+    PoolKind,
+    TrialSpec,
+    nccl_environment,
+    write_atomically,
+)
 
 OUTCOME_FILE = "outcome.json"
 LAUNCH_SCRIPT = "launch.sh"
@@ -35,7 +44,8 @@ class TrialRecord:
 def prepare(
     spec: TrialSpec, engine: Engine, launcher: Launcher, folder: Path, time_limit_s: float
 ) -> LaunchRequest:
-    """Write config.yaml, trial.json, the engine's files and launch.sh into the trial folder."""
+    """Write config.yaml, trial.json, the engine's files (or, for the user's command, its
+    framework's files and command.json) and launch.sh into the trial folder."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(
         yaml.safe_dump(
@@ -50,20 +60,36 @@ def prepare(
         )
     )
     (folder / TRIAL_FILE).write_text(spec.to_json())
-    engine.write_files(spec, folder)
+    module, pool = _write_work(spec, engine, folder)
     request = LaunchRequest(
         folder=folder,
-        worker_module=engine.worker(spec),
+        worker_module=module,
         nprocs_per_node=spec.cluster.devices_per_node,
         nnodes=spec.cluster.nodes,
         env={**engine.environment(spec.cluster), **nccl_environment(spec)},
         time_limit_s=time_limit_s,
-        pool=engine.pool_for(spec),
+        pool=pool,
     )
     script = folder / LAUNCH_SCRIPT
     script.write_text(launch_script(launcher, request))
     script.chmod(0o755)
     return request
+
+
+def _write_work(spec: TrialSpec, engine: Engine, folder: Path) -> tuple[str, PoolKind | None]:
+    """The files the trial's ranks read, and the module they run and the pool it may run
+    in: autotune's own worker of the engine, or the rank module of the user's framework
+    (forked from a pool rank only on gloo: a fork is safe only before a device context
+    exists)."""
+    if spec.job is None:
+        engine.write_files(spec, folder)
+        return engine.worker_module, engine.pool_for(spec)
+    framework = get_framework(spec.job.framework)
+    files = framework.write_files(spec, folder)
+    config_path = str(files[0].resolve()) if files else ""
+    write_command(spec, framework, folder, config_path)
+    forked = framework.forked and spec.cluster.backend == "gloo"
+    return framework.rank_module, "forked" if forked else None
 
 
 def launch_script(launcher: Launcher, request: LaunchRequest) -> str:

@@ -1,46 +1,43 @@
 """A warm pool's rank: imports, the world process group and the device context paid once,
 then trial after trial, each building its engine afresh.
 
-torchrun starts `python -m autotune.engines.pool_worker <engine worker module> <socket>` on
-every rank (launchers/warm_pool.py). Each rank connects to the launcher's socket and waits
-for a trial folder; it runs the trial with the harness of `worker.py` (the same code a
-one-trial launch runs), its output appended to the trial's log, and answers when every rank
+torchrun starts `python -m autotune.rank autotune.rank.warm_pool <engine worker module>
+<socket>` on every rank (launchers/warm_pool.py). Each rank connects to the launcher's socket
+and waits for a trial folder; it runs the trial with `harness.py` (the same code a one-trial
+launch runs), its output appended to the trial's log, and answers when every rank
 is done. A trial that fails writes its `error-rank<N>.json` and ends the rank, which takes the
 pool down: the next trial starts a fresh one, so no trial runs in a process a failure left.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import importlib
+import json
+import os
 import time
+import traceback
+from collections.abc import Iterator
+from multiprocessing.connection import Client, Connection
+from pathlib import Path
 
-STARTED = time.time()  # before the heavy imports, so the pool's first trial shows them
+import torch
+import torch.distributed as dist
 
-import contextlib  # noqa: E402
-import ctypes  # noqa: E402
-import gc  # noqa: E402
-import importlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import traceback  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from multiprocessing.connection import Client, Connection  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from autotune.engines import worker  # noqa: E402
-from autotune.engines.measure import reset_peak_memory  # noqa: E402
-from autotune.trial.lifetime import die_with_parent  # noqa: E402
-from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+from autotune.rank import harness
+from autotune.rank.measure import reset_peak_memory
+from autotune.trial.lifetime import die_with_parent
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 
-def main() -> None:
+def main(args: list[str], started: float) -> None:
+    """Serve trials of the engine worker `args[0]` sent on the socket `args[1]`."""
     die_with_parent()
-    worker.clear_stale_build_locks()
-    module, address = sys.argv[1], sys.argv[2]
-    build: worker.Build = importlib.import_module(module).SESSION
+    harness.clear_stale_build_locks()
+    module, address = args
+    build: harness.Build = importlib.import_module(module).SESSION
     gc.freeze()  # the imports' objects stay: the collection after each trial skips them
     imported = time.time()
     rank = int(os.environ.get("RANK", "0"))
@@ -51,7 +48,7 @@ def main() -> None:
         received = time.time()
         clock = {
             "launched": request["launched"],
-            "started": STARTED if first else received,
+            "started": started if first else received,
             "imported": imported if first else received,
         }
         device = _trial(
@@ -65,7 +62,7 @@ def main() -> None:
 
 
 def _trial(
-    build: worker.Build,
+    build: harness.Build,
     folder: Path,
     log: str,
     env: dict[str, str],
@@ -76,13 +73,13 @@ def _trial(
     spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
     device = _device(spec)
     os.chdir(folder)  # as a one-trial launch runs: whatever the engine writes lands there
-    with worker.output_to(log), _environment(env):
+    with harness.output_to(log), _environment(env):
         reset_peak_memory(device)
         try:
-            result = worker.run_trial(build, spec, folder, rank, clock)
+            result = harness.run_trial(build, spec, folder, rank, clock)
         except BaseException:
             traceback.print_exc()
-            worker.exit_now(1)  # the pool goes down with the trial; torchrun stops the other ranks
+            harness.exit_now(1)  # the pool goes down with the trial; torchrun stops the rest
         if rank == 0:
             result.write(folder)
         dist.barrier()
@@ -141,8 +138,4 @@ def _close(conn: Connection) -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-    worker.exit_now()
-
-
-if __name__ == "__main__":
-    main()
+    harness.exit_now()

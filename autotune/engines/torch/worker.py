@@ -3,26 +3,26 @@ DTensor TP, DDP/ZeRO/FSDP2, pipelining, context parallel ring attention."""
 
 from __future__ import annotations
 
-import contextlib  # noqa: E402
-import os  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, cast  # noqa: E402
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard  # noqa: E402
-from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
-from torch.distributed.pipelining import (  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
     ScheduleInterleaved1F1B,
 )
-from torch.distributed.tensor import Replicate, Shard  # noqa: E402
-from torch.distributed.tensor.experimental import context_parallel  # noqa: E402
-from torch.distributed.tensor.parallel import (  # noqa: E402
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.experimental import context_parallel
+from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
     PrepareModuleInput,
@@ -30,12 +30,12 @@ from torch.distributed.tensor.parallel import (  # noqa: E402
     SequenceParallel,
     parallelize_module,
 )
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel
 
-from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
-from autotune.engines.model import Decoder, lm_loss, stage_layers, synthetic_batch  # noqa: E402
-from autotune.space import TrainConfig  # noqa: E402
-from autotune.trial.spec import TrialSpec  # noqa: E402
+from autotune.rank import harness, measure
+from autotune.rank.model import Decoder, lm_loss, stage_layers, synthetic_batch
+from autotune.space import TrainConfig
+from autotune.trial.spec import TrialSpec
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -278,7 +278,8 @@ def tensor_parallel(model: Decoder, mesh: DeviceMesh, sp: bool) -> None:
 
 
 SESSION = TorchSession
-"""What a warm pool (`engines/pool_worker.py`) builds for each trial."""
+"""What a warm pool (`rank/warm_pool.py`) builds for each trial."""
 
-if __name__ == "__main__":
-    worker.main(SESSION)
+
+def main(args: list[str], started: float) -> None:
+    harness.main(SESSION, args, started)

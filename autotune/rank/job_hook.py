@@ -21,10 +21,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from autotune.engines import failures, faults, measure, worker
-from autotune.engines.model_shape import ModelShape
-from autotune.engines.user_job import trial_argv
-from autotune.trial.spec import METRICS_FILE, TrialSpec
+from autotune.rank import failures, faults, harness, measure
+from autotune.rank.model_shape import ModelShape
+from autotune.trial.spec import METRICS_FILE, TrialSpec, read_command
 
 STARTUP_FAILURES = (SyntaxError, ImportError, FileNotFoundError, NameError)
 """Exceptions before the first step that say the script cannot run at all, whatever the
@@ -125,7 +124,7 @@ class StepHook:
         result = measure.summarize(self.spec, self.meter, self.tally, profile, self.clock)
         if self.model_shape is not None:
             result = dataclasses.replace(result, model_shape=self.model_shape.as_dict())
-        worker.finish(self.folder, self.rank, result)
+        harness.finish(self.folder, self.rank, result)
 
 
 ACTIVE: StepHook | None = None
@@ -153,9 +152,8 @@ def run_for_trial(
     and raised again. `steps` says how many steps this rank saw (0: the script could not
     start; None: this rank cannot tell, e.g. one that prints no step lines). Returns when
     the command ends by itself."""
-    assert spec.job is not None
     try:
-        run_command(argv, spec.job.workdir)
+        run_command(argv, spec.user_job.workdir)
     except SystemExit as exc:
         if exc.code not in (0, None):
             seen = steps()
@@ -176,11 +174,11 @@ def too_few_steps(steps: int, needed: int) -> failures.NoStepsError:
     )
 
 
-def run_job(hook: StepHook, config_file: Path | None) -> None:
-    """Run the user's command under `hook`. A command that returns has ended before the
-    trial's steps were measured (the hook ends the process once they are)."""
+def run_job(hook: StepHook) -> None:
+    """Run the user's command (command.json) under `hook`. A command that returns has ended
+    before the trial's steps were measured (the hook ends the process once they are)."""
     spec, folder, rank = hook.spec, hook.folder, hook.rank
-    run_for_trial(trial_argv(spec, str(config_file or "")), spec, folder, rank, lambda: hook.steps)
+    run_for_trial(read_command(folder), spec, folder, rank, lambda: hook.steps)
     plan = spec.steps  # the first step starts the clock; the profiled one comes after
     ended = too_few_steps(hook.steps, plan.min_warmup + plan.min_measured + 1 + plan.profile)
     failures.write_error(folder, rank, ended)

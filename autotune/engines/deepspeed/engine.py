@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
+from autotune.engines.deepspeed.exports import DS_CONFIG_FILE, ds_config
+from autotune.engines.deepspeed.jobs import DeepSpeedScript, HuggingFaceTrainer
 from autotune.engines.traits import EngineTraits
-from autotune.engines.user_job import trial_ds_config
 from autotune.space import Rule, TrainConfig
-from autotune.specs import Cluster, Workload
+from autotune.specs import Cluster
 from autotune.trial.spec import PoolKind, TrialSpec
-
-DS_CONFIG_FILE = "ds_config.json"
 
 
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
-    worker_module = "autotune.engines.deepspeed_worker"
+    worker_module = "autotune.engines.deepspeed.worker"
     warm_pool = True
+    frameworks = (HuggingFaceTrainer(), DeepSpeedScript())
     traits = EngineTraits(
         fp32_master="mixed_or_partitioned",
         fp32_grad_partition=True,
@@ -135,38 +134,5 @@ class DeepSpeedEngine(Engine):
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         path = folder / DS_CONFIG_FILE
-        config = (
-            trial_ds_config(spec.job, spec.workload, spec.config)
-            if spec.job is not None
-            else ds_config(spec.workload, spec.config)
-        )
-        path.write_text(json.dumps(config, indent=2) + "\n")
+        path.write_text(json.dumps(ds_config(spec.workload, spec.config), indent=2) + "\n")
         return [path]
-
-
-def ds_config(workload: Workload, config: TrainConfig) -> dict[str, Any]:
-    """The DeepSpeed config for a trial; the export writes the same dict for production."""
-    zero: dict[str, Any] = {
-        "stage": config.zero,
-        "reduce_bucket_size": config.reduce_bucket,
-        "overlap_comm": config.overlap_comm,
-        "contiguous_gradients": True,
-    }
-    if config.zero in (1, 2):
-        zero["allgather_bucket_size"] = config.allgather_bucket
-    if config.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if config.offload_param:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    return {
-        "train_batch_size": workload.global_batch_size,
-        "train_micro_batch_size_per_gpu": config.mbs,
-        "gradient_accumulation_steps": config.grad_accum(workload.global_batch_size),
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
-        "gradient_clipping": 1.0,
-        "bf16": {"enabled": workload.precision == "bf16"},
-        "fp16": {"enabled": workload.precision == "fp16"},
-        "zero_optimization": zero,
-        "steps_per_print": 1_000_000_000,
-        "wall_clock_breakdown": False,
-    }

@@ -1,11 +1,12 @@
-"""Runs a Megatron-LM or torchtitan command as a trial and reads the framework's own log.
+"""Runs a command whose steps are read from its own log (Megatron-LM, torchtitan) as a trial.
 
-torchrun starts `python -m autotune.engines.log_job_worker trial.json` on every rank. The
-command (its flags rewritten for the trial: megatron_job, torchtitan_job) runs in this
-process; everything it prints passes through unchanged and each line is also read for the
-framework's step times and memory figures. The trial runs a fixed number of steps. The rank
-that logs them measures them with the warm-up rule every trial uses and, once the command
-has ended, writes the result; every rank writes the peak memory it logged beside it.
+A framework's rank module (`engines/megatron/job_worker.py`, `engines/torch/titan_worker.py`)
+calls `main` with its `LogFormat`. The command (its flags rewritten for the trial, as the tuner
+wrote it in command.json) runs in this process; everything it prints passes through unchanged
+and each line is also read for the framework's step times and memory figures. The trial runs a
+fixed number of steps. The rank that logs them measures them with the warm-up rule every trial
+uses and, once the command has ended, writes the result; every rank writes the peak memory it
+logged beside it.
 """
 
 from __future__ import annotations
@@ -14,22 +15,33 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 
-from autotune.engines import failures, job_hook, worker
-from autotune.engines.logged import LoggedMemory, LoggedStep
-from autotune.engines.measure import Memory, StepMeter, trial_result
-from autotune.engines.user_job import LOGGING_FRAMEWORKS
+from autotune.rank import failures, harness, job_hook
+from autotune.rank.logged import Logged, LoggedMemory, LoggedStep
+from autotune.rank.measure import Memory, StepMeter, trial_result
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import (
     METRICS_FILE,
     TrialSpec,
+    read_command,
     read_json,
     write_atomically,
 )
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    """How a framework's log tells its steps: the parser of one line, and which rank prints
+    the step lines for a world size."""
+
+    name: str
+    parse_line: Callable[[str, TrialSpec], Logged]
+    reporting_rank: Callable[[int], int]
 
 
 class LineTap:
@@ -54,9 +66,10 @@ class LineTap:
 class LoggedRun:
     """What one rank read from the framework's lines."""
 
-    def __init__(self, spec: TrialSpec, folder: Path, rank: int, clock: dict[str, float]):
-        assert spec.job is not None
-        self.framework = LOGGING_FRAMEWORKS[spec.job.framework]
+    def __init__(
+        self, fmt: LogFormat, spec: TrialSpec, folder: Path, rank: int, clock: dict[str, float]
+    ):
+        self.framework = fmt
         self.spec, self.folder, self.rank, self.clock = spec, folder, rank, clock
         self.reports = rank == self.framework.reporting_rank(spec.cluster.world_size)
         log = (folder / METRICS_FILE).open("a") if self.reports else None
@@ -119,14 +132,14 @@ def check_nccl_environment(spec: TrialSpec, folder: Path, rank: int) -> None:
         raise wrong
 
 
-def main() -> None:
-    spec, folder, rank, clock = worker.start()
-    assert spec.job is not None
+def main(log: LogFormat, args: list[str], started: float) -> None:
+    """One trial of the command in command.json, its steps read from its log as `log` says."""
+    spec, folder, rank, clock = harness.start(args, started)
     check_nccl_environment(spec, folder, rank)
-    run = LoggedRun(spec, folder, rank, clock)
+    run = LoggedRun(log, spec, folder, rank, clock)
     sys.stdout = LineTap(sys.stdout, run.read)
     sys.stderr = LineTap(sys.stderr, run.read)
-    argv = run.framework.trial_argv(spec)
+    argv = read_command(folder)
     job_hook.run_for_trial(argv, spec, folder, rank, lambda: run.steps if run.reports else None)
     if run.reports and not run.meter.done:
         plan = spec.steps
@@ -134,14 +147,10 @@ def main() -> None:
             job_hook.too_few_steps(run.steps, plan.min_warmup + plan.min_measured)
             if run.steps
             else failures.NoStepsError(
-                f"no {spec.job.framework} step line was read from rank {rank}'s output: the "
-                "command printed none in the format autotune reads (see README)"
+                f"no {log.name} step line was read from rank {rank}'s output: the command "
+                "printed none in the format autotune reads (see README)"
             )
         )
         failures.write_error(folder, rank, ended)
         raise ended
-    worker.exit_now()
-
-
-if __name__ == "__main__":
-    main()
+    harness.exit_now()

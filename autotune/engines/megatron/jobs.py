@@ -14,17 +14,27 @@ each rank of data-parallel rank 0).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import cast
 
 from autotune.engines.argv import VARIADIC, flag_value, has_flag, without_flags
-from autotune.engines.logged import Logged, LoggedMemory, LoggedStep
-from autotune.engines.megatron import pretrain_gpt_flags
+from autotune.engines.framework import Framework, JobProblem
+from autotune.engines.megatron.exports import (
+    ARGS_FILE,
+    SNIPPET_FILE,
+    args_text,
+    core_snippet,
+    pretrain_gpt_flags,
+)
 from autotune.errors import InputError
+from autotune.rank.logged import Logged, LoggedMemory, LoggedStep
+from autotune.space.transformer_engine import without_transformer_engine
 from autotune.specs import Workload
 from autotune.specs.workload import Fp8Recipe, Precision
-from autotune.trial.spec import TrialSpec
+from autotune.trial.spec import TrialSpec, UserJob
 
 TUNED = {
     "--tensor-model-parallel-size": 1,
@@ -227,9 +237,8 @@ where the trial overlaps, dropped where it does not."""
 def tuned_flags(spec: TrialSpec) -> list[str]:
     """The config's layout, batch and recomputation flags, as the megatron engine exports
     them."""
-    assert spec.job is not None
     groups = pretrain_gpt_flags(spec.workload, spec.config)[:2]
-    delayed = spec.config.ep_comm_overlap and has_flag(spec.job.command, DELAY_WGRAD)
+    delayed = spec.config.ep_comm_overlap and has_flag(spec.user_job.command, DELAY_WGRAD)
     return [word for _, lines in groups for line in lines for word in line.split()] + (
         [DELAY_WGRAD] if delayed else []
     )
@@ -238,16 +247,14 @@ def tuned_flags(spec: TrialSpec) -> list[str]:
 def export_argv(spec: TrialSpec) -> list[str]:
     """The user's command with the tuned flags: their run length, checkpoints and the rest
     kept."""
-    assert spec.job is not None
-    return [*without_flags(spec.job.command, TUNED), *tuned_flags(spec)]
+    return [*without_flags(spec.user_job.command, TUNED), *tuned_flags(spec)]
 
 
 def trial_argv(spec: TrialSpec) -> list[str]:
     """The command a trial runs: tuned flags, and just enough iterations, each logged."""
-    assert spec.job is not None
     plan = spec.steps
     iterations = plan.max_warmup + plan.measured_steps
-    command = spec.job.command
+    command = spec.user_job.command
     if has_flag(command, "--train-samples"):  # a sample-based schedule stays sample-based
         length = ["--train-samples", str(iterations * spec.workload.global_batch_size)]
         user_samples = flag_value(command, "--train-samples")
@@ -264,3 +271,39 @@ def trial_argv(spec: TrialSpec) -> list[str]:
         *length,
         *["--log-interval", "1", "--eval-iters", "0"],
     ]
+
+
+class MegatronLM(Framework):
+    """`pretrain_gpt.py` and its forks: the model and batch read from the flags, the layout
+    rewritten in place, steps read from Megatron-LM's own log."""
+
+    name = "megatron"
+    engine = "megatron"
+    rank_module = "autotune.engines.megatron.job_worker"
+    fallback = True
+
+    def recognises(self, command: Sequence[str]) -> bool:
+        return True
+
+    def narrow(self, job: UserJob, problem: JobProblem) -> JobProblem:
+        workload = workload_from_command(job.command, job.name)
+        space = problem.derived(problem.engine_knobs, workload)
+        for knob, flag in given_overlaps(job.command).items():
+            if knob not in space.values:
+                space = space.offering(knob, (False, True), f"your command gives {flag}")
+        if runs_local_attention(job.command):
+            space = without_transformer_engine(space, "--transformer-impl local")
+        return dataclasses.replace(problem, workload=workload, space=space)
+
+    def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        args = folder / ARGS_FILE
+        args.write_text(args_text(spec.workload, spec.config))
+        snippet = folder / SNIPPET_FILE
+        snippet.write_text(core_snippet(spec.workload, spec.config))
+        return [args, snippet]
+
+    def trial_argv(self, spec: TrialSpec, config_path: str) -> list[str]:
+        return trial_argv(spec)
+
+    def export_argv(self, spec: TrialSpec, config_path: str) -> list[str]:
+        return export_argv(spec)

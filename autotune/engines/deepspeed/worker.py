@@ -3,21 +3,21 @@ a mixture of experts through DeepSpeed-MoE's layer, its experts split over `ep` 
 
 from __future__ import annotations
 
-import itertools  # noqa: E402
-import json  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-import deepspeed  # noqa: E402
-import torch  # noqa: E402
-from deepspeed.moe.layer import MoE  # noqa: E402
-from deepspeed.pipe import LayerSpec, PipelineModule  # noqa: E402
-from deepspeed.runtime.pipe.schedule import BackwardPass  # noqa: E402
+import deepspeed
+import torch
+from deepspeed.moe.layer import MoE
+from deepspeed.pipe import LayerSpec, PipelineModule
+from deepspeed.runtime.pipe.schedule import BackwardPass
 
-from autotune.engines import measure, worker  # first: it notes the start time before heavy imports
-from autotune.engines.deepspeed import DS_CONFIG_FILE  # noqa: E402
-from autotune.engines.model import (  # noqa: E402
+from autotune.engines.deepspeed.engine import DS_CONFIG_FILE
+from autotune.rank import harness, measure
+from autotune.rank.model import (
     MLP,
     Block,
     Decoder,
@@ -27,8 +27,8 @@ from autotune.engines.model import (  # noqa: E402
     lm_loss,
     synthetic_batch,
 )
-from autotune.specs import Workload  # noqa: E402
-from autotune.trial.spec import TrialSpec  # noqa: E402
+from autotune.specs import Workload
+from autotune.trial.spec import TrialSpec
 
 
 class ExpertLayer(torch.nn.Module):
@@ -144,7 +144,8 @@ def model_state(engine: deepspeed.DeepSpeedEngine) -> measure.StateTally:
 
 
 SESSION = DeepSpeedSession
-"""What a warm pool (`engines/pool_worker.py`) builds for each trial."""
+"""What a warm pool (`rank/warm_pool.py`) builds for each trial."""
 
-if __name__ == "__main__":
-    worker.main(SESSION)
+
+def main(args: list[str], started: float) -> None:
+    harness.main(SESSION, args, started)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines.argv import flag_value, without_flags
-from autotune.engines.logged import ANSI_COLOUR, Logged, LoggedMemory, LoggedStep
 from autotune.errors import InputError
+from autotune.rank.logged import ANSI_COLOUR, Logged, LoggedMemory, LoggedStep
 from autotune.space import SearchSpace
 from autotune.trial.spec import TrialSpec
 
@@ -201,15 +201,13 @@ def tuned_flags(spec: TrialSpec) -> list[str]:
 
 
 def export_argv(spec: TrialSpec) -> list[str]:
-    assert spec.job is not None
-    return [*without_flags(canonical(spec.job.command), TUNED), *tuned_flags(spec)]
+    return [*without_flags(canonical(spec.user_job.command), TUNED), *tuned_flags(spec)]
 
 
 def trial_argv(spec: TrialSpec) -> list[str]:
-    assert spec.job is not None
     steps = spec.steps.max_warmup + spec.steps.measured_steps
     return [
-        *without_flags(canonical(spec.job.command), TUNED | RUN_LENGTH),
+        *without_flags(canonical(spec.user_job.command), TUNED | RUN_LENGTH),
         *tuned_flags(spec),
         *["--training.steps", str(steps)],
         *TRIAL_SETTINGS,

@@ -1,0 +1,282 @@
+"""A user's DeepSpeed script, and a Hugging Face Trainer script with `--deepspeed FILE`, as
+the trial. Pure: no torch, no DeepSpeed.
+
+A trial gets a ds_config made from the user's own file with the tuned keys overridden
+(optimizer, scheduler, precision and everything else kept) and its config argument pointing
+at it; the Trainer also gets its micro-batch and accumulation flags, which it checks against
+the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.engines.argv import flag_positions, flag_value, with_flag
+from autotune.engines.deepspeed.exports import DS_CONFIG_FILE
+from autotune.engines.framework import Framework, JobProblem, with_workload
+from autotune.errors import InputError
+from autotune.space import SearchSpace, TrainConfig
+from autotune.specs import Workload
+from autotune.specs.workload import Precision
+from autotune.trial.spec import TrialSpec, UserJob
+
+CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
+"""Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`
+(`--deepspeed_config FILE`; its `--deepspeed` alone is a switch), or Hugging Face's
+`TrainingArguments` (`--deepspeed FILE`)."""
+HF_BATCH = (("--per_device_train_batch_size", "8"), ("--gradient_accumulation_steps", "1"))
+"""Hugging Face TrainingArguments' batch flags and their defaults."""
+DEEPSPEED_KNOBS = frozenset(
+    {"zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm", "nccl_algo", "nccl_proto"}
+    | {"offload_optimizer", "offload_param"}
+)
+"""What a DeepSpeed script takes from its ds_config; its pipeline and recomputation are in
+its own code, so they stay as the script has them."""
+
+
+def find_config_argument(argv: Sequence[str]) -> int | None:
+    """Index of the argument that holds the ds_config path (`--flag FILE` or `--flag=FILE`;
+    the last one given)."""
+    for flag in CONFIG_FLAGS:  # DeepSpeed's own flag first: `--deepspeed` may be a switch
+        for at, value in reversed(flag_positions(argv, flag)):
+            if value is None and "=" in argv[at]:
+                return at
+            if value is not None and not argv[value].startswith("-"):
+                return value
+    return None
+
+
+def read_ds_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"DeepSpeed config {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"DeepSpeed config {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"DeepSpeed config {path}: expected a JSON object")
+    return data
+
+
+def is_hugging_face(command: Sequence[str], config_index: int | None) -> bool:
+    """The command hands its config to Hugging Face's Trainer (`--deepspeed FILE`), which
+    takes the micro-batch and accumulation from its own flags and checks the file against
+    them."""
+    if config_index is None:
+        return False
+    argument = command[config_index]
+    before = command[config_index - 1] if config_index else ""
+    return argument.startswith("--deepspeed=") or before == "--deepspeed"
+
+
+def global_batch(job: UserJob, world_size: int) -> int:
+    """Sequences per optimizer step the user's job asks for; trials keep it."""
+    base = job.base_config
+    batch = base.get("train_batch_size")
+    if isinstance(batch, int) and batch > 0:
+        return batch
+    mbs = base.get("train_micro_batch_size_per_gpu")
+    accum = base.get("gradient_accumulation_steps", 1)
+    if isinstance(mbs, int) and isinstance(accum, int) and mbs > 0 and accum > 0:
+        return mbs * accum * world_size
+    if is_hugging_face(job.command, job.config_index):  # "auto": the Trainer's flags decide
+        given = {flag: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
+        try:
+            numbers = [int(value) for value in given.values()]
+        except ValueError:
+            raise InputError(f"batch flags must be whole numbers: {given}") from None
+        return numbers[0] * numbers[1] * world_size
+    raise InputError(
+        "the DeepSpeed config sets no global batch: give train_batch_size, or "
+        "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) as numbers"
+    )
+
+
+def ds_precision(job: UserJob) -> Precision:
+    """The precision the user's DeepSpeed config trains in (`"auto"`: the Trainer's --bf16 or
+    --fp16 flag decides)."""
+    halves: tuple[Precision, ...] = ("bf16", "fp16")
+    for name in halves:
+        section = job.base_config.get(name)
+        enabled = section.get("enabled") if isinstance(section, dict) else None
+        if enabled is True or (enabled == "auto" and f"--{name}" in job.command):
+            return name
+    return "fp32"
+
+
+def users_knobs(job: UserJob) -> dict[str, Any]:
+    """The knobs the user's own DeepSpeed config sets (its ZeRO stage, micro-batch, buckets
+    and overlap; the Trainer's micro-batch flag where the file says "auto"): the config they
+    run today, which a study measures first. Unset or "auto" values are left out."""
+    base = job.base_config
+    zero = base.get("zero_optimization") or {}
+    found: dict[str, Any] = {
+        "zero": zero.get("stage", 0) if isinstance(zero, dict) else None,
+        "mbs": base.get("train_micro_batch_size_per_gpu"),
+    }
+    if isinstance(zero, dict):
+        found["reduce_bucket"] = zero.get("reduce_bucket_size")
+        found["allgather_bucket"] = zero.get("allgather_bucket_size")
+        found["overlap_comm"] = zero.get("overlap_comm")
+        for offload in ("offload_optimizer", "offload_param"):
+            found[offload] = _offloads_to_cpu(zero.get(offload))
+    if not isinstance(found["mbs"], int) and is_hugging_face(job.command, job.config_index):
+        found["mbs"] = flag_value(job.command, HF_BATCH[0][0]) or HF_BATCH[0][1]
+    knobs: dict[str, Any] = {}
+    for name, value in found.items():
+        if name in ("overlap_comm", "offload_optimizer", "offload_param"):
+            if isinstance(value, bool):
+                knobs[name] = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            knobs[name] = value
+        elif (isinstance(value, float) and value.is_integer()) or (  # 5e8 in the JSON
+            isinstance(value, str) and value.isdigit()
+        ):
+            knobs[name] = int(value)
+    return knobs
+
+
+def _offloads_to_cpu(section: object) -> bool | None:
+    """Whether a ds_config offload section sends states to the CPU (None: not stated; NVMe
+    offload is not modelled and reads as no CPU offload)."""
+    if section is None:
+        return None
+    return isinstance(section, dict) and section.get("device") == "cpu"
+
+
+def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
+    """The user's config with the trial's knobs: the global batch stays the user's and the
+    micro-batch is the trial's; DeepSpeed derives the accumulation from the two and the data
+    parallel size (which the script's own pipeline, if any, decides). The Hugging Face
+    Trainer checks all three against its flags, which the trial sets too (`trial_argv`)."""
+    merged = copy.deepcopy(job.base_config)
+    merged["train_batch_size"] = workload.global_batch_size
+    merged["train_micro_batch_size_per_gpu"] = config.mbs
+    if is_hugging_face(job.command, job.config_index):
+        merged["gradient_accumulation_steps"] = config.grad_accum(workload.global_batch_size)
+    else:
+        merged.pop("gradient_accumulation_steps", None)
+    zero = dict(merged.get("zero_optimization") or {})
+    zero["stage"] = config.zero
+    zero["reduce_bucket_size"] = config.reduce_bucket
+    zero["overlap_comm"] = config.overlap_comm
+    if config.zero in (1, 2):
+        zero["allgather_bucket_size"] = config.allgather_bucket
+    else:
+        zero.pop("allgather_bucket_size", None)
+    for offload, on in (
+        ("offload_optimizer", config.offload_optimizer),
+        ("offload_param", config.offload_param),
+    ):
+        if on:  # the user's own settings (pinning, buffers) kept, the device the trial's
+            zero[offload] = {**(zero.get(offload) or {}), "device": "cpu"}
+        else:
+            zero.pop(offload, None)
+    merged["zero_optimization"] = zero
+    return merged
+
+
+def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
+    """The user's command for a trial: its config file replaced by `config_path`, for the
+    Hugging Face Trainer also its micro-batch and accumulation flags, which must agree."""
+    job = _job(spec)
+    argv = job.argv_with_config(config_path)
+    if is_hugging_face(job.command, job.config_index):
+        accum = spec.config.grad_accum(spec.workload.global_batch_size)
+        (mbs_flag, _), (accum_flag, _) = HF_BATCH
+        argv = with_flag(argv, mbs_flag, str(spec.config.mbs))
+        argv = with_flag(argv, accum_flag, str(accum))
+    return argv
+
+
+def _job(spec: TrialSpec) -> UserJob:
+    if spec.job is None:
+        raise ValueError("a trial of autotune's own worker has no user's command")
+    return spec.job
+
+
+def _users_offload(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
+    """A ds_config that offloads keeps offloading in every trial unless the space file
+    lists the knob: a model that fits only offloaded must not be tried without it."""
+    values, origins = dict(space.values), dict(space.origins)
+    for knob in ("offload_optimizer", "offload_param"):
+        if users.get(knob) and knob not in values:
+            values[knob] = (True,)
+            origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
+    return dataclasses.replace(space, values=values, origins=origins)
+
+
+class DeepSpeedScript(Framework):
+    """A script that calls `deepspeed.initialize` with the config its command names
+    (`--deepspeed_config FILE`); a hook around DeepSpeed's step measures it."""
+
+    name = "deepspeed"
+    engine = "deepspeed"
+    rank_module = "autotune.engines.deepspeed.job_worker"
+    forked = True
+    fallback = True  # a command without a config file is told how to give one
+
+    def recognises(self, command: Sequence[str]) -> bool:
+        index = find_config_argument(command)
+        return index is not None and not is_hugging_face(command, index)
+
+    def parse(self, command: Sequence[str], workdir: Path) -> UserJob:
+        index = find_config_argument(command)
+        if index is None:
+            raise InputError(
+                "the command names no DeepSpeed config: give it as --deepspeed_config FILE "
+                "(DeepSpeed) or --deepspeed FILE (Hugging Face)"
+            )
+        argument = command[index]
+        value = argument.partition("=")[2] if argument.startswith("--") else argument
+        return UserJob(
+            command=tuple(command),
+            framework=self.name,
+            workdir=str(workdir),
+            config_index=index,
+            base_config=read_ds_config(workdir / value),
+        )
+
+    def narrow(self, job: UserJob, problem: JobProblem) -> JobProblem:
+        if problem.workload.is_moe:
+            raise InputError(
+                f"{problem.workload.name}: your script's DeepSpeed-MoE layers set their "
+                "ep_size in its code, where autotune cannot read or change it (tune the model "
+                "without a command, or with --engine megatron)"
+            )
+        batch = global_batch(job, problem.cluster.world_size)
+        workload = dataclasses.replace(problem.workload, global_batch_size=batch)
+        narrowed = with_workload(problem, workload, DEEPSPEED_KNOBS)
+        return dataclasses.replace(
+            narrowed,
+            space=_users_offload(narrowed.space, users_knobs(job)),
+            reads_model=not problem.model_given,
+        )
+
+    def users_knobs(self, job: UserJob) -> dict[str, Any] | None:
+        return users_knobs(job)
+
+    def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        path = folder / DS_CONFIG_FILE
+        config = trial_ds_config(_job(spec), spec.workload, spec.config)
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        return [path]
+
+    def trial_argv(self, spec: TrialSpec, config_path: str) -> list[str]:
+        return trial_argv(spec, config_path)
+
+
+class HuggingFaceTrainer(DeepSpeedScript):
+    """A Hugging Face Trainer script given `--deepspeed FILE`: the Trainer fills the file's
+    "auto" values from its own flags, so a trial sets those flags too."""
+
+    name = "huggingface"
+    fallback = False
+
+    def recognises(self, command: Sequence[str]) -> bool:
+        return is_hugging_face(command, find_config_argument(command))

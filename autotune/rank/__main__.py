@@ -1,0 +1,23 @@
+"""Every rank's entry: `python -m autotune.rank MODULE ARG...`.
+
+It notes the clock before anything heavy is imported, then imports MODULE (an engine's or a
+framework's rank worker, a pool's rank, commbench's worker) and calls its
+`main(args, started)`, so a trial's import time is measured from here and no worker module
+has to take the time before its own imports.
+"""
+
+import importlib
+import sys
+import time
+
+
+def main() -> None:
+    started = time.time()
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m autotune.rank MODULE ARG...")
+    module, *args = sys.argv[1:]
+    importlib.import_module(module).main(args, started)
+
+
+if __name__ == "__main__":
+    main()
