@@ -15,7 +15,8 @@ from autotune.study.effort import STANDARD, THOROUGH, Effort
 from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import NOISE_PRIOR
 
-SWEEP = Path(__file__).resolve().parents[2] / "results/benchmarks/sweep_deepspeed.csv"
+SWEEP = Path(__file__).resolve().parents[1] / "data" / "sweep_deepspeed.csv"
+"""A frozen copy of the DeepSpeed sweep (tests/data/README.md)."""
 TOKENS_PER_STEP = 16 * 64  # the tiny workload
 MBS = count(1)
 
