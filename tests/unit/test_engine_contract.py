@@ -1,7 +1,8 @@
 """The contract every registered engine keeps, run against each of them and the toy engine
 of test_toy_engine.py (a new engine gets it by being registered): its declarations are
-complete, its worker module exists, its default space is planned and estimated, and it writes
-its config files for a trial."""
+complete, its worker is a module torchrun can start, each knob has a meaning, its rules
+remove configs and refuse one given that breaks them, its default space is planned and
+estimated, and the config files it writes for a trial parse and follow the config."""
 
 from __future__ import annotations
 
