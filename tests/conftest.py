@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+DURATIONS_ENV = "AUTOTUNE_TEST_DURATIONS"
+"""Where the slowest tests' durations are written (default: test-durations.md here)."""
+SLOWEST = 30
 
 # Everything a test starts (autotune, an exported train.sh, a SLURM job) finds this Python's
 # tools first, as in an activated venv: DeepSpeed compiles its CPU ops with the ninja on PATH,
@@ -80,3 +83,26 @@ def slurm() -> None:
     )
     if done.returncode != 0:
         pytest.skip(f"SLURM could not start: {done.stderr.strip()[-500:]}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Write the slowest tests of this run (setup, call and teardown together) as a Markdown
+    table, for a person to read after CI; its path ends the summary."""
+    seconds: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
+    if not seconds:
+        return
+    path = Path(os.environ.get(DURATIONS_ENV) or REPO / "test-durations.md")
+    slowest = sorted(seconds.items(), key=lambda item: item[1], reverse=True)[:SLOWEST]
+    lines = [
+        f"# The {len(slowest)} slowest of {len(seconds)} tests",
+        "",
+        "| seconds | test |",
+        "| ---: | --- |",
+        *(f"| {s:.2f} | `{nodeid}` |" for nodeid, s in slowest),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    terminalreporter.write_line(f"slowest tests: {path}")

@@ -13,36 +13,25 @@ from autotune.space import TrainConfig
 from autotune.study.confirm import confirm, contenders, standings
 from autotune.study.effort import STANDARD, THOROUGH, Effort
 from autotune.study.noise import study_spread
-from autotune.study.trial_attrs import NOISE_PRIOR
+from tests.fakes import add_measured, measured_attrs, new_study
 
-SWEEP = Path(__file__).resolve().parents[2] / "results/benchmarks/sweep_deepspeed.csv"
+SWEEP = Path(__file__).resolve().parents[1] / "data" / "sweep_deepspeed.csv"
+"""A frozen copy of the DeepSpeed sweep (tests/data/README.md)."""
 TOKENS_PER_STEP = 16 * 64  # the tiny workload
 MBS = count(1)
-
-
-def attrs(step_time_s: float, stdev_s: float, config: TrainConfig) -> dict[str, object]:
-    return {
-        "source": "measured",
-        "step_time_s": step_time_s,
-        "step_time_stdev_s": stdev_s,
-        "config": config.as_dict(),
-        "label": config.label(),
-    }
+LABELLED = {"stdev_s": 0.001, "label": True}
+"""What these tests' trials record besides their throughput, as the study loop does."""
 
 
 def study_of(rows: pd.DataFrame, between: float | None = None) -> optuna.Study:
     """The rows as measured trials; `between`: the cluster's between-trial spread, known from
     earlier studies (none: the study has not measured one yet)."""
-    study = optuna.create_study(direction="maximize")
-    if between is not None:
-        study.set_user_attr(NOISE_PRIOR, {"relative": between, "dof": 20})
+    study = new_study(between)
     for row in rows.to_dict("records"):
+        step, stdev = row["step_time_s"], row["step_time_stdev_s"]
         config = TrainConfig(mbs=next(MBS))
-        study.add_trial(
-            optuna.trial.create_trial(
-                value=TOKENS_PER_STEP / row["step_time_s"],
-                user_attrs=attrs(row["step_time_s"], row["step_time_stdev_s"], config),
-            )
+        add_measured(
+            study, TOKENS_PER_STEP / step, config, step_time_s=step, stdev_s=stdev, label=True
         )
     return study
 
@@ -96,15 +85,11 @@ def measured(study: optuna.Study, tokens: float, of: int | None = None) -> int:
         if of is not None
         else TrainConfig(mbs=next(MBS))
     )
-    extra = {"confirms": of} if of is not None else {}
-    study.add_trial(
-        optuna.trial.create_trial(value=tokens, user_attrs={**attrs(1.0, 0.001, config), **extra})
-    )
-    return study.trials[-1].number
+    return add_measured(study, tokens, config, **LABELLED, confirms=of)
 
 
 def test_repeats_that_scatter_keep_leaders_apart_and_repeats_that_agree_separate_them() -> None:
-    scattered = optuna.create_study(direction="maximize")
+    scattered = new_study()
     a, b = measured(scattered, 103.0), measured(scattered, 100.0)
     for value_a, value_b in ((93.0, 110.0), (112.0, 91.0)):
         measured(scattered, value_a, of=a)
@@ -112,7 +97,7 @@ def test_repeats_that_scatter_keep_leaders_apart_and_repeats_that_agree_separate
     spread = study_spread(scattered)
     assert spread is not None and spread.relative > 0.05
     assert {s.first for s in contenders(scattered)} == {a, b}  # 3% apart, 8% noise: unsure
-    steady = optuna.create_study(direction="maximize")
+    steady = new_study()
     a, b = measured(steady, 103.0), measured(steady, 100.0)
     for value_a, value_b in ((103.2, 100.1), (102.9, 99.8)):
         measured(steady, value_a, of=a)
@@ -129,12 +114,12 @@ def confirmed(
 ) -> tuple[int, float]:
     """Repeats spent on two configs whose true throughputs are `world`, and the true
     throughput of the one the study then names."""
-    study = optuna.create_study(direction="maximize")
+    study = new_study()
     rng = random.Random(seed)
     truth = {measured(study, world[0]): world[0], measured(study, world[1]): world[1]}
 
     def run(trial: optuna.Trial, config: TrainConfig) -> None:
-        for key, value in attrs(1.0, 0.001, config).items():  # as the loop's run does
+        for key, value in measured_attrs(config, **LABELLED).items():  # as the loop's run does
             trial.set_user_attr(key, value)
         value = truth[trial.user_attrs["confirms"]] * (1 + rng.gauss(0, noise_level))
         study.tell(trial, value)
@@ -167,7 +152,7 @@ def test_thorough_effort_parts_leaders_5_percent_apart_in_10_percent_noise() -> 
 
 
 def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() -> None:
-    study = optuna.create_study(direction="maximize")
+    study = new_study()
     a, b = measured(study, 100.0), measured(study, 99.5)
     measured(study, 95.0, of=a)
     b_repeat = measured(study, 97.0, of=b)
@@ -182,7 +167,7 @@ def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() ->
 
 
 def test_a_config_whose_latest_repeat_failed_does_not_win() -> None:
-    study = optuna.create_study(direction="maximize")
+    study = new_study()
     a, b = measured(study, 100.0), measured(study, 99.5)
     failed = study.ask()
     failed.set_user_attr("confirms", a)
@@ -192,7 +177,7 @@ def test_a_config_whose_latest_repeat_failed_does_not_win() -> None:
 
 
 def test_a_queued_repeat_another_worker_skipped_does_not_block_one() -> None:
-    study = optuna.create_study(direction="maximize")
+    study = new_study()
     a, b = measured(study, 100.0), measured(study, 99.5)
     skipped = study.ask()  # another worker's loop took the queued trial and pruned it
     skipped.set_user_attr("confirms", a)
@@ -204,8 +189,7 @@ def test_a_config_that_takes_the_lead_after_the_first_rounds_is_repeated_too() -
     """Four close configs on a cluster whose launches differ by 5%: the leader and the two
     runners-up closest to it hold up for two rounds of repeats and fall back on the third,
     leaving the fourth, measured once, in front; it is repeated before it is named."""
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
+    study = new_study(between=0.05)
     a, b, c, d = (measured(study, v) for v in (104.0, 101.0, 100.5, 99.0))
     fallen = [95.0] * (STANDARD.repeats - 3)  # what the first three read once they fell back
     repeats = {a: [103.0, 103.0, 80.0, *fallen], b: [100.0, 100.0, 92.0, *fallen]}
@@ -213,7 +197,7 @@ def test_a_config_that_takes_the_lead_after_the_first_rounds_is_repeated_too() -
     repeats[d] = [99.0] * STANDARD.repeats
 
     def run(trial: optuna.Trial, config: TrainConfig) -> None:
-        for key, value in attrs(1.0, 0.001, config).items():
+        for key, value in measured_attrs(config, **LABELLED).items():
             trial.set_user_attr(key, value)
         study.tell(trial, repeats[trial.user_attrs["confirms"]].pop(0))
 
@@ -226,13 +210,13 @@ def test_a_config_that_takes_the_lead_after_the_first_rounds_is_repeated_too() -
 def test_seeds_still_queued_when_the_search_ends_neither_swallow_nor_lose_repeats() -> None:
     """An Optuna-sampler study whose trial budget ran out before its queued seeds: the
     leaders are still repeated, and the seeds stay queued for a resumed search."""
-    study = optuna.create_study(direction="maximize")
+    study = new_study()
     a, b = measured(study, 100.0), measured(study, 99.5)
     for mbs in (61, 62):
         study.enqueue_trial({}, user_attrs={"seeded_by": "plan", "label": f"mbs={mbs}"})
 
     def run(trial: optuna.Trial, config: TrainConfig) -> None:
-        for key, value in attrs(1.0, 0.001, config).items():
+        for key, value in measured_attrs(config, **LABELLED).items():
             trial.set_user_attr(key, value)
         study.tell(trial, 100.0 if trial.user_attrs["confirms"] == a else 99.0)
 
@@ -245,12 +229,9 @@ def test_seeds_still_queued_when_the_search_ends_neither_swallow_nor_lose_repeat
 def test_a_config_stopped_as_slower_than_a_lucky_best_is_measured_again() -> None:
     """Early stopping judged b against a's first launch; a's repeats show that launch lucky,
     and b, cut short 8% behind it, is now within noise of a: it is repeated, not left out."""
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
+    study = new_study(between=0.05)
     a = measured(study, 108.0)
-    cut_short = {**attrs(1.0, 0.001, TrainConfig(mbs=next(MBS))), "stopped_for": "slower"}
-    study.add_trial(optuna.trial.create_trial(value=100.0, user_attrs=cut_short))
-    b = study.trials[-1].number
+    b = add_measured(study, 100.0, TrainConfig(mbs=next(MBS)), **LABELLED, stopped_for="slower")
     measured(study, 97.0, of=a)
     measured(study, 98.0, of=a)
     assert b in firsts(study)
@@ -260,13 +241,12 @@ def test_a_round_the_repeat_limit_cuts_short_still_repeats_the_best() -> None:
     """A user's command allows as many repeats as the search ran trials (4 here): three close
     contenders take three in the first round, and the last one goes to the best, not to the
     runner-up the rotation would have put first."""
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(NOISE_PRIOR, {"relative": 0.05, "dof": 20})
+    study = new_study(between=0.05)
     a, b, c = (measured(study, v) for v in (100.0, 99.0, 98.5))
     repeats = {a: [101.0, 99.0], b: [98.0, 100.0], c: [100.0, 97.0]}
 
     def run(trial: optuna.Trial, config: TrainConfig) -> None:
-        for key, value in attrs(1.0, 0.001, config).items():
+        for key, value in measured_attrs(config, **LABELLED).items():
             trial.set_user_attr(key, value)
         study.tell(trial, repeats[trial.user_attrs["confirms"]].pop(0))
 

@@ -1,21 +1,32 @@
 """The model's GPU defaults are what refitting them to the published runs gives: a change to
 the model that moves the fit fails here until the constants (scripts/fit_costmodel.py) follow."""
 
+import pytest
+
 from autotune.calibration.published import Case, cases, fitted_defaults
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration, default_calibration
 
 
-def test_the_code_states_the_fit_of_the_published_runs() -> None:
-    fitted = fitted_defaults()
+@pytest.fixture(scope="module")
+def fitted() -> dict[str, Calibration]:
+    return fitted_defaults()
+
+
+def test_the_code_states_the_fit_of_the_published_runs(fitted: dict[str, Calibration]) -> None:
     assert set(fitted) == {"ampere", "hopper"}
     for generation, cal in fitted.items():
         assert DEFAULT_CALIBRATION[generation] == cal, generation
 
 
-def test_generations_without_fp8_pairs_take_hoppers_fp8_fit() -> None:
-    """Blackwell's calibration is the generic one: its FP8 share is Hopper's fit, not the
-    full FP8 peak."""
-    assert Calibration().fp8_efficiency == DEFAULT_CALIBRATION["hopper"].fp8_efficiency < 1
+def test_generations_without_fp8_pairs_take_hoppers_fp8_fit(
+    fitted: dict[str, Calibration],
+) -> None:
+    """Blackwell has no published bf16/FP8 pair: its calibration (and Megatron's on it) takes
+    the FP8 share fitted to Hopper's pairs, not the full FP8 peak."""
+    hoppers_fit = fitted["hopper"].fp8_efficiency
+    assert hoppers_fit < 1
+    for engine in (None, "megatron", "deepspeed"):
+        assert default_calibration("blackwell", engine).fp8_efficiency == hoppers_fit, engine
 
 
 def test_every_row_left_out_says_why() -> None:

@@ -1,17 +1,21 @@
 """The model predicts a whole table of configs at once: those predictions equal one config's
 at a time, and equal the frozen predictions of tests/golden/predictions.json, which the
-per-config model wrote before the model became one array computation (rewrite them with
-AUTOTUNE_UPDATE_GOLDEN=1 when the model is meant to change, then read the diff)."""
+per-config model wrote before the model became one array computation, and of
+tests/golden/predictions_moe_offload.json (mixtures of experts on Megatron and DeepSpeed, the
+experts' host wait, DeepSpeed's offload). When the model is meant to change, rewrite a golden
+with `python -m tests.unit.test_model_table NAME` (NAME: predictions or
+predictions_moe_offload), then read the diff."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -24,19 +28,25 @@ from autotune.space import TrainConfig
 from autotune.space.enumerate import build_config
 from autotune.space.table import ConfigTable
 
-GOLDEN = Path(__file__).parents[1] / "golden" / "predictions.json"
+GOLDENS = Path(__file__).parents[1] / "golden"
+GOLDEN = GOLDENS / "predictions.json"
+MOE_OFFLOAD_GOLDEN = GOLDENS / "predictions_moe_offload.json"
 GOLDEN_CORE_PEAK = 2596.146e6 * 64
 """The CPU core peak the golden's gloo problems were predicted with: the writing host's
 clock (2,596.146 MHz, AVX-512) x 64 FLOPs a cycle; read from /proc/cpuinfo, it differs from
 host to host and moment to moment."""
 
 
+CORE_PEAK = "autotune.specs.local._core_peak_flops"
+
+
 @pytest.fixture(autouse=True)
 def golden_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("autotune.specs.local._core_peak_flops", lambda: GOLDEN_CORE_PEAK)
+    monkeypatch.setattr(CORE_PEAK, lambda: GOLDEN_CORE_PEAK)
 
 
 BLOOM = str(Path(__file__).parents[1] / "data" / "models" / "bloom-72l.yaml")
+OFFLOAD = str(Path(__file__).parents[1] / "data" / "spaces" / "deepspeed_offload.yaml")
 PER_PROBLEM = 300
 NCCL_SETTINGS = [
     ("default", "default"),
@@ -72,6 +82,15 @@ PROBLEMS: list[tuple[str, str, str, Calibration | None]] = [
     ("torch", "gpt3-175b", "dgx-a100:64", None),
     ("torch", "tiny", "local:4", None),
 ]
+MOE_OFFLOAD_PROBLEMS: list[tuple[str, str, str, str | None]] = [
+    ("megatron", "mixtral-8x7b", "dgx-h100:2", None),  # expert exchanges
+    ("megatron", "qwen3-30b-a3b", "dgx-b200:1", None),  # 16 experts a rank: the host waits
+    ("deepspeed", "mixtral-8x7b", "dgx-h100:2", None),  # DeepSpeed-MoE
+    ("deepspeed", "llama3-8b", "dgx-h100:1", OFFLOAD),  # ZeRO-Offload and ZeRO-Infinity
+    ("deepspeed", "mixtral-8x7b", "dgx-h100:1", OFFLOAD),  # both
+]
+"""Engine, model, cluster and space file (None: the engine's own); each predicted with its
+engine's default calibration, as `autotune plan` does."""
 
 
 def sampled(problem: Problem, rng: random.Random) -> list[TrainConfig]:
@@ -88,31 +107,55 @@ def sampled(problem: Problem, rng: random.Random) -> list[TrainConfig]:
 
 
 def predictions() -> list[dict[str, Any]]:
+    """The rows of tests/golden/predictions.json, as the model predicts them now."""
     rng = random.Random(16)
     rows = []
     for index, (engine, model, cluster, cal) in enumerate(PROBLEMS):
         problem = load_problem(engine, model, cluster)
-        for config in sampled(problem, rng):
-            e = estimate(problem.workload, config, problem.cluster, engine, cal)
-            rows.append(
-                {
-                    "problem": index,
-                    "config": config.differs_from_default(),
-                    "step": e.step.as_dict(),
-                    "memory": e.memory.as_dict(),
-                    "tokens_per_s": e.tokens_per_s,
-                }
-            )
+        rows += [
+            dict(row(problem, config, cal), problem=index) for config in sampled(problem, rng)
+        ]
     return rows
 
 
-@pytest.mark.skipif(not os.environ.get("AUTOTUNE_UPDATE_GOLDEN"), reason="writes the golden")
-def test_write_golden_predictions() -> None:
-    GOLDEN.write_text("\n".join(json.dumps(row, sort_keys=True) for row in predictions()) + "\n")
+def moe_offload_predictions() -> list[dict[str, Any]]:
+    """The rows of tests/golden/predictions_moe_offload.json, as the model predicts them."""
+    rng = random.Random(26)
+    rows = []
+    for index, (engine, model, cluster, space) in enumerate(MOE_OFFLOAD_PROBLEMS):
+        problem = load_problem(engine, model, cluster, space)
+        rows += [{**row(problem, c), "problem": index} for c in sampled(problem, rng)]
+    return rows
 
 
-def golden_rows() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in GOLDEN.read_text().splitlines()]
+def row(problem: Problem, config: TrainConfig, cal: Calibration | None = None) -> dict[str, Any]:
+    e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
+    return {
+        "config": config.differs_from_default(),
+        "step": e.step.as_dict(),
+        "memory": e.memory.as_dict(),
+        "tokens_per_s": e.tokens_per_s,
+    }
+
+
+WRITERS: dict[str, tuple[Path, Callable[[], list[dict[str, Any]]]]] = {
+    "predictions": (GOLDEN, predictions),
+    "predictions_moe_offload": (MOE_OFFLOAD_GOLDEN, moe_offload_predictions),
+}
+
+
+def write_golden(name: str) -> Path:
+    """Rewrite one golden file with today's model, on the golden's CPU core peak. Run only
+    by hand (`python -m tests.unit.test_model_table NAME`), never by pytest."""
+    path, rows = WRITERS[name]
+    with mock.patch(CORE_PEAK, lambda: GOLDEN_CORE_PEAK):
+        lines = [json.dumps(r, sort_keys=True) for r in rows()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def golden_rows(path: Path = GOLDEN) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
@@ -137,6 +180,37 @@ def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
             assert step == pytest.approx(golden["step"], rel=1e-9), where
             assert memory == pytest.approx(golden["memory"], rel=1e-9), where
             assert e.tokens_per_s == pytest.approx(golden["tokens_per_s"], rel=1e-9), where
+
+
+def test_moe_host_wait_and_offload_predictions_equal_their_golden() -> None:
+    """Mixtures of experts on Megatron and DeepSpeed, Qwen3's experts waiting on the host,
+    and DeepSpeed's optimizer and parameters offloaded, predicted as one table per problem,
+    equal tests/golden/predictions_moe_offload.json; and the golden covers each of them."""
+    rows = golden_rows(MOE_OFFLOAD_GOLDEN)
+    for index, (engine, model, cluster, space) in enumerate(MOE_OFFLOAD_PROBLEMS):
+        problem = load_problem(engine, model, cluster, space)
+        mine = [r for r in rows if r["problem"] == index]
+        configs = [build_config(r["config"], problem.cluster.world_size) for r in mine]
+        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine)
+        for i, golden in enumerate(mine):
+            e, where = table.row(i), f"{engine} {model} {cluster} {configs[i].label()}"
+            assert e.step.as_dict() == pytest.approx(golden["step"], rel=1e-9), where
+            assert e.memory.as_dict() == pytest.approx(golden["memory"], rel=1e-9), where
+            assert e.tokens_per_s == pytest.approx(golden["tokens_per_s"], rel=1e-9), where
+    megatron, deepspeed = (
+        [r for r in rows if MOE_OFFLOAD_PROBLEMS[r["problem"]][0] == e]
+        for e in ("megatron", "deepspeed")
+    )
+    covered = {
+        "megatron experts": any(r["step"]["ep_comm_s"] > 0 for r in megatron),
+        "deepspeed experts": any(r["config"].get("ep", 1) > 1 for r in deepspeed),
+        "host wait": any(r["step"]["host_wait_s"] > 0 for r in rows),
+        "optimizer offload": any(r["config"].get("offload_optimizer") for r in rows),
+        "parameter offload": any(r["config"].get("offload_param") for r in rows),
+        "offload time": any(r["step"]["offload_s"] > 0 for r in rows),
+        "offloaded memory": any(r["memory"]["offloaded"] > 0 for r in rows),
+    }
+    assert all(covered.values()), covered
 
 
 def rows_are_each_config_alone(
@@ -192,3 +266,15 @@ def test_a_plan_ranks_each_config_as_predicted_alone() -> None:
     for config in rng.sample(list(valid), 200):
         alone = estimate(problem.workload, config, problem.cluster, "megatron", cal)
         assert alone.fits == (config in planned), config.label()
+
+
+def main(names: list[str]) -> None:
+    """Rewrite the goldens named (see the module's docstring)."""
+    if not names or set(names) - set(WRITERS):
+        raise SystemExit(f"usage: python -m tests.unit.test_model_table {'|'.join(WRITERS)} ...")
+    for name in names:
+        print(f"wrote {write_golden(name)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -6,7 +6,7 @@ import optuna
 
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.space import TrainConfig
-from autotune.study.trial_attrs import CONFIRMS
+from tests.fakes import add_measured, measured_study, new_study
 
 A = TrainConfig(dp=8)
 A_RING = TrainConfig(dp=8, nccl_algo="Ring")
@@ -14,11 +14,7 @@ B_TREE = TrainConfig(dp=4, tp=2, nccl_algo="Tree")
 
 
 def study_of(*trials: tuple[TrainConfig, float]) -> optuna.Study:
-    study = optuna.create_study(direction="maximize")
-    for config, tokens in trials:
-        attrs = {"config": config.as_dict(), "step_time_s": 1.0, "step_time_stdev_s": 0.01}
-        study.add_trial(optuna.trial.create_trial(value=tokens, user_attrs=attrs))
-    return study
+    return measured_study(*trials, source=None)
 
 
 def best(study: optuna.Study) -> optuna.trial.FrozenTrial:
@@ -52,22 +48,18 @@ def test_nccls_own_choices_winning_needs_no_note() -> None:
     assert verdict.trial.number == 0 and verdict.note is None
 
 
-def measured_study(*trials: tuple[TrainConfig, float, int | None]) -> optuna.Study:
+def repeated_study(*trials: tuple[TrainConfig, float, int | None]) -> optuna.Study:
     """Measured trials; the third item is the trial a repeat repeats (None: a search trial)."""
-    study = optuna.create_study(direction="maximize")
+    study = new_study()
     for config, tokens, repeats in trials:
-        attrs: dict[str, object] = {"config": config.as_dict(), "source": "measured"}
-        attrs |= {"step_time_s": 1.0, "step_time_stdev_s": 0.01}
-        if repeats is not None:
-            attrs[CONFIRMS] = repeats
-        study.add_trial(optuna.trial.create_trial(value=tokens, user_attrs=attrs))
+        add_measured(study, tokens, config, confirms=repeats)
     return study
 
 
 def test_the_trial_that_made_a_setting_lead_does_not_vote_for_it() -> None:
     """Its search trial read 15% fast (why it led); its repeats match NCCL's default: the
     interleaved repeats decide, and nothing is set."""
-    study = measured_study(
+    study = repeated_study(
         (A, 100.0, None),
         (A_RING, 115.0, None),
         *((A_RING, t, 1) for t in (100.0, 101.0, 99.0)),
@@ -77,7 +69,7 @@ def test_the_trial_that_made_a_setting_lead_does_not_vote_for_it() -> None:
     assert (
         verdict.note is not None and "is not kept" in verdict.note and "3 repeats" in verdict.note
     )
-    study = measured_study(
+    study = repeated_study(
         (A, 100.0, None),
         (A_RING, 111.0, None),
         *((A_RING, t, 1) for t in (110.0, 111.0, 109.0)),
@@ -88,7 +80,7 @@ def test_the_trial_that_made_a_setting_lead_does_not_vote_for_it() -> None:
 
 
 def test_a_measured_setting_never_repeated_is_not_kept() -> None:
-    study = measured_study((A, 100.0, None), (A_RING, 120.0, None))
+    study = repeated_study((A, 100.0, None), (A_RING, 120.0, None))
     verdict = nccl_verdict(study, study.trials[1])
     assert verdict.trial.number == 0
     assert verdict.note is not None and "not repeated against NCCL's default" in verdict.note

@@ -1,4 +1,4 @@
-"""`autotune run --launcher replay` over the recorded DeepSpeed sweep."""
+"""`autotune run --launcher replay` over the recorded DeepSpeed sweep (a frozen copy)."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,8 @@ import pytest
 
 from tests.conftest import REPO, autotune
 
-SWEEP = REPO / "results/benchmarks/sweep_deepspeed.csv"
+SWEEP = REPO / "tests" / "data" / "sweep_deepspeed.csv"
+"""A frozen copy of the DeepSpeed sweep (tests/data/README.md)."""
 STUDY = "tiny-local_2-deepspeed"
 
 

@@ -8,10 +8,15 @@ from autotune.estimate.comm import Group, seconds
 from autotune.estimate.memory import layer_activation_bytes
 from autotune.estimate.predict import estimate
 from autotune.estimate.stages import head_forward_flops, layer_forward_flops
-from autotune.estimate.steptime import Calibration, achievable_flops
+from autotune.estimate.steptime import (
+    Calibration,
+    StepTime,
+    achievable_flops,
+    default_calibration,
+)
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
-from autotune.specs import load_cluster, load_workload
+from autotune.specs import Cluster, Workload, load_cluster, load_workload
 
 CAL = Calibration(compute_efficiency=0.5, gemm_half_size=64.0, bandwidth_scale=1.0, overlap=0.5)
 W = dataclasses.replace(load_workload("tiny"), global_batch_size=32)
@@ -179,28 +184,37 @@ def test_many_experts_per_rank_at_micro_batch_one_wait_on_the_host() -> None:
 def test_megatrons_expert_parallel_overlap_hides_the_exchanges_of_paired_micro_batches() -> None:
     """Qwen3-30B-A3B on 16 H100s, EP16 over two nodes, where the token exchanges outweigh
     the compute: overlapping them (--overlap-moe-expert-parallel-comm) shortens the step by
-    about what Megatron-Bridge published for the same run (24.7 s without, 21.0 s with), and
-    the first forward and last backward, which have no partner, keep their exchanges. With
-    one micro-batch a step nothing pairs, and the overlap changes nothing."""
-    cluster = load_cluster("dgx-h100:2")
+    no more than the exchanges took, and by more the larger the share of them it hides
+    (`Calibration.ep_overlap`, fitted to this very pair, so its published 0.85 is not
+    checked here). On one node, where the exchanges run over NVLink and the compute
+    dominates, it saves a smaller share of the step. The first forward and last backward,
+    which have no partner, keep their exchanges; with one micro-batch a step nothing pairs,
+    and the overlap changes nothing."""
     qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), fp8="none", global_batch_size=1024)
-    plain, overlapped = (
-        estimate(qwen, TrainConfig(dp=16, ep=16, ep_comm_overlap=on), cluster, "megatron").step
-        for on in (False, True)
-    )
-    assert 0.80 < overlapped.total_s / plain.total_s < 0.90  # published: 0.85
+    base = default_calibration("hopper", "megatron")
+
+    def steps(
+        w: Workload, c: TrainConfig, cluster: Cluster, share: float = base.ep_overlap
+    ) -> list[StepTime[float]]:
+        cal = dataclasses.replace(base, ep_overlap=share)
+        return [
+            estimate(w, dataclasses.replace(c, ep_comm_overlap=on), cluster, "megatron", cal).step
+            for on in (False, True)
+        ]
+
+    two_nodes, ep16 = load_cluster("dgx-h100:2"), TrainConfig(dp=16, ep=16)
+    plain, overlapped = steps(qwen, ep16, two_nodes)
+    assert 0 < plain.total_s - overlapped.total_s <= plain.ep_comm_s
+    saved = [plain.total_s - steps(qwen, ep16, two_nodes, share)[1].total_s for share in (0, 1)]
+    assert saved[0] == pytest.approx(0) and saved[1] > plain.total_s - overlapped.total_s
+    one_node = steps(qwen, TrainConfig(dp=8, ep=8, mbs=4), load_cluster("dgx-h100:1"))
+    assert one_node[0].dominant() == "compute" and plain.dominant() == "ep_comm"
+    assert overlapped.total_s / plain.total_s < one_node[1].total_s / one_node[0].total_s < 1
     two = dataclasses.replace(qwen, global_batch_size=32)  # two micro-batches a rank
-    paired = [
-        estimate(two, TrainConfig(dp=16, ep=16, ep_comm_overlap=on), cluster, "megatron").step
-        for on in (False, True)
-    ]
+    paired = steps(two, ep16, two_nodes)
     one_micro_batch = paired[0].ep_comm_s / 2
     assert paired[1].ep_comm_s > 1.5 * one_micro_batch  # the first, in full, and a share
-    alone = dataclasses.replace(qwen, global_batch_size=16)
-    once = [
-        estimate(alone, TrainConfig(dp=16, ep=16, ep_comm_overlap=on), cluster, "megatron").step
-        for on in (False, True)
-    ]
+    once = steps(dataclasses.replace(qwen, global_batch_size=16), ep16, two_nodes)
     assert once[0].total_s == pytest.approx(once[1].total_s)
 
 

@@ -15,9 +15,10 @@ from autotune.space import config_key
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.noise import UNKNOWN_BETWEEN
 from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import CONFIRMS, NOISE_PRIOR
+from autotune.study.trial_attrs import CONFIRMS
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, StepPlan, TrialSpec
+from tests.fakes import new_study
 from tests.unit.test_guided import Quiet
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -62,12 +63,11 @@ class RecordsPlans(Launcher):
 
 
 def studied(
-    tmp_path: Path, budget: Budget, prior: dict[str, float] | None = None
+    tmp_path: Path, budget: Budget, between: float | None = None
 ) -> tuple[optuna.Study, RecordsPlans]:
-    """A guided study of Llama 3 8B on the recording cluster, from the cluster's `prior`."""
-    study = optuna.create_study(direction="maximize")
-    if prior is not None:
-        study.set_user_attr(NOISE_PRIOR, prior)
+    """A guided study of Llama 3 8B on the recording cluster, from the cluster's prior
+    between-trial spread `between`."""
+    study = new_study(between)
     launcher = RecordsPlans()
     run_study(
         load_problem("torch", "llama3-8b", "dgx-h100:1"),
@@ -81,7 +81,7 @@ def studied(
 
 
 def test_trials_measure_to_the_spread_and_repeats_skip_a_second_profile(tmp_path: Path) -> None:
-    study, launcher = studied(tmp_path, Budget(trials=4), {"relative": 0.08, "dof": 20})
+    study, launcher = studied(tmp_path, Budget(trials=4), between=0.08)
     repeats = [t for t in study.get_trials() if CONFIRMS in t.user_attrs]
     assert repeats, "leaders 10% apart in 8% noise are repeated"
     assert len(launcher.plans) == 4 + len(repeats)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import ENGINES, Engine, EngineTraits
-from autotune.engines.base import NCCL_KNOBS
+from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS
 from autotune.estimate import model_states
 from autotune.problem import load_problem
 from autotune.space import Rule, TrainConfig
@@ -27,6 +27,12 @@ class ToyEngine(Engine):
     name = "toy"
     worker_module = "autotune.engines.torch.worker"
     knobs = frozenset({"zero", "mbs", "recompute"}) | NCCL_KNOBS
+    knob_meanings = {
+        "zero": "how many of the model states the toy shards: 0-2",
+        "mbs": "samples per rank per micro-batch",
+        "recompute": "activation recomputation: none or full",
+        **NCCL_MEANINGS,
+    }
     engine_rules = (Rule("toy_zero", "the toy shards up to zero 2", lambda c, _w, _k: c.zero < 3),)
     traits = EngineTraits(
         fp32_master="always",

@@ -6,7 +6,6 @@ import math
 import random
 import statistics
 
-import optuna
 import torch
 
 from autotune.rank.measure import StepMeter
@@ -17,9 +16,9 @@ from autotune.study.noise import (
     length_spread,
     trial_precision,
 )
-from autotune.study.trial_attrs import NOISE_PRIOR
 from autotune.trial.length import relative_halfwidth, stopped_for
 from autotune.trial.spec import StepPlan
+from tests.fakes import new_study
 
 PLAN = StepPlan()  # at least 3 measured steps, at most 8, 2% precision
 BEST_S = 1.0
@@ -142,8 +141,7 @@ def test_early_stopping_never_prunes_a_config_racing_itself_on_a_noisy_cluster()
     cluster whose launches differ by 10%: it is no slower, and with the study's margin
     (`noise.early_stop_margin`) at most 5% of 2,000 such trials stop as slower; a fixed 10%
     margin, blind to that noise, cuts short one in seven."""
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(NOISE_PRIOR, {"relative": 0.10, "dof": 20})
+    study = new_study(between=0.10)
     margin = early_stop_margin(0.10, study)
     rng = random.Random(11)
     noise_aware, fixed = 0, 0
