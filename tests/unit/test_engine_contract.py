@@ -57,30 +57,24 @@ def test_its_declarations_are_complete(engine: tuple[Engine, str | None]) -> Non
     assert all(rule.reason and "\n" not in rule.reason for rule in e.rules)
 
 
-def test_its_worker_is_a_module_torchrun_can_start(engine: tuple[Engine, str | None]) -> None:
-    """`python -m <worker_module>` on every rank: a Python file on disk that runs as a
-    script, with the `SESSION` a warm pool builds where the engine runs in one."""
+def test_its_worker_is_a_module_the_rank_entry_can_start(
+    engine: tuple[Engine, str | None],
+) -> None:
+    """`python -m autotune.rank <worker_module>` on every rank: a Python file on disk with the
+    `main(args, started)` the entry calls, and the `SESSION` a warm pool builds where the
+    engine runs in one."""
     e, _ = engine
     spec = importlib.util.find_spec(e.worker_module)
     assert spec is not None and spec.origin is not None, e.worker_module
     source = Path(spec.origin)
     assert source.suffix == ".py" and source.is_file(), source
     tree = ast.parse(source.read_text(), str(source))
-    assert any(runs_as_script(node) for node in tree.body), f"{source}: no __main__ guard"
+    mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    assert mains, f"{source}: no main(args, started) for autotune.rank to call"
+    assert [a.arg for a in mains[0].args.args] == ["args", "started"], source
     names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
              if isinstance(t, ast.Name)}  # fmt: skip
     assert "SESSION" in names or not e.warm_pool, f"{source}: a warm pool needs SESSION"
-
-
-def runs_as_script(node: ast.stmt) -> bool:
-    """`if __name__ == "__main__":`"""
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return False
-    sides = [node.test.left, *node.test.comparators]
-    return {ast.dump(side) for side in sides} == {
-        ast.dump(ast.Name("__name__", ast.Load())),
-        ast.dump(ast.Constant("__main__")),
-    }
 
 
 def test_every_knob_it_reads_has_a_meaning_in_its_own_words(
