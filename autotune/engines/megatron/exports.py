@@ -200,6 +200,21 @@ def bucket_parameters(c: TrainConfig) -> int:
 
 def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]]]:
     """Megatron-LM `pretrain_gpt.py` flags in groups: (comment, ["--flag value", ...])."""
+    moe_layout, moe_shape = _moe_flags(w, c)
+    tokenizer = ["--tokenizer-type NullTokenizer", f"--vocab-size {w.vocab_size}"]
+    return [
+        (
+            "parallel layout and communication (tuned)",
+            _layout_flags(w, c) + moe_layout + _comm_flags(c),
+        ),
+        ("batch and recomputation (tuned)", _batch_flags(w, c)),
+        (f"model shape: {w.name}", _shape_flags(w, moe_shape)),
+        ("tokenizer as tuned: replace with your own (same vocabulary size)", tokenizer),
+    ]
+
+
+def _layout_flags(w: Workload, c: TrainConfig) -> list[str]:
+    """Tensor, pipeline (with its split of the layers) and context parallelism."""
     layout = [
         f"--tensor-model-parallel-size {c.tp}",
         f"--pipeline-model-parallel-size {c.pp}",
@@ -221,18 +236,26 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
         ]
     if c.cp > 1:
         layout.append(f"--context-parallel-size {c.cp}")
-    moe_layout, moe_shape = _moe_flags(w, c)
-    layout += moe_layout
+    return layout
+
+
+def _comm_flags(c: TrainConfig) -> list[str]:
+    """Sequence parallelism, the distributed optimizer and the overlaps."""
+    flags = []
     if c.sp:
-        layout.append("--sequence-parallel")
+        flags.append("--sequence-parallel")
     if c.zero == 1:
-        layout.append("--use-distributed-optimizer")
+        flags.append("--use-distributed-optimizer")
     if c.overlap_comm:
-        layout += ["--overlap-grad-reduce", f"--ddp-bucket-size {bucket_parameters(c)}"]
+        flags += ["--overlap-grad-reduce", f"--ddp-bucket-size {bucket_parameters(c)}"]
     if c.overlap_param_gather:
-        layout.append("--overlap-param-gather")
+        flags.append("--overlap-param-gather")
     if c.tp_comm_overlap:
-        layout.append("--tp-comm-overlap")
+        flags.append("--tp-comm-overlap")
+    return flags
+
+
+def _batch_flags(w: Workload, c: TrainConfig) -> list[str]:
     batch = [f"--micro-batch-size {c.mbs}", f"--global-batch-size {w.global_batch_size}"]
     if c.recompute != "none":
         batch.append(f"--recompute-granularity {c.recompute}")
@@ -243,6 +266,10 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
             f"--recompute-method {c.recompute_method}",
             f"--recompute-num-layers {c.recompute_num_layers}",
         ]
+    return batch
+
+
+def _shape_flags(w: Workload, moe_shape: list[str]) -> list[str]:
     shape = [
         f"--num-layers {w.num_layers}",
         f"--hidden-size {w.hidden_size}",
@@ -253,28 +280,24 @@ def pretrain_gpt_flags(w: Workload, c: TrainConfig) -> list[tuple[str, list[str]
         shape += ["--group-query-attention", f"--num-query-groups {w.num_query_groups}"]
     if w.kv_channels:
         shape.append(f"--kv-channels {w.kv_channels}")
-    shape += moe_shape
-    shape += [
-        f"--seq-length {w.seq_length}",
-        f"--max-position-embeddings {w.seq_length}",
-        "--position-embedding-type rope",
-        "--normalization RMSNorm",
-        "--disable-bias-linear",
-        *(["--swiglu"] if w.swiglu else []),
-        "--untie-embeddings-and-output-weights",
-        "--attention-dropout 0",
-        "--hidden-dropout 0",
-        *([f"--{w.precision}"] if w.precision != "fp32" else []),
-        # E4M3 forward, E5M2 gradients: what NVIDIA's published FP8 recipes use.
-        *(["--fp8-format hybrid", f"--fp8-recipe {w.fp8}"] if w.fp8 != "none" else []),
-    ]
-    tokenizer = ["--tokenizer-type NullTokenizer", f"--vocab-size {w.vocab_size}"]
-    return [
-        ("parallel layout and communication (tuned)", layout),
-        ("batch and recomputation (tuned)", batch),
-        (f"model shape: {w.name}", shape),
-        ("tokenizer as tuned: replace with your own (same vocabulary size)", tokenizer),
-    ]
+    return (
+        shape
+        + moe_shape
+        + [
+            f"--seq-length {w.seq_length}",
+            f"--max-position-embeddings {w.seq_length}",
+            "--position-embedding-type rope",
+            "--normalization RMSNorm",
+            "--disable-bias-linear",
+            *(["--swiglu"] if w.swiglu else []),
+            "--untie-embeddings-and-output-weights",
+            "--attention-dropout 0",
+            "--hidden-dropout 0",
+            *([f"--{w.precision}"] if w.precision != "fp32" else []),
+            # E4M3 forward, E5M2 gradients: what NVIDIA's published FP8 recipes use.
+            *(["--fp8-format hybrid", f"--fp8-recipe {w.fp8}"] if w.fp8 != "none" else []),
+        ]
+    )
 
 
 def args_text(w: Workload, c: TrainConfig, banner: list[str] | None = None) -> str:

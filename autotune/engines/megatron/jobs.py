@@ -148,38 +148,15 @@ def runs_local_attention(argv: Sequence[str]) -> bool:
 def workload_from_command(argv: Sequence[str], name: str) -> Workload:
     """The model and global batch the command trains, as Megatron-LM's arguments.py reads
     them (its default MLP width included)."""
-    if has_flag(argv, "--hierarchical-context-parallel-sizes") or flag_value(
-        argv, "--cp-comm-type"
-    ) not in (None, "p2p"):
-        raise InputError(
-            "--cp-comm-type/--hierarchical-context-parallel-sizes: autotune tunes cp with "
-            "Megatron's default p2p ring; drop them from the command"
-        )
-    if has_flag(argv, "--no-overlap-p2p-communication"):
-        raise InputError(
-            "--no-overlap-p2p-communication: autotune tunes vpp with Megatron-LM's default "
-            "p2p overlap, which runs interleaving on two stages too; drop it from the command"
-        )
+    _refuse_what_autotune_does_not_tune(argv)
     hidden = _int_flag(argv, "--hidden-size")
     heads = _int_flag(argv, "--num-attention-heads")
     swiglu = has_flag(argv, "--swiglu")
     default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
-    if flag_value(argv, "--vocab-size") is None and flag_value(argv, "--tokenizer-type") != (
-        "GPT2BPETokenizer"
-    ):
-        raise InputError(
-            "the Megatron-LM command must give --vocab-size (or use GPT2BPETokenizer)"
-        )
     kv_channels = _int_flag(argv, "--kv-channels", 0)
     if hidden % heads and not kv_channels:
         raise InputError(
             f"--hidden-size {hidden} is not divisible by --num-attention-heads {heads}"
-        )
-    moe_layer_freq = flag_value(argv, "--moe-layer-freq") or "1"
-    if not moe_layer_freq.isdigit() or int(moe_layer_freq) < 1:
-        raise InputError(
-            f"--moe-layer-freq {moe_layer_freq}: autotune models every k-th layer as MoE "
-            "(an integer), not a list of layers"
         )
     precision: Precision = (
         "bf16" if has_flag(argv, "--bf16") else "fp16" if has_flag(argv, "--fp16") else "fp32"
@@ -202,14 +179,48 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
         precision=precision,
         swiglu=swiglu,
         kv_channels=kv_channels,
-        num_moe_experts=_int_flag(argv, "--num-experts", 0),
-        moe_router_topk=_int_flag(argv, "--moe-router-topk", 2),
-        moe_ffn_hidden_size=_int_flag(argv, "--moe-ffn-hidden-size", 0),
-        moe_shared_expert_intermediate_size=_int_flag(
+        **_moe_fields(argv),
+    )
+
+
+def _refuse_what_autotune_does_not_tune(argv: Sequence[str]) -> None:
+    if has_flag(argv, "--hierarchical-context-parallel-sizes") or flag_value(
+        argv, "--cp-comm-type"
+    ) not in (None, "p2p"):
+        raise InputError(
+            "--cp-comm-type/--hierarchical-context-parallel-sizes: autotune tunes cp with "
+            "Megatron's default p2p ring; drop them from the command"
+        )
+    if has_flag(argv, "--no-overlap-p2p-communication"):
+        raise InputError(
+            "--no-overlap-p2p-communication: autotune tunes vpp with Megatron-LM's default "
+            "p2p overlap, which runs interleaving on two stages too; drop it from the command"
+        )
+    if flag_value(argv, "--vocab-size") is None and flag_value(argv, "--tokenizer-type") != (
+        "GPT2BPETokenizer"
+    ):
+        raise InputError(
+            "the Megatron-LM command must give --vocab-size (or use GPT2BPETokenizer)"
+        )
+
+
+def _moe_fields(argv: Sequence[str]) -> dict[str, int]:
+    """The mixture of experts the flags describe, in Workload's (Megatron's) names."""
+    moe_layer_freq = flag_value(argv, "--moe-layer-freq") or "1"
+    if not moe_layer_freq.isdigit() or int(moe_layer_freq) < 1:
+        raise InputError(
+            f"--moe-layer-freq {moe_layer_freq}: autotune models every k-th layer as MoE "
+            "(an integer), not a list of layers"
+        )
+    return {
+        "num_moe_experts": _int_flag(argv, "--num-experts", 0),
+        "moe_router_topk": _int_flag(argv, "--moe-router-topk", 2),
+        "moe_ffn_hidden_size": _int_flag(argv, "--moe-ffn-hidden-size", 0),
+        "moe_shared_expert_intermediate_size": _int_flag(
             argv, "--moe-shared-expert-intermediate-size", 0
         ),
-        moe_layer_freq=int(moe_layer_freq),
-    )
+        "moe_layer_freq": int(moe_layer_freq),
+    }
 
 
 def _fp8_recipe(argv: Sequence[str]) -> Fp8Recipe:

@@ -40,19 +40,32 @@ from autotune.trial.spec import TrialSpec
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _joined_device(backend: str) -> torch.device:
+    """This rank's device, in the world's process group (a warm pool's ranks keep theirs)."""
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _optimizer(
+    params: list[nn.Parameter], c: TrainConfig, dp_mesh: DeviceMesh
+) -> torch.optim.Optimizer:
+    """AdamW, its states sharded over data-parallel ranks at zero 1."""
+    if c.zero == 1:
+        return ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.AdamW, lr=1e-4, process_group=dp_mesh.get_group()
+        )
+    return torch.optim.AdamW(params, lr=1e-4)
+
+
 class TorchSession:
     def __init__(self, spec: TrialSpec, folder: Path) -> None:
-        backend = spec.cluster.backend
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        if not dist.is_initialized():  # a warm pool's ranks keep theirs
-            dist.init_process_group(backend=backend)
-        self.device = (
-            torch.device("cuda", torch.cuda.current_device())
-            if backend == "nccl"
-            else torch.device("cpu")
-        )
         w, c = spec.workload, spec.config
+        self.device = _joined_device(spec.cluster.backend)
         refuse_context_parallel_off_cuda(c, self.device)
         self.config = c
         self.grad_accum = c.grad_accum(w.global_batch_size)
@@ -71,10 +84,24 @@ class TorchSession:
             dp_mesh = mesh["shard", "cp"]._flatten("shard_cp")
             self.cp_mesh = mesh["cp"]
         torch.manual_seed(0)
-        pp_rank = mesh["pp"].get_local_rank()
-        stage_ids = [pp_rank + k * c.pp for k in range(c.vpp)]
+        stage_ids = [mesh["pp"].get_local_rank() + k * c.pp for k in range(c.vpp)]
+        self.modules = self._stage_modules(spec, mesh, stage_ids)
+        if c.dp * c.cp > 1:
+            self.modules = [self._data_parallel(m, dp_mesh, c) for m in self.modules]
+        self.optimizer = _optimizer([p for m in self.modules for p in m.parameters()], c, dp_mesh)
+        tokens, labels = synthetic_batch(w, c.mbs, seed=0)
+        self.batch = (tokens.to(self.device), labels.to(self.device))
+        self.schedule: Schedule1F1B | ScheduleInterleaved1F1B | None = None
+        if c.pp > 1:
+            self._pipeline(mesh, stage_ids)
+
+    def _stage_modules(
+        self, spec: TrialSpec, mesh: DeviceMesh, stage_ids: list[int]
+    ) -> list[nn.Module]:
+        """This rank's pipeline chunks of the decoder, tensor-parallel where tp > 1."""
+        w, c = spec.workload, spec.config
         n_stages = c.pp * c.vpp
-        self.modules: list[nn.Module] = [
+        modules: list[nn.Module] = [
             Decoder(
                 w,
                 c.recompute,
@@ -84,41 +111,28 @@ class TorchSession:
             ).to(self.device)
             for s in stage_ids
         ]
-        if c.tp > 1:
-            for module in self.modules:
+        for module in modules:
+            if c.tp > 1:
                 tensor_parallel(cast(Decoder, module), mesh["tp"], c.sp)
-        if c.cp > 1:  # as torchtitan: the ring passes as many key and value as query heads
-            for module in self.modules:
+            if c.cp > 1:  # as torchtitan: the ring passes as many key and value as query heads
                 for block in cast(Decoder, module).blocks.values():
                     cast(Any, block).attn.repeat_kv = True
-        if c.dp * c.cp > 1:
-            self.modules = [self._data_parallel(m, dp_mesh, c) for m in self.modules]
-        params = [p for m in self.modules for p in m.parameters()]
-        if c.zero == 1:
-            self.optimizer: torch.optim.Optimizer = ZeroRedundancyOptimizer(
-                params,
-                optimizer_class=torch.optim.AdamW,
-                lr=1e-4,
-                process_group=dp_mesh.get_group(),
-            )
-        else:
-            self.optimizer = torch.optim.AdamW(params, lr=1e-4)
-        tokens, labels = synthetic_batch(w, c.mbs, seed=0)
-        self.batch = (tokens.to(self.device), labels.to(self.device))
-        self.schedule: Schedule1F1B | ScheduleInterleaved1F1B | None = None
-        if c.pp > 1:
-            stages: list[Any] = [
-                PipelineStage(m, s, n_stages, self.device, group=mesh["pp"].get_group())
-                for m, s in zip(self.modules, stage_ids, strict=True)
-            ]
-            self.has_first, self.has_last = 0 in stage_ids, n_stages - 1 in stage_ids
-            self.schedule = (
-                Schedule1F1B(stages[0], n_microbatches=self.grad_accum, loss_fn=lm_loss)
-                if c.vpp == 1
-                else ScheduleInterleaved1F1B(
-                    stages, n_microbatches=self.grad_accum, loss_fn=lm_loss
-                )
-            )
+        return modules
+
+    def _pipeline(self, mesh: DeviceMesh, stage_ids: list[int]) -> None:
+        """torch.distributed.pipelining's schedule over this rank's stages."""
+        c = self.config
+        n_stages = c.pp * c.vpp
+        stages: list[Any] = [
+            PipelineStage(m, s, n_stages, self.device, group=mesh["pp"].get_group())
+            for m, s in zip(self.modules, stage_ids, strict=True)
+        ]
+        self.has_first, self.has_last = 0 in stage_ids, n_stages - 1 in stage_ids
+        self.schedule = (
+            Schedule1F1B(stages[0], n_microbatches=self.grad_accum, loss_fn=lm_loss)
+            if c.vpp == 1
+            else ScheduleInterleaved1F1B(stages, n_microbatches=self.grad_accum, loss_fn=lm_loss)
+        )
 
     def _data_parallel(self, module: nn.Module, mesh: DeviceMesh, c: TrainConfig) -> nn.Module:
         if c.zero <= 1:
