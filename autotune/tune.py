@@ -15,7 +15,8 @@ from autotune.calibration.saved import load_calibration, noise_path
 from autotune.errors import InputError
 from autotune.export import export_best
 from autotune.launchers import LaunchSettings, get_launcher
-from autotune.model_probe import read_model
+from autotune.launchers.base import Launcher
+from autotune.model_probe import ModelRead, read_model
 from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
@@ -67,6 +68,53 @@ def tune(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Tuned:
     """Search `problem` with real (or simulated, or replayed) trials and export the winner."""
+    problem, launcher, launch = _checked_launcher(problem, settings)
+    ref = study_ref(
+        settings.study_name or default_study_name(problem), settings.storage, settings.results
+    )
+    noise_file = noise_path(settings.results, problem.cluster)
+    read = None
+    if problem.reads_model and launcher.source == "measured":
+        read = _read_users_model(problem, launcher, ref, settings, noise_file, say)
+        problem = read.problem
+    study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
+    say(
+        f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
+        f"{problem.workload.name} / {problem.cluster.name}"
+    )
+    if launcher.source == "measured":
+        remember_spread(study, noise_file)
+    search = SearchSettings(
+        budget=settings.budget,
+        steps=settings.steps,
+        strategy=settings.sampler,
+        seed=settings.seed,
+        calibration=launch.calibration,
+    )
+    measured = (read.config, read.record) if read and read.record else None
+    try:
+        outcome = run_study(
+            problem,
+            study,
+            ref=ref,
+            launcher=launcher,
+            progress=progress,
+            settings=search,
+            measured=measured,
+        )
+    finally:
+        launcher.close()
+    if launcher.source == "measured":
+        save_spread(study, noise_file)
+    exported, report = _write_outputs(study, ref, outcome)
+    return Tuned(study=study, ref=ref, outcome=outcome, exported=exported, report=report)
+
+
+def _checked_launcher(
+    problem: Problem, settings: TuneSettings
+) -> tuple[Problem, Launcher, LaunchSettings]:
+    """The launcher `settings` name, built with the cluster's calibration (in the settings
+    returned) and checked; the problem narrowed to what it can run; or an InputError."""
     problem.enumerate().require_some()
     if problem.job is not None and settings.launcher in ("replay", "simulate"):
         raise InputError(
@@ -80,55 +128,43 @@ def tune(
     if launcher.source == "measured":
         problem.engine.check_runnable(problem.cluster)
         launcher.check(problem.cluster)
-    ref = study_ref(
-        settings.study_name or default_study_name(problem), settings.storage, settings.results
+    return problem, launcher, launch
+
+
+def _read_users_model(
+    problem: Problem,
+    launcher: Launcher,
+    ref: StudyRef,
+    settings: TuneSettings,
+    noise_file: Path,
+    say: Callable[[str], None],
+) -> ModelRead:
+    """The user's model read by a run of their script, as long as a trial needs to be for the
+    cluster's saved between-trial spread; says what was read."""
+    between = length_spread(read_spread(noise_file), measured=True)
+    read = read_model(
+        problem,
+        launcher,
+        ref.folder / "model_probe",
+        dataclasses.replace(
+            settings.steps, precision=trial_precision(settings.steps.precision, between)
+        ),
+        settings.budget.timeout_per_trial_s,
     )
-    noise_file = noise_path(settings.results, problem.cluster)
-    read = None
-    if problem.reads_model and launcher.source == "measured":
-        between = length_spread(read_spread(noise_file), measured=True)
-        read = read_model(
-            problem,
-            launcher,
-            ref.folder / "model_probe",
-            dataclasses.replace(
-                settings.steps, precision=trial_precision(settings.steps.precision, between)
-            ),
-            settings.budget.timeout_per_trial_s,
-        )
-        problem, shape, w = read.problem, read.shape, read.problem.workload
-        say(
-            f"model read from your script: {shape.parameters / 1e6:,.1f}M parameters, "
-            f"about {w.num_layers} layers of width {w.hidden_size}, vocabulary {w.vocab_size}, "
-            f"{w.seq_length} tokens a sequence, {w.precision} (--model skips reading it)"
-        )
-    study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
+    shape, w = read.shape, read.problem.workload
     say(
-        f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
-        f"{problem.workload.name} / {problem.cluster.name}"
+        f"model read from your script: {shape.parameters / 1e6:,.1f}M parameters, "
+        f"about {w.num_layers} layers of width {w.hidden_size}, vocabulary {w.vocab_size}, "
+        f"{w.seq_length} tokens a sequence, {w.precision} (--model skips reading it)"
     )
-    if launcher.source == "measured":
-        remember_spread(study, noise_file)
-    try:
-        outcome = run_study(
-            problem,
-            study,
-            ref=ref,
-            launcher=launcher,
-            progress=progress,
-            settings=SearchSettings(
-                budget=settings.budget,
-                steps=settings.steps,
-                strategy=settings.sampler,
-                seed=settings.seed,
-                calibration=calibration,
-            ),
-            measured=(read.config, read.record) if read and read.record else None,
-        )
-    finally:
-        launcher.close()
-    if launcher.source == "measured":
-        save_spread(study, noise_file)
+    return read
+
+
+def _write_outputs(
+    study: optuna.Study, ref: StudyRef, outcome: StudyOutcome
+) -> tuple[tuple[Path, ...], Path | None]:
+    """The best config's export (when a trial completed) and the report (when the run
+    measured anything)."""
     exported: list[Path] = []
     if best_trial(study) is not None:
         exported = export_best(study, ref.folder / "best", force=True)
@@ -137,4 +173,4 @@ def tune(
         from autotune.report.html import write_report
 
         report = write_report(study, ref.folder / "report.html")
-    return Tuned(study=study, ref=ref, outcome=outcome, exported=tuple(exported), report=report)
+    return tuple(exported), report

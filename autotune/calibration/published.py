@@ -83,66 +83,22 @@ def skip_reason(r: pd.Series) -> str | None:
 
 
 def case(r: pd.Series) -> Case | str:
+    """The row as a case to predict, or why it is left out."""
     reason = skip_reason(r)
     if reason:
         return reason
     measured = published_step(r)
     if measured is None:
         return "no convertible measurement"
-    tp, pp = int(r.tp), int(r.pp)
-    dp = int(r.num_gpus) // (tp * pp)
-    recompute = str(r.act_recompute).lower()
-    mode: Recompute = (
-        "selective"
-        if "selective" in recompute
-        else "full"
-        if (recompute.startswith(("full", "yes")))
-        else "none"
-    )
-    sharding = str(r.dp_sharding).lower()
-    zero = (
-        3
-        if ("zero-3" in sharding or "full_shard" in sharding)
-        else 1
-        if ("distributed optimizer" in sharding)
-        else 0
-    )
-    swiglu = "llama" in str(r.model).lower()
-    workload = Workload(
-        name=str(r.model),
-        num_layers=int(r.layers),
-        hidden_size=int(r.hidden),
-        num_attention_heads=int(r.heads),
-        num_query_groups=int(r.kv_heads if not pd.isna(r.kv_heads) else r.heads),
-        ffn_hidden_size=int(r.ffn_hidden),
-        vocab_size=int(r.vocab),
-        seq_length=int(r.seq_len),
-        global_batch_size=int(r.global_batch_seqs),
-        precision="fp16" if str(r.precision).endswith("fp16") else "bf16",
-        swiglu=swiglu,
-    )
+    workload = _workload(r)
+    config = _config(r)
+    engine = ENGINES[r.source_id]
+    style = get_engine(engine).traits.pipeline_split
+    if split_layers(workload.num_layers, config.pp, config.vpp, style) is None:
+        return f"{engine} cannot place its layers on pp·vpp stages"
     per_node = int(r.gpus_per_node) if not pd.isna(r.gpus_per_node) else 8
     kind = "dgx-h100" if "H100" in r.gpu else "dgx-a100"
     nodes = max(1, int(r.num_gpus) // per_node)
-    mbs = int(r.micro_batch)
-    if ENGINES[r.source_id] == "torch":  # FSDP frameworks state the per-GPU local batch
-        mbs = min(mbs, int(r.global_batch_seqs) // dp)
-    config = TrainConfig(
-        tp=tp,
-        pp=pp,
-        vpp=int(r.vpp) if not pd.isna(r.vpp) else 1,
-        dp=dp,
-        zero=zero,
-        mbs=mbs,
-        recompute=mode,
-        sp=str(r.seq_parallel).lower().startswith("yes"),
-        # Megatron-LM's published runs overlap gradient reduction and parameter gathers.
-        overlap_comm=ENGINES[r.source_id] == "megatron",
-        overlap_param_gather=ENGINES[r.source_id] == "megatron" and zero == 1,
-    )
-    style = get_engine(ENGINES[r.source_id]).traits.pipeline_split
-    if split_layers(workload.num_layers, config.pp, config.vpp, style) is None:
-        return f"{ENGINES[r.source_id]} cannot place its layers on pp·vpp stages"
     sweep = (
         f"{r.source_id} {r.gpu.split()[0]} {r.model}"
         if r.source_id == "S8"
@@ -155,10 +111,67 @@ def case(r: pd.Series) -> Case | str:
         workload,
         f"{kind}:{nodes}",
         config,
-        ENGINES[r.source_id],
+        engine,
         measured[0],
         measured[1],
     )
+
+
+def _workload(r: pd.Series) -> Workload:
+    """The model and batch the row trained."""
+    return Workload(
+        name=str(r.model),
+        num_layers=int(r.layers),
+        hidden_size=int(r.hidden),
+        num_attention_heads=int(r.heads),
+        num_query_groups=int(r.kv_heads if not pd.isna(r.kv_heads) else r.heads),
+        ffn_hidden_size=int(r.ffn_hidden),
+        vocab_size=int(r.vocab),
+        seq_length=int(r.seq_len),
+        global_batch_size=int(r.global_batch_seqs),
+        precision="fp16" if str(r.precision).endswith("fp16") else "bf16",
+        swiglu="llama" in str(r.model).lower(),
+    )
+
+
+def _config(r: pd.Series) -> TrainConfig:
+    """The row's layout and settings as a config."""
+    tp, pp = int(r.tp), int(r.pp)
+    dp = int(r.num_gpus) // (tp * pp)
+    zero = _zero(r)
+    mbs = int(r.micro_batch)
+    if ENGINES[r.source_id] == "torch":  # FSDP frameworks state the per-GPU local batch
+        mbs = min(mbs, int(r.global_batch_seqs) // dp)
+    return TrainConfig(
+        tp=tp,
+        pp=pp,
+        vpp=int(r.vpp) if not pd.isna(r.vpp) else 1,
+        dp=dp,
+        zero=zero,
+        mbs=mbs,
+        recompute=_recompute(r),
+        sp=str(r.seq_parallel).lower().startswith("yes"),
+        # Megatron-LM's published runs overlap gradient reduction and parameter gathers.
+        overlap_comm=ENGINES[r.source_id] == "megatron",
+        overlap_param_gather=ENGINES[r.source_id] == "megatron" and zero == 1,
+    )
+
+
+def _recompute(r: pd.Series) -> Recompute:
+    """The row's activation recomputation, in the config's terms."""
+    recompute = str(r.act_recompute).lower()
+    if "selective" in recompute:
+        return "selective"
+    return "full" if recompute.startswith(("full", "yes")) else "none"
+
+
+def _zero(r: pd.Series) -> int:
+    """The row's data-parallel sharding as a ZeRO stage (Megatron: 1 = distributed
+    optimizer)."""
+    sharding = str(r.dp_sharding).lower()
+    if "zero-3" in sharding or "full_shard" in sharding:
+        return 3
+    return 1 if "distributed optimizer" in sharding else 0
 
 
 def cases(path: Path = DATA) -> Iterator[Case | str]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +24,11 @@ from autotune.cli.options import (
     study_options,
 )
 from autotune.problem import load_problem
+
+if TYPE_CHECKING:
+    from autotune.problem import Problem
+    from autotune.study import Budget
+    from autotune.tune import Tuned, TuneSettings
 
 
 @cli.command()
@@ -102,33 +109,7 @@ from autotune.problem import load_problem
 )
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(
-    engine: str,
-    model: str,
-    cluster: str,
-    space: str | None,
-    launcher: str,
-    partition: str | None,
-    account: str | None,
-    qos: str | None,
-    sbatch_options: tuple[str, ...],
-    table: Path | None,
-    n_trials: int | None,
-    max_time: str | None,
-    timeout_per_trial: str,
-    study_name: str | None,
-    storage: str | None,
-    results: Path,
-    sampler: str,
-    seed: int | None,
-    early_stop: bool,
-    early_stop_margin: float,
-    confirm: bool,
-    thorough: bool,
-    measured_steps: int | None,
-    precision: float,
-    command: tuple[str, ...],
-) -> None:
+def run(**options: Any) -> None:
     """Tune: search the space with real trials, then export the best config.
 
     After `--`, your own training command: a DeepSpeed or Hugging Face script (`-- train.py
@@ -138,37 +119,101 @@ def run(
     torchtitan.train ...`, the model given by --model) or, with --space, any loop that
     calls autotune.step.done().
     """
+    from autotune.tune import tune
+
+    run_options = RunOptions(**options)
+    problem = load_problem(
+        run_options.engine,
+        run_options.model,
+        run_options.cluster,
+        run_options.space,
+        run_options.command,
+    )
+    settings = _tune_settings(problem, run_options)
+    tuned = tune(problem, settings, display.RichProgress(console), console.print)
+    _print_outcome(tuned)
+    if problem.job is not None and not tuned.exported:
+        sys.exit(1)  # no config of the user's command could be measured: their job failed
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`autotune run`'s options as click reads them."""
+
+    engine: str
+    model: str
+    cluster: str
+    space: str | None
+    launcher: str
+    partition: str | None
+    account: str | None
+    qos: str | None
+    sbatch_options: tuple[str, ...]
+    table: Path | None
+    n_trials: int | None
+    max_time: str | None
+    timeout_per_trial: str
+    study_name: str | None
+    storage: str | None
+    results: Path
+    sampler: str
+    seed: int | None
+    early_stop: bool
+    early_stop_margin: float
+    confirm: bool
+    thorough: bool
+    measured_steps: int | None
+    precision: float
+    command: tuple[str, ...]
+
+
+def _tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
+    """What `tune` takes, from the problem and `autotune run`'s options."""
     from autotune.launchers import LaunchSettings
+    from autotune.tune import TuneSettings
+
+    return TuneSettings(
+        budget=_budget(options),
+        launcher=options.launcher,
+        launch=LaunchSettings(
+            slurm=slurm_settings(
+                problem.cluster,
+                options.partition,
+                options.account,
+                options.qos,
+                options.sbatch_options,
+            ),
+            gpus=problem.cluster.backend == "nccl",
+            table=options.table,
+        ),
+        steps=step_plan(options.measured_steps, options.precision),
+        study_name=options.study_name,
+        storage=options.storage,
+        results=options.results,
+        sampler=options.sampler,
+        seed=options.seed,
+    )
+
+
+def _budget(options: RunOptions) -> Budget:
+    """The study's budget from `autotune run`'s options."""
     from autotune.study import Budget
     from autotune.study.effort import STANDARD, THOROUGH
-    from autotune.tune import TuneSettings, tune
 
-    problem = load_problem(engine, model, cluster, space, command)
-    per_trial_s = parse_duration(timeout_per_trial, "--timeout-per-trial")
+    per_trial_s = parse_duration(options.timeout_per_trial, "--timeout-per-trial")
     assert per_trial_s is not None  # the option has a default
-    settings = TuneSettings(
-        budget=Budget(
-            trials=n_trials or default_trials(thorough, bool(command)),
-            max_time_s=parse_duration(max_time, "--max-time"),
-            timeout_per_trial_s=per_trial_s,
-            early_stop_margin=early_stop_margin if early_stop else None,
-            confirm=confirm,
-            effort=THOROUGH if thorough else STANDARD,
-        ),
-        launcher=launcher,
-        launch=LaunchSettings(
-            slurm=slurm_settings(problem.cluster, partition, account, qos, sbatch_options),
-            gpus=problem.cluster.backend == "nccl",
-            table=table,
-        ),
-        steps=step_plan(measured_steps, precision),
-        study_name=study_name,
-        storage=storage,
-        results=results,
-        sampler=sampler,
-        seed=seed,
+    return Budget(
+        trials=options.n_trials or default_trials(options.thorough, bool(options.command)),
+        max_time_s=parse_duration(options.max_time, "--max-time"),
+        timeout_per_trial_s=per_trial_s,
+        early_stop_margin=options.early_stop_margin if options.early_stop else None,
+        confirm=options.confirm,
+        effort=THOROUGH if options.thorough else STANDARD,
     )
-    tuned = tune(problem, settings, display.RichProgress(console), console.print)
+
+
+def _print_outcome(tuned: Tuned) -> None:
+    """How the search ended, the study's summary, and where its report is."""
     if tuned.outcome.resumed_failed:
         console.print(
             f"resumed: trial(s) {tuned.outcome.resumed_failed} of a run that died are "
@@ -178,8 +223,6 @@ def run(
     display.study_summary(console, tuned.study, tuned.ref, list(tuned.exported))
     if tuned.report is not None:
         console.print(f"report: {tuned.report}")
-    if problem.job is not None and not tuned.exported:
-        sys.exit(1)  # no config of the user's command could be measured: their job failed
 
 
 def default_trials(thorough: bool, command: bool) -> int:

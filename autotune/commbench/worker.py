@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,64 +36,123 @@ def _case(
     op: str, size: int, group: dist.ProcessGroup, device: torch.device
 ) -> tuple[Callable, Callable]:
     """(run once, check the result) for `size` bytes of float32 on this rank of `group`."""
-    n, rank = dist.get_world_size(group), dist.get_rank(group)
-    count = max(n, size // 4 // n * n)  # divisible by n for the sharded collectives
-    value = float(rank + 1)
-    total = n * (n + 1) / 2
-    full = torch.full((count,), value, device=device)
-    shard = torch.empty(count // n, device=device)
-    out = torch.empty(count, device=device)
-    if op == "all_reduce":
-        buf = full.clone()
+    buffers = _Buffers.of(size, group, device)
+    make = _CASES.get(op)
+    if make is None:
+        raise ValueError(f"unknown collective {op}")
+    return make(buffers)
 
-        def run() -> None:
-            buf.fill_(value)
-            dist.all_reduce(buf, group=group)
 
-        return run, lambda: bool(torch.all(buf == total))
-    if op == "all_gather":
-        mine = torch.full((count // n,), value, device=device)
-        expected = torch.arange(1, n + 1, device=device, dtype=torch.float32).repeat_interleave(
-            count // n
+@dataclass(frozen=True)
+class _Buffers:
+    """One (op, size)'s tensors on this rank: every rank fills its own with its rank + 1."""
+
+    group: dist.ProcessGroup
+    device: torch.device
+    n: int
+    rank: int
+    count: int
+    """Elements, divisible by n for the sharded collectives."""
+    value: float
+    total: float
+    """The sum of every rank's value."""
+    full: torch.Tensor
+    shard: torch.Tensor
+    out: torch.Tensor
+
+    @classmethod
+    def of(cls, size: int, group: dist.ProcessGroup, device: torch.device) -> _Buffers:
+        n, rank = dist.get_world_size(group), dist.get_rank(group)
+        count = max(n, size // 4 // n * n)
+        value = float(rank + 1)
+        return cls(
+            group=group,
+            device=device,
+            n=n,
+            rank=rank,
+            count=count,
+            value=value,
+            total=n * (n + 1) / 2,
+            full=torch.full((count,), value, device=device),
+            shard=torch.empty(count // n, device=device),
+            out=torch.empty(count, device=device),
         )
-        return lambda: dist.all_gather_into_tensor(out, mine, group=group), lambda: bool(
-            torch.equal(out, expected)
-        )
-    if op == "reduce_scatter":
-        return lambda: dist.reduce_scatter_tensor(shard, full, group=group), lambda: bool(
-            torch.all(shard == total)
-        )
-    if op == "all_to_all":
-        send = torch.full((count,), value, device=device)
-        expected = torch.arange(1, n + 1, device=device, dtype=torch.float32).repeat_interleave(
-            count // n
-        )
-        return lambda: dist.all_to_all_single(out, send, group=group), lambda: bool(
-            torch.equal(out, expected)
-        )
-    if op == "broadcast":
-        buf = full.clone()
 
-        def run_broadcast() -> None:
-            buf.fill_(value)
-            dist.broadcast(buf, group_src=0, group=group)
+    def gathered(self) -> torch.Tensor:
+        """Every rank's value in rank order, a shard each: what a gather or all-to-all
+        leaves."""
+        ranks = torch.arange(1, self.n + 1, device=self.device, dtype=torch.float32)
+        return ranks.repeat_interleave(self.count // self.n)
 
-        return run_broadcast, lambda: bool(torch.all(buf == 1.0))
-    if op == "send_recv":  # ranks pair up: 0<->1, 2<->3, ...; an odd last rank idles
-        peer = rank ^ 1
-        buf = full.clone()
 
-        def run_pair() -> None:
-            if peer >= n:
-                return
-            if rank % 2 == 0:
-                dist.send(buf, group_dst=peer, group=group)
-            else:
-                dist.recv(buf, group_src=peer, group=group)
+def _all_reduce(b: _Buffers) -> tuple[Callable, Callable]:
+    buf = b.full.clone()
 
-        received = float(rank) if rank % 2 == 1 else value  # the even partner's rank + 1
-        return run_pair, lambda: peer >= n or bool(torch.all(buf == received))
-    raise ValueError(f"unknown collective {op}")
+    def run() -> None:
+        buf.fill_(b.value)
+        dist.all_reduce(buf, group=b.group)
+
+    return run, lambda: bool(torch.all(buf == b.total))
+
+
+def _all_gather(b: _Buffers) -> tuple[Callable, Callable]:
+    mine = torch.full((b.count // b.n,), b.value, device=b.device)
+    expected = b.gathered()
+    return lambda: dist.all_gather_into_tensor(b.out, mine, group=b.group), lambda: bool(
+        torch.equal(b.out, expected)
+    )
+
+
+def _reduce_scatter(b: _Buffers) -> tuple[Callable, Callable]:
+    return lambda: dist.reduce_scatter_tensor(b.shard, b.full, group=b.group), lambda: bool(
+        torch.all(b.shard == b.total)
+    )
+
+
+def _all_to_all(b: _Buffers) -> tuple[Callable, Callable]:
+    send = torch.full((b.count,), b.value, device=b.device)
+    expected = b.gathered()
+    return lambda: dist.all_to_all_single(b.out, send, group=b.group), lambda: bool(
+        torch.equal(b.out, expected)
+    )
+
+
+def _broadcast(b: _Buffers) -> tuple[Callable, Callable]:
+    buf = b.full.clone()
+
+    def run() -> None:
+        buf.fill_(b.value)
+        dist.broadcast(buf, group_src=0, group=b.group)
+
+    return run, lambda: bool(torch.all(buf == 1.0))
+
+
+def _send_recv(b: _Buffers) -> tuple[Callable, Callable]:
+    """Ranks pair up: 0<->1, 2<->3, ...; an odd last rank idles."""
+    peer = b.rank ^ 1
+    buf = b.full.clone()
+
+    def run() -> None:
+        if peer >= b.n:
+            return
+        if b.rank % 2 == 0:
+            dist.send(buf, group_dst=peer, group=b.group)
+        else:
+            dist.recv(buf, group_src=peer, group=b.group)
+
+    received = float(b.rank) if b.rank % 2 == 1 else b.value  # the even partner's rank + 1
+    return run, lambda: peer >= b.n or bool(torch.all(buf == received))
+
+
+_CASES: dict[str, Callable[[_Buffers], tuple[Callable, Callable]]] = {
+    "all_reduce": _all_reduce,
+    "all_gather": _all_gather,
+    "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all,
+    "broadcast": _broadcast,
+    "send_recv": _send_recv,
+}
+"""Each collective's (run once, check the result) maker."""
 
 
 def _time(run: Callable[[], None], device: torch.device) -> float:

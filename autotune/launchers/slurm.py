@@ -140,14 +140,33 @@ class SlurmLauncher(Launcher):
     def _run_once(self, request: LaunchRequest) -> LaunchOutcome:
         heartbeat = request.folder / HEARTBEAT_FILE
         heartbeat.touch()
+        submitted = time.monotonic()
+        started_job = self._start(request)
+        if isinstance(started_job, LaunchOutcome):
+            return started_job
+        job, proc = started_job
+        started, timed_out = self._wait(request, job, proc)
+        if timed_out:
+            self._cancel(job or read_id(request.folder), proc)
+        ident = job or read_id(request.folder)
+        end = time.monotonic()
+        run_s = end - (started or end)
+        accounting = final_accounting(ident) if ident else None
+        queue_s = (started or end) - submitted
+        if accounting is not None and job is not None:
+            queue_s = accounting.queue_s
+        return slurm_outcome(request.folder, accounting, timed_out, run_s, queue_s, proc)
+
+    def _start(
+        self, request: LaunchRequest
+    ) -> tuple[str | None, subprocess.Popen[bytes] | None] | LaunchOutcome:
+        """Start the trial: an srun step inside the allocation (its process), or an sbatch
+        job (its id); a launch_error outcome when sbatch refuses it."""
         env = {
             **os.environ,
             "PATH": torchrun.python_bin_first(os.environ.get("PATH", "")),
             LAUNCH_EPOCH_ENV: repr(time.time()),
         }
-        submitted = time.monotonic()
-        started: float | None = None
-        proc: subprocess.Popen[bytes] | None = None
         if self.allocation:
             with (request.folder / LOG_FILE).open("ab") as log:  # srun's own messages
                 proc = subprocess.Popen(
@@ -159,20 +178,26 @@ class SlurmLauncher(Launcher):
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-            job = None
-        else:
-            done = subprocess.run(
-                self.command(request), cwd=request.folder, env=env, capture_output=True, text=True
+            return None, proc
+        done = subprocess.run(
+            self.command(request), cwd=request.folder, env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            return LaunchOutcome(
+                kind="launch_error",
+                error=slurm_error(done.stderr) or f"sbatch exited with {done.returncode}",
+                wall_s=0.0,
+                returncode=done.returncode,
             )
-            if done.returncode != 0:
-                return LaunchOutcome(
-                    kind="launch_error",
-                    error=slurm_error(done.stderr) or f"sbatch exited with {done.returncode}",
-                    wall_s=0.0,
-                    returncode=done.returncode,
-                )
-            job = done.stdout.strip().split(";")[0]
-        timed_out = False
+        return done.stdout.strip().split(";")[0], None
+
+    def _wait(
+        self, request: LaunchRequest, job: str | None, proc: subprocess.Popen[bytes] | None
+    ) -> tuple[float | None, bool]:
+        """Poll until the trial ends or outlives its time limit, touching its heartbeat:
+        when it started running, and whether it timed out. Cancels it when interrupted."""
+        heartbeat = request.folder / HEARTBEAT_FILE
+        started: float | None = None
         try:
             while True:
                 heartbeat.touch()
@@ -180,26 +205,15 @@ class SlurmLauncher(Launcher):
                 if started is None and is_running(state, request.folder):
                     started = time.monotonic()
                 if finished(proc, state):
-                    break
+                    return started, False
                 if started is not None and time.monotonic() - started > (
                     request.time_limit_s + GRACE_S
                 ):
-                    timed_out = True
-                    break
+                    return started, True
                 time.sleep(POLL_S)
         except BaseException:
             self._cancel(job or read_id(request.folder), proc)
             raise
-        if timed_out:
-            self._cancel(job or read_id(request.folder), proc)
-        ident = job or read_id(request.folder)
-        end = time.monotonic()
-        run_s = end - (started or end)
-        accounting = final_accounting(ident) if ident else None
-        queue_s = (started or end) - submitted
-        if accounting is not None and job is not None:
-            queue_s = accounting.queue_s
-        return slurm_outcome(request.folder, accounting, timed_out, run_s, queue_s, proc)
 
     def _cancel(self, ident: str | None, proc: subprocess.Popen[bytes] | None) -> None:
         if ident:

@@ -169,7 +169,7 @@ def parse_overrides(text: str) -> dict[str, Any]:
 _KNOB_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 
-_KEYED_WHEN_SET: dict[str, Any] = {
+_KEYED_ONLY_WHEN_SET: dict[str, Any] = {
     "cp": 1,
     "ep": 1,
     "etp": 1,
@@ -181,14 +181,17 @@ _KEYED_WHEN_SET: dict[str, Any] = {
     "tp_comm_overlap": False,
     "ep_comm_overlap": False,
 }
-"""Knobs added after studies were stored: left out of the key at their default, so that a
-study from before them resumes with its configs still known."""
+"""Knobs a key names only when set away from their default (the one they hold in most
+configs), with their defaults."""
 
 
 def config_key(config: TrainConfig) -> str:
-    """A config's identity in a study and in tables: its knobs as sorted JSON."""
+    """A config's identity in a study and in tables: its knobs as sorted JSON, those of
+    `_KEYED_ONLY_WHEN_SET` only when set. Every trial stores its key and stored trials are
+    never rewritten, so a config's key stays the same string as knobs are added: a knob added
+    to `TrainConfig` joins `_KEYED_ONLY_WHEN_SET`, which also keeps keys short."""
     knobs = config.as_dict()
-    for name, default in _KEYED_WHEN_SET.items():
+    for name, default in _KEYED_ONLY_WHEN_SET.items():
         if knobs[name] == default:
             del knobs[name]
     return json.dumps(knobs, sort_keys=True)

@@ -25,7 +25,9 @@ A knob the space file lists keeps the file's values: a file narrows.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from autotune.space.config import KNOBS
 from autotune.space.spacefile import SearchSpace
@@ -53,81 +55,119 @@ def derive_space(
 ) -> SearchSpace:
     """`space` with every structural knob the engine takes and the file leaves out derived
     from the workload and cluster; `origins` says where each knob's values came from."""
-    world, values = cluster.world_size, dict(space.values)
+    values = dict(space.values)
     origins = {k: space.origins.get(k, space.source) for k in values}
-    tp = values.get("tp", (1,)) if "tp" in knobs else (1,)
-    if "tp" in knobs and "tp" not in values:
-        heads = math.gcd(workload.num_attention_heads, workload.num_query_groups)
-        tp = values["tp"] = tuple(
-            d for d in divisors(heads) if cluster.domain_size % d == 0 and world % d == 0
-        )
-        origins["tp"] = (
-            f"divisors of gcd(heads {workload.num_attention_heads}, KV heads "
-            f"{workload.num_query_groups}) dividing the world size {world} and an NVLink "
-            f"domain's {cluster.domain_size} devices"
-        )
-    pp = values.get("pp", (1,)) if "pp" in knobs else (1,)
-    if "pp" in knobs and "pp" not in values:
-        pp = values["pp"] = tuple(d for d in divisors(world) if d <= workload.num_layers)
-        origins["pp"] = (
-            f"divisors of the world size {world}, up to the {workload.num_layers} layers "
-            "(stages need not hold equal layers: space/pipeline.py)"
-        )
-    cp = values.get("cp", (1,)) if "cp" in knobs else (1,)
-    if "cp" in knobs and "cp" not in values:
-        seq = workload.seq_length
-        cp = values["cp"] = (1,) + tuple(
-            d
-            for d in divisors(world)
-            if d > 1 and seq % (2 * d) == 0 and seq // d >= MIN_CP_TOKENS
-        )
-        origins["cp"] = (
-            f"divisors of the world size {world} that split the {seq}-token sequence into 2·cp "
-            f"equal chunks of at least {MIN_CP_TOKENS // 2} tokens"
-        )
-    if workload.is_moe and "ep" in knobs and "ep" not in values:
-        experts = workload.num_moe_experts
-        values["ep"] = tuple(d for d in divisors(experts) if world % d == 0)
-        origins["ep"] = f"divisors of the {experts} experts that divide the world size {world}"
-    if workload.is_moe and "etp" in knobs and "etp" not in values:
-        width = workload.expert_ffn_size
-        values["etp"] = tuple(
-            d for d in divisors(math.gcd(width, cluster.domain_size)) if world % d == 0
-        )
-        origins["etp"] = (
-            f"divisors of an NVLink domain's {cluster.domain_size} devices that divide an "
-            f"expert's width {width} and the world size {world}"
-        )
-    if "hsdp" in knobs and "hsdp" not in values:
-        domains = world // cluster.domain_size
-        values["hsdp"] = divisors(domains) if domains > 1 else (1,)
-        origins["hsdp"] = (
-            f"divisors of the {domains} NVLink domains: each replica shards within whole "
-            "domains, the replicas all-reduce across them"
-        )
-    if "vpp" in knobs and "vpp" not in values:
-        values["vpp"] = _union(
-            range(1, min(MAX_VPP, workload.num_layers // p) + 1) for p in pp if p > 1
-        ) or (1,)
-        origins["vpp"] = (
-            f"up to {MAX_VPP} virtual stages per pipeline rank, each with a layer at least"
-        )
-    if "mbs" in knobs and "mbs" not in values:
-        replicas = {
-            world // (t * p * k) for t in tp for p in pp for k in cp if world % (t * p * k) == 0
-        }
-        batch = workload.global_batch_size
-        values["mbs"] = _union(
-            (m for m in divisors(batch // dp) if m <= MAX_MBS)
-            for dp in replicas
-            if batch % dp == 0
-        ) or (1,)
-        origins["mbs"] = (
-            f"divisors of each data-parallel replica's share of the global batch {batch}, "
-            f"up to {MAX_MBS}"
-        )
+    for knob, derive in _DERIVATIONS.items():
+        if knob in knobs and knob not in values and (workload.is_moe or knob not in _MOE_KNOBS):
+            values[knob], origins[knob] = derive(_Derivation(workload, cluster, knobs, values))
     ordered = {k: values[k] for k in KNOBS if k in values}  # the product's order: layout first
     return SearchSpace(engine=space.engine, values=ordered, source=space.source, origins=origins)
+
+
+@dataclass(frozen=True)
+class _Derivation:
+    """What a knob's values are derived from: the problem, and the knobs' values so far."""
+
+    workload: Workload
+    cluster: Cluster
+    knobs: Collection[str]
+    values: Mapping[str, tuple[Any, ...]]
+
+    @property
+    def world(self) -> int:
+        return self.cluster.world_size
+
+    def chosen(self, knob: str) -> tuple[int, ...]:
+        """The knob's values so far; (1,) for a knob the engine does not take."""
+        return self.values.get(knob, (1,)) if knob in self.knobs else (1,)
+
+
+Derived = tuple[tuple[int, ...], str]
+"""A knob's candidate values and where they came from."""
+
+
+def _tp(d: _Derivation) -> Derived:
+    w, world, domain = d.workload, d.world, d.cluster.domain_size
+    heads = math.gcd(w.num_attention_heads, w.num_query_groups)
+    return tuple(x for x in divisors(heads) if domain % x == 0 and world % x == 0), (
+        f"divisors of gcd(heads {w.num_attention_heads}, KV heads {w.num_query_groups}) "
+        f"dividing the world size {world} and an NVLink domain's {domain} devices"
+    )
+
+
+def _pp(d: _Derivation) -> Derived:
+    layers = d.workload.num_layers
+    return tuple(x for x in divisors(d.world) if x <= layers), (
+        f"divisors of the world size {d.world}, up to the {layers} layers "
+        "(stages need not hold equal layers: space/pipeline.py)"
+    )
+
+
+def _cp(d: _Derivation) -> Derived:
+    seq = d.workload.seq_length
+    splits = (x for x in divisors(d.world) if x > 1 and seq % (2 * x) == 0)
+    return (1,) + tuple(x for x in splits if seq // x >= MIN_CP_TOKENS), (
+        f"divisors of the world size {d.world} that split the {seq}-token sequence into 2·cp "
+        f"equal chunks of at least {MIN_CP_TOKENS // 2} tokens"
+    )
+
+
+def _ep(d: _Derivation) -> Derived:
+    experts = d.workload.num_moe_experts
+    return tuple(x for x in divisors(experts) if d.world % x == 0), (
+        f"divisors of the {experts} experts that divide the world size {d.world}"
+    )
+
+
+def _etp(d: _Derivation) -> Derived:
+    width, domain = d.workload.expert_ffn_size, d.cluster.domain_size
+    return tuple(x for x in divisors(math.gcd(width, domain)) if d.world % x == 0), (
+        f"divisors of an NVLink domain's {domain} devices that divide an "
+        f"expert's width {width} and the world size {d.world}"
+    )
+
+
+def _hsdp(d: _Derivation) -> Derived:
+    domains = d.world // d.cluster.domain_size
+    return divisors(domains) if domains > 1 else (1,), (
+        f"divisors of the {domains} NVLink domains: each replica shards within whole "
+        "domains, the replicas all-reduce across them"
+    )
+
+
+def _vpp(d: _Derivation) -> Derived:
+    layers = d.workload.num_layers
+    stages = (range(1, min(MAX_VPP, layers // p) + 1) for p in d.chosen("pp") if p > 1)
+    return _union(stages) or (1,), (
+        f"up to {MAX_VPP} virtual stages per pipeline rank, each with a layer at least"
+    )
+
+
+def _mbs(d: _Derivation) -> Derived:
+    world, batch = d.world, d.workload.global_batch_size
+    tp, pp, cp = d.chosen("tp"), d.chosen("pp"), d.chosen("cp")
+    ranks = (t * p * k for t in tp for p in pp for k in cp)
+    replicas = {world // r for r in ranks if world % r == 0}
+    shares = (batch // dp for dp in replicas if batch % dp == 0)
+    return _union((m for m in divisors(share) if m <= MAX_MBS) for share in shares) or (1,), (
+        f"divisors of each data-parallel replica's share of the global batch {batch}, "
+        f"up to {MAX_MBS}"
+    )
+
+
+_DERIVATIONS: dict[str, Callable[[_Derivation], Derived]] = {
+    "tp": _tp,
+    "pp": _pp,
+    "cp": _cp,
+    "ep": _ep,
+    "etp": _etp,
+    "hsdp": _hsdp,
+    "vpp": _vpp,
+    "mbs": _mbs,
+}
+"""Each derived knob's derivation, in order: vpp and mbs read the layout's values."""
+_MOE_KNOBS = ("ep", "etp")
+"""Knobs derived only for a mixture of experts."""
 
 
 def _union(groups: Iterable[Iterable[int]]) -> tuple[int, ...]:

@@ -114,118 +114,172 @@ or a subtree's configs."""
 def enumerate_space(
     space: SearchSpace, workload: Workload, cluster: Cluster, rules: Sequence[Rule]
 ) -> Enumeration:
-    names = list(space.values)
-    options = [space.values[n] for n in names]
-    below = [math.prod(len(o) for o in options[depth:]) for depth in range(len(names) + 1)]
-    world = cluster.world_size
-    valid: list[_Entry] = []
-    """Blocks of valid configs, in walk order."""
-    removed: Counter[str] = Counter()
+    walk = _Walk(space, workload, cluster, rules)
+    walk.visit(0, tuple((i, 0) for i in range(len(rules))))
+    return Enumeration(
+        valid=_table(space, walk.valid, cluster.world_size),
+        total=walk.below[0],
+        removed=dict(walk.removed),
+    )
 
-    unset_below = [set(names[depth:]) for depth in range(len(names) + 1)]
-    for unset in unset_below:
-        if unset & {"tp", "pp", "cp"}:
-            unset.add("dp")  # derived from them
-    set_at = {name: depth + 1 for depth, name in enumerate(names)}
-    """The depth of the walk from which a knob is set."""
-    set_above = [_values_of(names[:depth], ordered=True) for depth in range(len(names) + 1)]
-    fixed_above = [_fixed_by(names[:depth]) for depth in range(len(names) + 1)]
-    # One config walks the tree: a node sets its knob, the rest stay at their defaults.
-    config = _Reading.of({})
-    knobs = object.__getattribute__(config, "__dict__")
-    read = knobs["_read"]
 
-    def wakes(unread: AbstractSet[str], unset: set[str]) -> int:
+_Pending = tuple[tuple[int, int], ...]
+"""The rules not decided yet, each as (its index, the depth at which it is asked again)."""
+_Answers = list[tuple[Callable[[dict[str, Any]], Any], frozenset[str], dict[Any, bool]]]
+"""A rule's answers, by the knobs it read and their values."""
+
+
+class _Walk:
+    """The depth-first walk of a space under its rules: one config that each node sets its
+    knob on, the blocks of valid configs found (`valid`, in walk order) and how many configs
+    each rule removed."""
+
+    def __init__(
+        self, space: SearchSpace, workload: Workload, cluster: Cluster, rules: Sequence[Rule]
+    ) -> None:
+        self.workload, self.cluster, self.rules = workload, cluster, rules
+        self.names = names = list(space.values)
+        self.options = options = [space.values[n] for n in names]
+        depths = range(len(names) + 1)
+        self.below = [math.prod(len(o) for o in options[depth:]) for depth in depths]
+        self.world = cluster.world_size
+        self.valid: list[_Entry] = []
+        """Blocks of valid configs, in walk order."""
+        self.removed: Counter[str] = Counter()
+        self.unset_below = [set(names[depth:]) for depth in depths]
+        for unset in self.unset_below:
+            if unset & {"tp", "pp", "cp"}:
+                unset.add("dp")  # derived from them
+        self.set_at = {name: depth + 1 for depth, name in enumerate(names)}
+        """The depth of the walk from which a knob is set."""
+        self.set_above = [_values_of(names[:depth], ordered=True) for depth in depths]
+        self.fixed_above = [_fixed_by(names[:depth]) for depth in depths]
+        # One config walks the tree: a node sets its knob, the rest stay at their defaults.
+        self.config = _Reading.of({})
+        self.knobs = object.__getattribute__(self.config, "__dict__")
+        self.read = self.knobs["_read"]
+        self.answers: list[_Answers] = [[] for _ in rules]
+        """Per rule, the answers it gave, by the knobs it read and their values: a rule is a
+        pure function of what it reads, so the same values give the same answer and reads."""
+        self.subtrees: dict[
+            tuple[int, _Pending], list[tuple[Callable[[dict[str, Any]], Any], dict[Any, _Subtree]]]
+        ] = {}
+        """Per depth and pending rules, the subtrees found, by the values of the knobs set
+        above that they depend on (`_Subtree.depends_on`)."""
+
+    def wakes(self, unread: AbstractSet[str], unset: set[str]) -> int:
         """The depth at which the first of these unset knobs is set (dp: when an unset tp,
         pp or cp is): a rule, a pure function of the knobs it read, answers the same until
         then."""
         if "dp" in unread:
             unread = (unread - {"dp"}) | ({"tp", "pp", "cp"} & unset)
-        return min(set_at[name] for name in unread)
+        return min(self.set_at[name] for name in unread)
 
-    answers: list[list[tuple[Callable[[dict[str, Any]], Any], frozenset[str], dict[Any, bool]]]]
-    answers = [[] for _ in rules]
-    """Per rule, the answers it gave, by the knobs it read and their values: a rule is a pure
-    function of what it reads, so the same values give the same answer and the same reads."""
-
-    def answer(i: int) -> tuple[bool, frozenset[str]]:
-        for values_of, reads, seen in answers[i]:
+    def answer(self, i: int) -> tuple[bool, frozenset[str]]:
+        """Rule i's answer for the config as it stands, and the knobs it read: remembered,
+        or asked and remembered."""
+        knobs = self.knobs
+        for values_of, reads, seen in self.answers[i]:
             ok = seen.get(values_of(knobs))
             if ok is not None:
                 return ok, reads
-        read.clear()
-        ok = rules[i].ok(config, workload, cluster)
-        reads = frozenset(read)
-        for values_of, known, seen in answers[i]:
+        self.read.clear()
+        ok = self.rules[i].ok(self.config, self.workload, self.cluster)
+        reads = frozenset(self.read)
+        for values_of, known, seen in self.answers[i]:
             if known == reads:
                 seen[values_of(knobs)] = ok
                 break
         else:
             values_of = _values_of(reads)
-            answers[i].append((values_of, reads, {values_of(knobs): ok}))
+            self.answers[i].append((values_of, reads, {values_of(knobs): ok}))
         return ok, reads
 
-    subtrees: dict[
-        tuple[int, tuple[tuple[int, int], ...]],
-        list[tuple[Callable[[dict[str, Any]], Any], dict[Any, _Subtree]]],
-    ] = {}
-    """Per depth and pending rules, the subtrees found, by the values of the knobs set above
-    that they depend on (`_Subtree.depends_on`)."""
-
-    def visit(depth: int, pending: tuple[tuple[int, int], ...]) -> set[str]:
+    def visit(self, depth: int, pending: _Pending) -> set[str]:
         """Walk the subtree; the knobs its rules read (which it depends on)."""
-        unset = unset_below[depth]
-        knobs["dp"] = max(1, world // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
+        knobs = self.knobs
+        knobs["dp"] = max(1, self.world // (knobs["tp"] * knobs["pp"] * knobs["cp"]))
+        still, read_here = self._rules_left(depth, pending)
+        if still is None:
+            return read_here
+        if not still:  # every completion is valid
+            self.valid.append((depth, self.set_above[depth](knobs), None))
+            return read_here
+        key = (depth, still)
+        known = self._known_subtree(key)
+        if known is not None:
+            self.valid.append((depth, self.set_above[depth](knobs), known))
+            self.removed.update(known.removed)
+            return read_here | known.depends_on
+        return read_here | self._walk_below(depth, still)
+
+    def _rules_left(self, depth: int, pending: _Pending) -> tuple[_Pending | None, set[str]]:
+        """The rules still undecided below this node (None when one is broken here: its
+        subtree is counted as removed), and the knobs the rules asked here read."""
+        unset = self.unset_below[depth]
         read_here: set[str] = set()
         still: list[tuple[int, int]] = []
         for i, wake in pending:
             if wake > depth:  # nothing it read has been set since it last answered
                 still.append((i, wake))
                 continue
-            ok, reads = answer(i)
+            ok, reads = self.answer(i)
             read_here |= reads
             if reads & unset:  # it read a knob not set yet: decided further down
-                still.append((i, wakes(reads & unset, unset)))
+                still.append((i, self.wakes(reads & unset, unset)))
             elif not ok:
-                removed[rules[i].name] += below[depth]
-                return read_here
-        if not still:  # every completion is valid
-            valid.append((depth, set_above[depth](knobs), None))
-            return read_here
-        key = (depth, tuple(still))
-        for values_of, by_values in subtrees.get(key, ()):
-            known = by_values.get(values_of(knobs))
+                self.removed[self.rules[i].name] += self.below[depth]
+                return None, read_here
+        return tuple(still), read_here
+
+    def _known_subtree(self, key: tuple[int, _Pending]) -> _Subtree | None:
+        """A subtree found before that stands for this node's, if any."""
+        for values_of, by_values in self.subtrees.get(key, ()):
+            known = by_values.get(values_of(self.knobs))
             if known is not None:
-                valid.append((depth, set_above[depth](knobs), known))
-                removed.update(known.removed)
-                return read_here | known.depends_on
-        start, removed_before = len(valid), removed.copy()
+                return known
+        return None
+
+    def _walk_below(self, depth: int, still: _Pending) -> set[str]:
+        """Walk each value of this depth's knob, keep what was found as one subtree block and
+        remember it; the knobs the subtree's rules read."""
+        knobs, valid = self.knobs, self.valid
+        start, removed_before = len(valid), self.removed.copy()
         read_below: set[str] = set()
-        name = names[depth]
-        for value in options[depth]:
+        name = self.names[depth]
+        for value in self.options[depth]:
             knobs[name] = value
-            read_below |= visit(depth + 1, tuple(still))
+            read_below |= self.visit(depth + 1, still)
         knobs[name] = _DEFAULTS[name]
-        depends_on = fixed_above[depth](read_below)
         subtree = _Subtree(
             entries=[(d - depth, values[depth:], s) for d, values, s in valid[start:]],
-            removed=removed - removed_before,
-            depends_on=depends_on,
+            removed=self.removed - removed_before,
+            depends_on=self.fixed_above[depth](read_below),
         )
         del valid[start:]
-        valid.append((depth, set_above[depth](knobs), subtree))
-        values_of = _values_of(depends_on)
-        known_by = subtrees.setdefault(key, [])
+        valid.append((depth, self.set_above[depth](knobs), subtree))
+        self._remember((depth, still), subtree)
+        return read_below
+
+    def _remember(self, key: tuple[int, _Pending], subtree: _Subtree) -> None:
+        """Keep the subtree for the nodes with these pending rules and the same values of
+        the knobs it depends on."""
+        values_of = _values_of(subtree.depends_on)
+        known_by = self.subtrees.setdefault(key, [])
         found: dict[Any, _Subtree] | None = next(
             (f for reader, f in known_by if reader is values_of), None
         )
         if found is None:
             found = {}
             known_by.append((values_of, found))
-        found[values_of(knobs)] = subtree
-        return read_here | read_below
+        found[values_of(self.knobs)] = subtree
 
-    visit(0, tuple((i, 0) for i in range(len(rules))))
+
+def _table(space: SearchSpace, valid: list[_Entry], world: int) -> ConfigTable:
+    """The configs of the walk's blocks as a table: each knob's places among its options
+    expanded by numpy, then the values; the knobs the space leaves out at their defaults."""
+    names = list(space.values)
+    options = [space.values[n] for n in names]
     code_of = [{value: code for code, value in enumerate(o)} for o in options]
     codes = _columns(names, [len(o) for o in options], valid, code_of, {})
     rows = len(codes[names[0]]) if names else len(valid)  # no knobs: the default config
@@ -237,7 +291,7 @@ def enumerate_space(
         else:
             columns[name] = np.full(rows, getattr(DEFAULT, name), dtype=dtype)
     columns["dp"] = np.maximum(1, world // (columns["tp"] * columns["pp"] * columns["cp"]))
-    return Enumeration(valid=ConfigTable(**columns), total=below[0], removed=dict(removed))
+    return ConfigTable(**columns)
 
 
 def _fixed_by(above: Sequence[str]) -> Callable[[set[str]], frozenset[str]]:

@@ -23,6 +23,7 @@ from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
 from autotune.study.optuna_private import HEARTBEAT_S, fail_trial
+from autotune.study.schema import bring_to_current
 from autotune.study.trial_attrs import ERROR, KIND, OWNER
 from autotune.trial.spec import UserJob
 
@@ -80,8 +81,9 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
 
 
 def problem_attrs(problem: Problem) -> dict[str, Any]:
-    """What the study remembers of its problem (as Optuna study user attributes)."""
-    return {  # "job" first: a study that has "engine" has its "job" (None before jobs)
+    """What the study remembers of its problem (as Optuna study user attributes, in the form
+    of `schema.SCHEMA_VERSION`)."""
+    return {  # "job" first: a study that has "engine" has its "job"
         "job": dataclasses.asdict(problem.job) if problem.job else None,
         "engine": problem.engine.name,
         "workload": dataclasses.asdict(problem.workload),
@@ -92,20 +94,18 @@ def problem_attrs(problem: Problem) -> dict[str, Any]:
 
 def _identity(value: Any) -> Any:
     """What must match to resume a study: stored JSON, without where SLURM jobs are sent
-    (a resume may use another partition or account), nor an NVLink domain left unset (studies
-    stored before clusters had one)."""
+    (a resume may use another partition or account)."""
     plain = json.loads(json.dumps(value))
     if isinstance(plain, dict):
         plain.pop("slurm", None)
-        if plain.get("nvlink_domain", 0) is None:
-            del plain["nvlink_domain"]
     return plain
 
 
 def open_study(
     ref: StudyRef, problem: Problem, sampler: optuna.samplers.BaseSampler
 ) -> optuna.Study:
-    """Create the study or load it to resume; refuse to mix engines, workloads or clusters."""
+    """Create the study or load it to resume; refuse to mix engines, workloads or clusters,
+    and studies of another schema version that cannot be migrated."""
     storage = _storage(ref.storage_url)
     study = optuna.create_study(
         study_name=ref.name,
@@ -114,10 +114,9 @@ def open_study(
         direction="maximize",
         load_if_exists=True,
     )
+    bring_to_current(study)
     attrs = problem_attrs(problem)
     stored = study.user_attrs
-    if "engine" in stored:  # an existing study: one made before jobs were stored had none
-        stored = {**stored, "job": with_framework(stored.get("job"))}
     for key in ("engine", "workload", "cluster", "job"):
         if key in stored and _identity(stored[key]) != _identity(attrs[key]):
             raise InputError(
@@ -151,7 +150,9 @@ def load_existing_study(ref: StudyRef) -> optuna.Study:
     if ref.name not in names:
         known = f"; studies there: {', '.join(names)}" if names else ""
         raise InputError(f"no study {ref.name!r} in {ref.storage_url}{known}")
-    return optuna.load_study(study_name=ref.name, storage=storage)
+    study = optuna.load_study(study_name=ref.name, storage=storage)
+    bring_to_current(study)
+    return study
 
 
 def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
@@ -163,17 +164,9 @@ def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
     )
 
 
-def with_framework(job: Any) -> Any:
-    """A stored command from before frameworks were named: a ds_config argument made it a
-    DeepSpeed script, else a script tuned through autotune.step."""
-    if isinstance(job, dict) and "framework" not in job:
-        return {**job, "framework": "script" if job.get("config_index") is None else "deepspeed"}
-    return job
-
-
 def stored_job(study: optuna.Study) -> UserJob | None:
     """The user's command the study tunes, if it tunes one."""
-    job = with_framework(study.user_attrs.get("job"))
+    job = study.user_attrs.get("job")
     if not job:
         return None
     try:

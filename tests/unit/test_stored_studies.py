@@ -1,38 +1,95 @@
-"""Studies stored before a change still resume: their configs keep their keys, and their
-cluster record still matches the cluster it was made for."""
+"""Stored studies carry their schema version: an unversioned study is migrated once when
+opened, a newer one is refused in one line; and config keys stay the same as knobs are added."""
 
 import json
 from pathlib import Path
 
 import optuna
+import pytest
 
+from autotune.errors import InputError
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.storage import StudyRef, open_study, problem_attrs
+from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
+from autotune.study.storage import (
+    StudyRef,
+    load_existing_study,
+    open_study,
+    problem_attrs,
+    stored_job,
+)
+from tests.conftest import autotune
 
-# A key as studies stored it before context parallelism was a knob.
-STORED_KEY = (
+# A key of a config whose late knobs (cp, ep, hsdp, ...) are at their default.
+KEY_AT_DEFAULTS = (
     '{"allgather_bucket": 500000000, "ddp_bucket_mb": 25, "dp": 8, "mbs": 2, '
     '"nccl_algo": "default", "nccl_proto": "default", "overlap_comm": false, '
     '"overlap_param_gather": false, "pp": 1, "recompute": "full", "recompute_method": "block", '
     '"recompute_num_layers": 2, "reduce_bucket": 500000000, "sp": false, "tp": 2, "vpp": 1, '
     '"zero": 1}'
 )
+PROBLEM = ("megatron", "llama3-8b", "dgx-h100:2")
 
 
-def test_a_config_stored_before_cp_keeps_its_key() -> None:
-    config = TrainConfig(**json.loads(STORED_KEY))
-    assert config_key(config) == STORED_KEY
-    assert '"cp": 2' in config_key(TrainConfig(**json.loads(STORED_KEY), cp=2))
+def test_a_key_names_late_knobs_only_when_set() -> None:
+    config = TrainConfig(**json.loads(KEY_AT_DEFAULTS))
+    assert config_key(config) == KEY_AT_DEFAULTS
+    assert '"cp": 2' in config_key(TrainConfig(**json.loads(KEY_AT_DEFAULTS), cp=2))
 
 
-def test_a_study_stored_before_nvlink_domains_resumes(tmp_path: Path) -> None:
-    problem = load_problem("megatron", "llama3-8b", "dgx-h100:2")
-    storage = f"sqlite:///{tmp_path / 'study.db'}"
-    old = optuna.create_study(study_name="old", storage=storage, direction="maximize")
-    for key, value in problem_attrs(problem).items():
+def _unversioned_study(storage: str, name: str, job: object) -> None:
+    """A study as stored before versions were kept: no version, a cluster without an NVLink
+    domain, and a job without a framework (or no job at all)."""
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    for key, value in problem_attrs(load_problem(*PROBLEM)).items():
         if key == "cluster":
             value = {k: v for k, v in value.items() if k != "nvlink_domain"}
-        old.set_user_attr(key, value)
+        if key != "job":
+            study.set_user_attr(key, value)
+    if job is not None:
+        study.set_user_attr("job", job)
+
+
+def test_a_new_study_carries_the_schema_version(tmp_path: Path) -> None:
+    ref = StudyRef(name="new", storage_url=f"sqlite:///{tmp_path / 'study.db'}", folder=tmp_path)
+    study = open_study(ref, load_problem(*PROBLEM), optuna.samplers.RandomSampler())
+    assert study.user_attrs[SCHEMA_ATTR] == SCHEMA_VERSION
+
+
+def test_an_unversioned_study_is_migrated_once_and_resumes(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    _unversioned_study(storage, "old", job=None)
     ref = StudyRef(name="old", storage_url=storage, folder=tmp_path)
-    assert open_study(ref, problem, optuna.samplers.RandomSampler()).study_name == "old"
+    problem = load_problem(*PROBLEM)
+    open_study(ref, problem, optuna.samplers.RandomSampler())
+    stored = optuna.load_study(study_name="old", storage=storage).user_attrs
+    assert stored[SCHEMA_ATTR] == SCHEMA_VERSION
+    assert stored["job"] is None and stored["cluster"]["nvlink_domain"] is None
+    expected = json.loads(json.dumps(problem_attrs(problem)))
+    assert {k: stored[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(("config_index", "framework"), [(2, "deepspeed"), (None, "script")])
+def test_a_migrated_command_has_its_framework_named(
+    tmp_path: Path, config_index: int | None, framework: str
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    command = ["train.py", "--deepspeed_config", "ds.json"]
+    job = {"command": command, "workdir": "/w", "config_index": config_index}
+    _unversioned_study(storage, "old", job=job)
+    study = load_existing_study(StudyRef(name="old", storage_url=storage, folder=tmp_path))
+    migrated = stored_job(study)
+    assert migrated is not None and migrated.framework == framework
+
+
+def test_a_study_of_a_newer_version_is_refused_in_one_line(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'newer' / 'study.db'}"
+    (tmp_path / "newer").mkdir()
+    study = optuna.create_study(study_name="newer", storage=storage, direction="maximize")
+    study.set_user_attr(SCHEMA_ATTR, SCHEMA_VERSION + 1)
+    ref = StudyRef(name="newer", storage_url=storage, folder=tmp_path)
+    with pytest.raises(InputError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        open_study(ref, load_problem(*PROBLEM), optuna.samplers.RandomSampler())
+    result = autotune("export", "--study", "newer", "--results", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2 and "another --study name" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -211,20 +211,6 @@ def test_run_refuses_a_launcher_word_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "results").exists()
 
 
-def test_a_study_stored_before_frameworks_were_named_still_reads_its_command() -> None:
-    import optuna
-
-    from autotune.study.storage import stored_job
-
-    study = optuna.create_study()
-    command = ["train.py", "--deepspeed_config", "ds.json"]
-    study.set_user_attr("job", {"command": command, "workdir": "/w", "config_index": 2})
-    job = stored_job(study)
-    assert job is not None and job.framework == "deepspeed"
-    study.set_user_attr("job", {"command": ["loop.py"], "workdir": "/w", "config_index": None})
-    assert stored_job(study).framework == "script"  # type: ignore[union-attr]
-
-
 def test_the_users_own_config_is_read_from_their_file_and_flags(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

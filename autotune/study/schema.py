@@ -1,0 +1,60 @@
+"""The form of a study's stored attributes, by version: every study carries the version it
+was written in, and a study stored before versions were kept is migrated to the current form
+once, when it is opened, so that nothing else reads an older form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from autotune.errors import InputError
+
+SCHEMA_VERSION = 1
+SCHEMA_ATTR = "schema_version"
+"""The study user attribute that holds the version its attributes are stored in."""
+UNVERSIONED = 0
+"""The version of a study stored before versions were kept."""
+
+
+def stored_version(study: optuna.Study) -> int:
+    """The version the study's attributes are in; an empty study is in the current one."""
+    attrs = study.user_attrs
+    if SCHEMA_ATTR in attrs:
+        return int(attrs[SCHEMA_ATTR])
+    return UNVERSIONED if "engine" in attrs else SCHEMA_VERSION
+
+
+def bring_to_current(study: optuna.Study) -> None:
+    """Migrate the study's attributes to the current form, or refuse one from a newer
+    autotune in one line."""
+    version = stored_version(study)
+    if version > SCHEMA_VERSION:
+        raise InputError(
+            f"study {study.study_name!r} is stored in schema version {version}, newer than "
+            f"this autotune's {SCHEMA_VERSION}: upgrade autotune or use another --study name"
+        )
+    if version == UNVERSIONED:
+        for key, value in _versioned_attrs(study.user_attrs).items():
+            study.set_user_attr(key, value)
+    if SCHEMA_ATTR not in study.user_attrs:
+        study.set_user_attr(SCHEMA_ATTR, SCHEMA_VERSION)
+
+
+def _versioned_attrs(stored: dict[str, Any]) -> dict[str, Any]:
+    """The attributes an unversioned study stores differently in version 1: its `job` (none
+    for a study stored before jobs were), with its framework named, and its cluster's NVLink
+    domain (unset)."""
+    cluster = stored["cluster"]
+    return {
+        "job": _with_framework(stored.get("job")),
+        "cluster": {**cluster, "nvlink_domain": cluster.get("nvlink_domain")},
+    }
+
+
+def _with_framework(job: Any) -> Any:
+    """A stored command with its framework named: a ds_config argument makes it a DeepSpeed
+    script, else a script tuned through autotune.step."""
+    if isinstance(job, dict) and "framework" not in job:
+        return {**job, "framework": "script" if job.get("config_index") is None else "deepspeed"}
+    return job
