@@ -8,6 +8,7 @@ from typing import Any
 
 import optuna
 
+from autotune.engines.deepspeed.jobs import is_hugging_face
 from autotune.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -53,8 +54,13 @@ def _versioned_attrs(stored: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_framework(job: Any) -> Any:
-    """A stored command with its framework named: a ds_config argument makes it a DeepSpeed
-    script, else a script tuned through autotune.step."""
-    if isinstance(job, dict) and "framework" not in job:
-        return {**job, "framework": "script" if job.get("config_index") is None else "deepspeed"}
-    return job
+    """A stored command with its framework named as version 1 names it: a ds_config argument
+    makes it a DeepSpeed script (Hugging Face's Trainer where `--deepspeed` gives the file),
+    none a script tuned through autotune.step."""
+    if not isinstance(job, dict):
+        return job
+    index = job.get("config_index")
+    framework = job.get("framework") or ("script" if index is None else "deepspeed")
+    if framework == "deepspeed" and is_hugging_face(job.get("command", ()), index):
+        framework = "huggingface"
+    return {**job, "framework": framework}

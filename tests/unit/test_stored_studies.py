@@ -69,12 +69,19 @@ def test_an_unversioned_study_is_migrated_once_and_resumes(tmp_path: Path) -> No
     assert {k: stored[k] for k in expected} == expected
 
 
-@pytest.mark.parametrize(("config_index", "framework"), [(2, "deepspeed"), (None, "script")])
+@pytest.mark.parametrize(
+    ("flag", "config_index", "framework"),
+    [
+        ("--deepspeed_config", 2, "deepspeed"),
+        ("--deepspeed", 2, "huggingface"),
+        ("--deepspeed_config", None, "script"),
+    ],
+)
 def test_a_migrated_command_has_its_framework_named(
-    tmp_path: Path, config_index: int | None, framework: str
+    tmp_path: Path, flag: str, config_index: int | None, framework: str
 ) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    command = ["train.py", "--deepspeed_config", "ds.json"]
+    command = ["train.py", flag, "ds.json"]
     job = {"command": command, "workdir": "/w", "config_index": config_index}
     _unversioned_study(storage, "old", job=job)
     study = load_existing_study(StudyRef(name="old", storage_url=storage, folder=tmp_path))
