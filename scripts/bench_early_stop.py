@@ -21,6 +21,8 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune.study.trial_attrs import TrialAttrs
+
 REPO = Path(__file__).resolve().parents[1]
 SPACE = {
     "engine": "deepspeed",
@@ -57,14 +59,15 @@ def study_run(workdir: Path, early: bool, trials: int) -> dict[str, object]:
         capture_output=True,
     )
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / name / 'study.db'}")
-    ran = [t for t in study.get_trials() if "config_key" in t.user_attrs]
+    ran = [t for t in study.get_trials() if TrialAttrs.of(t).config_key is not None]
+    attrs = [TrialAttrs.of(t) for t in ran]
     best = max((t for t in ran if t.value), key=lambda t: t.value)
     return {
-        "seconds": sum(t.user_attrs.get("wall_s", 0.0) for t in ran),
+        "seconds": sum(a.wall_s or 0.0 for a in attrs),
         "trials": len(ran),
-        "confirmations": sum(1 for t in ran if "confirms" in t.user_attrs),
-        "stopped": sum(1 for t in ran if t.user_attrs.get("stopped_for") == "slower"),
-        "winner": best.user_attrs["label"],
+        "confirmations": sum(1 for a in attrs if a.confirms is not None),
+        "stopped": sum(1 for a in attrs if a.stopped_for == "slower"),
+        "winner": TrialAttrs.of(best).label,
         "winner_tps": best.value,
     }
 

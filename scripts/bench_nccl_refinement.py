@@ -50,6 +50,7 @@ from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
+from autotune.study.trial_attrs import TrialAttrs
 
 PROBLEMS = [
     ("torch", "llama3-8b", "dgx-h100:4"),  # the leaders are compute-bound: NCCL cannot matter
@@ -126,11 +127,15 @@ def nccl_label(config: TrainConfig) -> str:
 
 
 def outcome(world: World, study: optuna.Study) -> dict[str, object]:
-    done = [t for t in study.trials if t.value is not None and "config" in t.user_attrs]
-    ran = [TrainConfig(**t.user_attrs["config"]) for t in done]
+    done = [
+        t
+        for t in study.trials
+        if t.value is not None and TrialAttrs.of(t).config_values is not None
+    ]
+    ran = [TrialAttrs.of(t).config for t in done]
     best = best_trial(study)  # as the export picks it: the best standing, repeats averaged
     assert best is not None
-    leader = nccl_default(TrainConfig(**best.user_attrs["config"]))
+    leader = nccl_default(TrialAttrs.of(best).config)
     variants = [TrainConfig(**json.loads(k)) for k, v in world.truth.items() if v]
     variants = [c for c in variants if nccl_default(c) == leader]
     truth = {c: world.truth[config_key(c)] or 0.0 for c in variants}
@@ -138,7 +143,7 @@ def outcome(world: World, study: optuna.Study) -> dict[str, object]:
     truly_best = max(variants, key=truth.__getitem__)
     if truth[truly_best] <= truth[leader] * (1 + NOISE_FLOOR):
         truly_best = leader
-    exported = TrainConfig(**nccl_verdict(study, best).trial.user_attrs["config"])
+    exported = TrialAttrs.of(nccl_verdict(study, best).trial).config
     return {
         "nccl_trials": sum(c != nccl_default(c) for c in ran),
         "found_at": ran.index(truly_best) + 1 if truly_best in ran else None,

@@ -49,7 +49,7 @@ from autotune.space import config_key  # noqa: E402
 from autotune.study.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
 from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
-from autotune.study.trial_attrs import CONFIG_KEY, CONFIRMS  # noqa: E402
+from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
 from autotune.trial.length import stopped_for  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
@@ -157,12 +157,12 @@ def run(
             ),
         )
     done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-    search = [t for t in done if CONFIRMS not in t.user_attrs and t.value]
-    repeats = [t for t in done if CONFIRMS in t.user_attrs]
+    search = [t for t in done if TrialAttrs.of(t).confirms is None and t.value]
+    repeats = [t for t in done if TrialAttrs.of(t).confirms is not None]
     standing = best_standing(study)
     assert standing is not None
-    named = standing.trial.user_attrs[CONFIG_KEY]
-    single = max(search, key=lambda t: t.value or 0.0).user_attrs[CONFIG_KEY]
+    named = TrialAttrs.of(standing.trial).config_key
+    single = TrialAttrs.of(max(search, key=lambda t: t.value or 0.0)).config_key
     best_key = max(world.truth, key=lambda k: world.truth[k] or 0.0)
     best_trials = launcher.stopped.get(best_key, [])
     per_trial = launcher.seconds / max(1, len(done))

@@ -31,10 +31,11 @@ from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_verdicts
 from autotune.estimate.steptime import default_calibration
 from autotune.problem import Problem, load_problem
-from autotune.space import TrainConfig, config_key, first_violation
+from autotune.space import config_key, first_violation
 from autotune.space.enumerate import build_config
 from autotune.space.pipeline import split_layers
 from autotune.study.guided import GuidedSearch
+from autotune.study.trial_attrs import TrialAttrs
 
 REPO = Path(__file__).resolve().parents[1]
 BLOOM = str(REPO / "tests/data/models/bloom-72l.yaml")
@@ -146,7 +147,7 @@ def proposals(model: str, cluster: str) -> dict[str, float]:
         start = time.perf_counter()
         trials = study.get_trials(deepcopy=False)
         guide.learn(trials)
-        tried = {config_key(TrainConfig(**t.user_attrs["config"])) for t in trials}
+        tried = {config_key(TrialAttrs.of(t).config) for t in trials}
         guide.converged(tried, max(t.value or 0.0 for t in trials))
         config = guide.propose(tried)
         seconds.append(time.perf_counter() - start)

@@ -39,6 +39,7 @@ from autotune.space import TrainConfig, config_key
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import StudyRef
+from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.result import Source, TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
@@ -191,7 +192,8 @@ def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
         for t in study.get_trials()
         if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     ]
-    return [t.user_attrs["config_key"] for t in sorted(ran, key=lambda t: t.number)]
+    keys = [TrialAttrs.of(t).config_key for t in sorted(ran, key=lambda t: t.number)]
+    return [key for key in keys if key is not None]
 
 
 class _Quiet:

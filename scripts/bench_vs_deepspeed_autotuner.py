@@ -40,6 +40,7 @@ from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
 from autotune.runner import run as run_trial
 from autotune.space import TrainConfig, config_key
+from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,17 +182,16 @@ def run_autotune(work: Path, users: dict[str, object], options: tuple[str, ...])
     trials = study.get_trials(deepcopy=False)
     measured = tuple(
         sorted(
-            ((t.datetime_complete - began).total_seconds(), key_of(t.user_attrs["config"]),
-             t.value)
+            ((t.datetime_complete - began).total_seconds(), key_of(config), t.value)
             for t in trials
             if t.state == TrialState.COMPLETE and t.value and t.datetime_complete
-            and "config" in t.user_attrs
+            and (config := TrialAttrs.of(t).config_values) is not None
         )
     )  # fmt: skip
     pick = key_of(best["config"])
     return AutotuneRun(
         wall_s=wall,
-        trials=sum(1 for t in trials if t.user_attrs.get("kind")),
+        trials=sum(1 for t in trials if TrialAttrs.of(t).kind),
         pick=pick,
         pick_found_s=min(at for at, key, _ in measured if key == pick),  # the pick was measured
         measured=measured,

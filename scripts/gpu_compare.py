@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.space import TrainConfig
+from autotune.study.trial_attrs import TrialAttrs
 
 GIB = 2**30
 
@@ -26,20 +26,22 @@ def rows(db: Path) -> list[str]:
     for summary in optuna.get_all_study_summaries(storage):
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         for t in study.trials:
-            attrs = t.user_attrs
-            predicted = attrs.get("predicted", {})
-            step, peak = attrs.get("step_time_s"), attrs.get("peak_memory_bytes")
-            label = TrainConfig(**attrs["config"]).label() if "config" in attrs else ""
+            attrs = TrialAttrs.of(t)
+            predicted = attrs.predicted
+            predicted_step = predicted.step_time_s if predicted is not None else None
+            predicted_memory = predicted.memory_bytes if predicted is not None else None
+            step, peak = attrs.step_time_s, attrs.peak_memory_bytes
+            label = attrs.config.label() if attrs.config_values is not None else ""
             out.append(
                 f"| {summary.study_name} | {t.number} | {label} | "
-                f"{attrs.get('kind', t.state.name.lower())} | {attrs.get('source', 'measured')} | "
+                f"{attrs.kind or t.state.name.lower()} | {attrs.source or 'measured'} | "
                 f"{step * 1e3 if step else float('nan'):.1f} | "
-                f"{predicted.get('step_time_s', float('nan')) * 1e3:.1f} | "
-                f"{ratio(step, predicted.get('step_time_s'))} | "
+                f"{(predicted_step or float('nan')) * 1e3:.1f} | "
+                f"{ratio(step, predicted_step)} | "
                 f"{peak / GIB if peak else float('nan'):.2f} | "
-                f"{predicted.get('memory_bytes', float('nan')) / GIB:.2f} | "
-                f"{ratio(peak, predicted.get('memory_bytes'))} | "
-                f"{(attrs.get('error') or '')[:80]} |"
+                f"{(predicted_memory or float('nan')) / GIB:.2f} | "
+                f"{ratio(peak, predicted_memory)} | "
+                f"{(attrs.error or '')[:80]} |"
             )
     return out
 

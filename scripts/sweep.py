@@ -19,6 +19,8 @@ import optuna
 import pandas as pd
 import yaml
 
+from autotune.study.trial_attrs import TrialAttrs
+
 REPO = Path(__file__).resolve().parents[1]
 SPACES = {
     "deepspeed": {
@@ -77,17 +79,18 @@ def sweep(engine: str, workdir: Path) -> pd.DataFrame:
     for t in loaded.get_trials(
         states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     ):
-        a = t.user_attrs
+        a = TrialAttrs.of(t)
+        config = a.config_values or {}
         rows.append(
             {
                 **{
-                    k: a["config"][k]
+                    k: config[k]
                     for k in ("tp", "pp", "vpp", "dp", "zero", "mbs", "recompute", "sp")
                 },
-                "step_time_s": a.get("step_time_s"),
-                "step_time_stdev_s": a.get("step_time_stdev_s"),
-                "status": a["kind"],
-                "wall_s": round(a.get("wall_s", 0.0), 2),
+                "step_time_s": a.step_time_s,
+                "step_time_stdev_s": a.step_time_stdev_s,
+                "status": a.kind,
+                "wall_s": round(a.wall_s or 0.0, 2),
             }
         )
     return pd.DataFrame(rows)

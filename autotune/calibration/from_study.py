@@ -13,9 +13,8 @@ from autotune.calibration.saved import calibration_path, load_calibration, save_
 from autotune.errors import InputError
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.steptime import Calibration
-from autotune.space import TrainConfig
 from autotune.study.storage import stored_specs
-from autotune.study.trial_attrs import CONFIG, SOURCE
+from autotune.study.trial_attrs import TrialAttrs
 
 MIN_TRIALS = 3
 
@@ -35,16 +34,12 @@ class CalibrationReport:
 
 def observations(study: optuna.Study) -> list[Observation]:
     engine, workload, cluster = stored_specs(study)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = [TrialAttrs.of(t) for t in trials]
     return [
-        Observation(
-            workload,
-            cluster,
-            TrainConfig(**t.user_attrs[CONFIG]),
-            engine,
-            t.user_attrs["step_time_s"],
-        )
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get(SOURCE) == "measured" and t.user_attrs.get("step_time_s")
+        Observation(workload, cluster, a.config, engine, step)
+        for a in done
+        if a.source == "measured" and (step := a.step_time_s)
     ]
 
 

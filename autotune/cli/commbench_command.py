@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import display
+from autotune.cli import commbench_display
 from autotune.cli.app import cli
 from autotune.cli.options import (
     console,
@@ -81,4 +81,4 @@ def commbench(
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    display.commbench(console, report)
+    commbench_display.commbench(console, report)

@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, scipy)
     import optuna
     import pandas as pd
 
-    from autotune.calibration.from_commbench import CommCalibrationReport
     from autotune.calibration.from_study import CalibrationReport
     from autotune.study.confirm import Standing
 
@@ -192,7 +191,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.report.table import trial_table as table_of
     from autotune.report.table import users_config_trial
     from autotune.study.confirm import standings
-    from autotune.study.trial_attrs import CONFIRMS
+    from autotune.study.trial_attrs import TrialAttrs
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
@@ -205,17 +204,18 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         if (yours := users_config_trial(study)) is not None:
             console.print(
                 f"  {ranked[0].tokens_per_s / yours.tokens_per_s:.2f}x your own config "
-                f"({yours.trial.user_attrs.get('label')}, trial {yours.first}: "
+                f"({TrialAttrs.of(yours.trial).label}, trial {yours.first}: "
                 f"{yours.tokens_per_s:,.0f} tok/s)"
             )
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        if CONFIRMS in t.user_attrs:
+        attrs = TrialAttrs.of(t)
+        if attrs.confirms is not None:
             console.print(
-                f"[yellow]a repeat of trial {t.user_attrs['confirms']} failed[/] "
-                f"({t.user_attrs.get('kind')}: {t.user_attrs.get('error')}): that config "
+                f"[yellow]a repeat of trial {attrs.confirms} failed[/] "
+                f"({attrs.kind}: {attrs.error}): that config "
                 "does not stand unless a later repeat succeeds"
             )
     cost = study_cost(study)
@@ -309,106 +309,12 @@ def calibration(console: Console, report: CalibrationReport) -> None:
     console.print("saved: " + ", ".join(str(p) for p in report.saved_to))
 
 
-def commbench_calibration(console: Console, report: CommCalibrationReport) -> None:
-    table = Table(
-        "op", "link", "ranks", "NCCL", "regimes: latency + bus bytes / busbw", "median error",
-        title=f"collective times fitted for {report.cluster} (each size takes its fastest "
-        "regime)",
-        title_justify="left",
-    )  # fmt: skip
-    for f in report.fits:
-        table.add_row(
-            f.op,
-            f.link,
-            str(f.ranks),
-            "default" if f.algo == "default" else f"{f.algo}/{f.proto}",
-            "; ".join(
-                f"{r.latency_s * 1e6:,.1f} us + B / {r.busbw_bytes_per_s / 1e9:.3f} GB/s"
-                for r in f.regimes
-            ),
-            f"{f.median_error:.1%}",
-        )
-    console.print(table)
-    console.print(f"saved: {report.saved_to} (estimate, plan and run use it for this cluster)")
-
-
-def _sweep_table(winners: pd.DataFrame, nccl_version: str | None) -> Table:
-    table = Table(
-        title=f"NCCL sweep (NCCL {nccl_version}): fastest forced setting per size (measured)",
-        title_justify="left",
-    )
-    for column in ("op", "group", "bytes", "fastest", "time", "default", "vs default"):
-        table.add_column(
-            column, justify="left" if column in ("op", "group", "fastest") else "right"
-        )
-    for w in winners.itertuples():
-        table.add_row(
-            w.op,
-            w.group,
-            f"{w.bytes:,}",
-            f"{w.algo}/{w.proto}",
-            f"{w.time_s * 1e6:,.1f} us",
-            f"{w.default_s * 1e6:,.1f} us",
-            f"{w.vs_default:.2f}x",
-        )
-    return table
-
-
-def commbench(console: Console, report: dict[str, Any]) -> None:
-    """The collectives table, and large-message busbw against the memory copy."""
-    table = Table(
-        title=f"commbench: {report['backend']}, {report['ranks']} ranks (measured)",
-        title_justify="left",
-    )
-    for column in ("op", "group", "NCCL", "bytes", "time", "algbw GB/s", "busbw GB/s", "correct"):
-        table.add_column(column, justify="right" if column in ("bytes", "time") else "left")
-    for r in report["rows"]:
-        table.add_row(
-            r["op"],
-            f"{r['group']} ({r['ranks']})",
-            "default" if r["algo"] == "default" else f"{r['algo']}/{r['proto']}",
-            f"{r['bytes']:,}",
-            f"{r['time_s'] * 1e6:,.1f} us",
-            *(
-                (f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}")
-                if r["algbw_gbps"] is not None
-                else ("no data moved", "no data moved")
-            ),
-            "yes" if r["correct"] else "[red]NO[/]",
-        )
-    console.print(table)
-    from autotune.commbench.bench import sweep_winners
-
-    winners = sweep_winners(report)
-    if not winners.empty:
-        console.print(_sweep_table(winners, report.get("nccl_version")))
-    for r in report.get("refused", []):
-        console.print(
-            f"NCCL refused {r['op']} ({r['group']}) with NCCL_ALGO={r.get('NCCL_ALGO')} "
-            f"NCCL_PROTO={r.get('NCCL_PROTO')}: {r['error']}"
-        )
-    if report["ranks"] == 1:
-        console.print(
-            "one rank: no link is crossed, so times are NCCL's launch and local copies, and "
-            "no bandwidth or NCCL setting is reported as faster; this exercises the NCCL path, "
-            "not the fabric"
-        )
-    memcpy = report["memcpy_gbps"]
-    largest = max(r["bytes"] for r in report["rows"])
-    for r in report["rows"]:
-        if r["bytes"] == largest and r["algo"] == "default" and r["busbw_gbps"] is not None:
-            console.print(
-                f"{r['op']} at {largest / 2**20:.0f} MiB: busbw {r['busbw_gbps']:.2f} GB/s = "
-                f"{r['busbw_gbps'] / memcpy:.2f}x a memory copy ({memcpy:.2f} GB/s, same run)"
-            )
-    console.print(f"files: {report['folder']}")
-
-
 def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standing]) -> None:
     """The best config on the mean of its measurements, with its 95% interval, and how far
     ahead of the runner-up it is, between-trial noise included."""
     from autotune.study.confirm import ratio_interval
     from autotune.study.noise import study_spread
+    from autotune.study.trial_attrs import TrialAttrs
 
     best, between = ranked[0], study_spread(study)
     row = ok[ok["number"] == best.trial.number].iloc[0]
@@ -429,7 +335,7 @@ def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standin
         apart = f" (95% interval {low:.2f}x-{high:.2f}x)" if measured else ""
         console.print(
             f"  {ratio:.2f}x the runner-up{apart}, trial {ranked[1].first} "
-            f"{ranked[1].trial.user_attrs.get('label')}"
+            f"{TrialAttrs.of(ranked[1].trial).label}"
         )
     means = [s.tokens_per_s for s in ranked]
     console.print(

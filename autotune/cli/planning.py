@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import display
+from autotune.cli import commbench_display, display
 from autotune.cli.app import cli
 from autotune.cli.options import (
     console,
@@ -214,7 +214,7 @@ def calibrate(
     if commbench_file is not None:
         from autotune.calibration.from_commbench import calibrate_commbench
 
-        display.commbench_calibration(
+        commbench_display.commbench_calibration(
             console, calibrate_commbench(commbench_file, cluster, results)
         )
         return

@@ -28,11 +28,10 @@ from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.launchers import torchrun
 from autotune.report.table import best_trial
-from autotune.space import TrainConfig
 from autotune.study.confirm import standings
 from autotune.study.noise import study_spread
 from autotune.study.storage import stored_job, stored_specs
-from autotune.study.trial_attrs import CONFIG, SOURCE
+from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
@@ -55,7 +54,7 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
         raise InputError(f"output folder {out} exists and is not empty (use --force)")
     engine_name, workload, cluster = stored_specs(study)
     engine = get_engine(engine_name)
-    config = TrainConfig(**trial.user_attrs[CONFIG])
+    config = TrialAttrs.of(trial).config
     spec = TrialSpec(
         engine=engine_name,
         workload=workload,
@@ -102,7 +101,8 @@ def _write_all(
     spec: TrialSpec,
     nccl_note: str | None = None,
 ) -> None:
-    source = trial.user_attrs.get(SOURCE, "measured")
+    attrs = TrialAttrs.of(trial)
+    source = attrs.source or "measured"
     files = (
         get_framework(spec.job.framework).write_files(spec, folder)
         if spec.job is not None
@@ -132,16 +132,13 @@ def _write_all(
                 "cluster": spec.cluster.name,
                 "config": spec.config.as_dict(),
                 "metrics": {
-                    k: trial.user_attrs.get(k)
-                    for k in (
-                        "tokens_per_s",
-                        "step_time_s",
-                        "step_time_stdev_s",
-                        "tflops_per_device",
-                        "mfu",
-                        "peak_memory_bytes",
-                        "model_state_bytes",
-                    )
+                    "tokens_per_s": attrs.tokens_per_s,
+                    "step_time_s": attrs.step_time_s,
+                    "step_time_stdev_s": attrs.step_time_stdev_s,
+                    "tflops_per_device": attrs.tflops_per_device,
+                    "mfu": attrs.mfu,
+                    "peak_memory_bytes": attrs.peak_memory_bytes,
+                    "model_state_bytes": attrs.model_state_bytes,
                 },
                 "standing": _standing(study, trial),
                 "provenance": provenance(study.study_name, trial.number, spec),
@@ -185,7 +182,7 @@ def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str,
 
 def simulated_banner(trial: optuna.trial.FrozenTrial) -> list[str]:
     """The first comment lines of an export whose figures were predicted, not measured."""
-    if trial.user_attrs.get(SOURCE) != "simulated":
+    if TrialAttrs.of(trial).source != "simulated":
         return []
     return [
         "# SIMULATED: this config and its figures come from autotune's model, not from a "
@@ -274,7 +271,8 @@ def train_script(
     `job_config` (a file in this folder) where it was tuned; one node or, with NNODES > 1, a
     c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK."""
     cluster = spec.cluster
-    tps = trial.user_attrs.get("tokens_per_s")
+    attrs = TrialAttrs.of(trial)
+    tps = attrs.tokens_per_s
     measured = f"{tps:,.0f} tokens/s" if tps else "?"
     launcher = " ".join(
         [
@@ -311,7 +309,7 @@ def train_script(
             *simulated_banner(trial),
             shell.comment(
                 f"autotune: best config of study {study_name!r}, trial {trial.number} "
-                f"({trial.user_attrs.get('source', 'measured')}: {measured})."
+                f"({attrs.source or 'measured'}: {measured})."
             ),
             what,
             "set -euo pipefail",

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.space import TrainConfig, nccl_default
+from autotune.confidence import NCCL_KEEP_ONE_SIDED_PROBABILITY
+from autotune.space import nccl_default
 from autotune.study.confirm import (
     nccl_baseline,
     ratio_interval,
@@ -17,14 +18,7 @@ from autotune.study.confirm import (
     unselected,
 )
 from autotune.study.noise import study_spread
-from autotune.study.trial_attrs import CONFIG
-
-KEEP_CONFIDENCE = 0.99
-"""One-sided: how sure a forced NCCL setting must be to beat NCCL's own choice. Stricter than
-naming a winner (95%): NCCL's default adapts to every size and version, a forced setting is
-a liability wherever it is not a gain, and the winner's repeats are themselves the ones that
-made it lead the confirmation; at 95%, up to 2 of 20 simulated studies exported a setting
-that only tied the default (scripts/bench_nccl_refinement.py)."""
+from autotune.study.trial_attrs import TrialAttrs
 
 
 @dataclass(frozen=True)
@@ -37,14 +31,14 @@ class NcclVerdict:
 
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     """Keep the winner's NCCL settings only when its repeats are faster than the same layout
-    with NCCL's defaults at `KEEP_CONFIDENCE`, between-trial noise included (the
+    with NCCL's defaults at `NCCL_KEEP_ONE_SIDED_PROBABILITY`, between-trial noise included (the
     confirmation repeats both, interleaved, up to `Effort.repeats` times whatever they show; the
     trial that made the winner lead is left out, as it was chosen for reading fast); else
     export the best layout with NCCL's defaults."""
-    config = TrainConfig(**best.user_attrs[CONFIG])
+    config = TrialAttrs.of(best).config
     if config == nccl_default(config):
         return NcclVerdict(best, None)
-    ranked = [s for s in standings(study) if CONFIG in s.trial.user_attrs]
+    ranked = [s for s in standings(study) if TrialAttrs.of(s.trial).config_values is not None]
     leader = next((s for s in ranked if s.trial.number == best.number), None)
     baseline = nccl_baseline(leader, ranked) if leader is not None else None
     winner = unselected(leader) if leader is not None else None
@@ -56,7 +50,8 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
         )
     elif winner is not None and baseline is not None:
         between = study_spread(study)
-        level = 2 * KEEP_CONFIDENCE - 1  # two-sided, so that its lower end is the one-sided bound
+        # two-sided, so that its lower end is the one-sided bound
+        level = 2 * NCCL_KEEP_ONE_SIDED_PROBABILITY - 1
         ratio, low, high = ratio_interval(winner, baseline, between, level)
         measured = (
             f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; {level:.0%} "
@@ -64,10 +59,10 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
             f"{'measurements' if winner is leader else 'repeats'} and "
             f"{len(baseline.values)} measurements)"
         )
-        if separated(winner, baseline, between, KEEP_CONFIDENCE):
-            version = best.user_attrs.get("nccl_version") or "unknown"
+        if separated(winner, baseline, between, NCCL_KEEP_ONE_SIDED_PROBABILITY):
+            version = TrialAttrs.of(best).nccl_version or "unknown"
             return NcclVerdict(best, f"Measured gain of {settings}: {measured}, NCCL {version}.")
-        why = f"{measured} is not a gain at {KEEP_CONFIDENCE:.0%} confidence"
+        why = f"{measured} is not a gain at {NCCL_KEEP_ONE_SIDED_PROBABILITY:.0%} confidence"
     else:
         why = "it was never measured against NCCL's default (or that measurement failed)"
     plain = [s for s in ranked if s.config == nccl_default(s.config)]

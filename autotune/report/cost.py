@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.trial_attrs import PHASES, WALL
+from autotune.study.trial_attrs import TrialAttrs
 
 PHASE_NAMES = {
     "started": "launch",
@@ -47,7 +47,8 @@ def study_cost(study: optuna.Study) -> StudyCost | None:
     seconds = dict.fromkeys([*PHASE_NAMES.values(), "teardown"], 0.0)
     counted = 0
     for t in done:
-        phases, wall = t.user_attrs.get(PHASES), t.user_attrs.get(WALL)
+        attrs = TrialAttrs.of(t)
+        phases, wall = attrs.phases_s, attrs.wall_s
         if not phases or wall is None:
             continue
         counted += 1

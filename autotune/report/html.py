@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 from autotune.report.cost import cost_line, study_cost
 from autotune.report.table import best_standing, trial_table
 from autotune.study.choices import CHOICES_ATTR
-from autotune.study.trial_attrs import PREDICTED
+from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
 
 
@@ -87,7 +87,7 @@ def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         tokens = winner.tokens_per_s
         lines.append(
             f"<p>Winner: trial {winner.first}, "
-            f"<code>{html.escape(winner.trial.user_attrs.get('label', ''))}</code>, "
+            f"<code>{html.escape(TrialAttrs.of(winner.trial).label or '')}</code>, "
             f"{tokens:,.0f} tokens/s (the mean of {len(winner.values)} trial(s)), "
             f"{tokens / median:.2f}x the median trial.</p>"
         )
@@ -216,11 +216,11 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
 
 
 def _predicted(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.Figure | None:
-    rows = [
-        (n, trials[n].user_attrs[PREDICTED]["step_time_s"], measured)
-        for n, measured in zip(frame["number"], frame["step_time_s"], strict=True)
-        if measured and "predicted" in trials[n].user_attrs
-    ]
+    rows = []
+    for n, measured in zip(frame["number"], frame["step_time_s"], strict=True):
+        prediction = TrialAttrs.of(trials[n]).predicted
+        if measured and prediction is not None:
+            rows.append((n, prediction.step_time_s, measured))
     if not rows:
         return None
     errors = [f"#{n}: {p / m - 1:+.0%}" for n, p, m in rows]
@@ -246,8 +246,9 @@ def _predicted(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.F
 def _time_split(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.Figure | None:
     rows = []
     for n in frame["number"]:
-        attrs = trials[n].user_attrs
-        profile, predicted = attrs.get("profile"), attrs.get("predicted", {}).get("step")
+        attrs = TrialAttrs.of(trials[n])
+        profile = attrs.profile
+        predicted = attrs.predicted.step if attrs.predicted is not None else None
         if profile:
             rows.append((f"#{n} measured", profile["compute_s"], profile["comm_s"], 0.0))
         if predicted:

@@ -8,18 +8,7 @@ from optuna.trial import TrialState
 
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import Standing, standings
-from autotune.study.trial_attrs import (
-    CONFIG,
-    CONFIG_KEY,
-    ERROR,
-    KIND,
-    LABEL,
-    PRUNED_REASON,
-    SOURCE,
-    USERS_CONFIG,
-    Pruned,
-    pruned_as,
-)
+from autotune.study.trial_attrs import USERS_CONFIG, Pruned, TrialAttrs, pruned_as
 
 COLUMNS = (
     "number",
@@ -46,27 +35,28 @@ def trial_table(study: optuna.Study) -> pd.DataFrame:
     for t in study.get_trials(deepcopy=False):
         if pruned_as(t) in (Pruned.REJECTED, Pruned.CLAIMED):
             continue  # not run: rejected before running, or another worker's config
-        if t.state == TrialState.RUNNING and CONFIG not in t.user_attrs:
+        attrs = TrialAttrs.of(t)
+        if t.state == TrialState.RUNNING and attrs.config_values is None:
             continue
-        attrs = t.user_attrs
-        config = attrs.get(CONFIG, t.params)
+        config = attrs.config_values if attrs.config_values is not None else t.params
         row = {k: config.get(k) for k in knobs}
+        pruned = "pruned" if t.state == TrialState.PRUNED else None
         row.update(
             {
                 "number": t.number,
                 "status": t.state.name.lower(),
-                "kind": attrs.get(KIND, "pruned" if t.state == TrialState.PRUNED else None),
+                "kind": attrs.kind if attrs.kind is not None else pruned,
                 "tokens_per_s": t.value if t.state == TrialState.COMPLETE else None,
-                "mfu": attrs.get("mfu"),
-                "step_time_s": attrs.get("step_time_s"),
-                "interval": attrs.get("interval"),
-                "measured_steps": attrs.get("measured_steps"),
-                "stopped_for": attrs.get("stopped_for"),
-                "peak_memory_bytes": attrs.get("peak_memory_bytes"),
-                "model_state_bytes": attrs.get("model_state_bytes"),
-                "source": attrs.get(SOURCE),
-                "error": attrs.get(ERROR) or attrs.get(PRUNED_REASON),
-                "label": attrs.get(LABEL),
+                "mfu": attrs.mfu,
+                "step_time_s": attrs.step_time_s,
+                "interval": attrs.interval,
+                "measured_steps": attrs.measured_steps,
+                "stopped_for": attrs.stopped_for,
+                "peak_memory_bytes": attrs.peak_memory_bytes,
+                "model_state_bytes": attrs.model_state_bytes,
+                "source": attrs.source,
+                "error": attrs.error or attrs.pruned_reason,
+                "label": attrs.label,
             }
         )
         rows.append(row)
@@ -97,4 +87,4 @@ def users_config_trial(study: optuna.Study) -> Standing | None:
     key = study.user_attrs.get(USERS_CONFIG)
     if key is None:
         return None
-    return next((s for s in standings(study) if s.trial.user_attrs.get(CONFIG_KEY) == key), None)
+    return next((s for s in standings(study) if TrialAttrs.of(s.trial).config_key == key), None)

@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from scipy import stats
 
+from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.effort import STANDARD, Effort
 from autotune.study.noise import (
@@ -30,15 +31,8 @@ from autotune.study.noise import (
 )
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.storage import INTERRUPTED
-from autotune.study.trial_attrs import (
-    CONFIG,
-    CONFIRMS,
-    KIND,
-    SOURCE,
-)
+from autotune.study.trial_attrs import CONFIRMS, TrialAttrs
 
-CONFIDENCE = 0.95
-"""One-sided: how sure "the best is faster than the runner-up" must be to stop repeating."""
 EQUIVALENT = NOISE_FLOOR
 """Two configs whose throughputs surely differ by less than this are as good as each other:
 repeating them further would not change what the user should run."""
@@ -75,7 +69,7 @@ class Standing:
 
     @property
     def config(self) -> TrainConfig:
-        return TrainConfig(**self.trial.user_attrs[CONFIG])
+        return TrialAttrs.of(self.trial).config
 
     def sd(self, between: Spread | None) -> float:
         """One measurement's relative spread: between trials where the study (or the
@@ -84,12 +78,14 @@ class Standing:
         (a simulated trial's own spread is its whole noise)."""
         if between is not None:
             return max(between.relative, MIN_SD)
-        unknown = UNKNOWN_BETWEEN if self.trial.user_attrs.get(SOURCE) == "measured" else 0.0
+        measured = TrialAttrs.of(self.trial).source == "measured"
+        unknown = UNKNOWN_BETWEEN if measured else 0.0
         return max(unknown, spread(self.trial) / 2, NOISE_FLOOR / 2)
 
     def interval(self, between: Spread | None) -> float:
         """Relative half-width of the 95% interval of its mean throughput."""
-        half = _quantile(0.975, between) * self.sd(between) / math.sqrt(len(self.values))
+        quantile = _quantile(0.5 + INTERVAL_TWO_SIDED_PROBABILITY / 2, between)
+        half = quantile * self.sd(between) / math.sqrt(len(self.values))
         return math.expm1(half)
 
 
@@ -100,7 +96,10 @@ def _quantile(p: float, between: Spread | None) -> float:
 
 
 def ratio_interval(
-    best: Standing, other: Standing, between: Spread | None, level: float = 0.95
+    best: Standing,
+    other: Standing,
+    between: Spread | None,
+    level: float = INTERVAL_TWO_SIDED_PROBABILITY,
 ) -> tuple[float, float, float]:
     """best's throughput over other's: the ratio and its two-sided interval at `level`."""
     diff = best.log_mean - other.log_mean
@@ -111,7 +110,10 @@ def ratio_interval(
 
 
 def separated(
-    best: Standing, other: Standing, between: Spread | None, confidence: float = CONFIDENCE
+    best: Standing,
+    other: Standing,
+    between: Spread | None,
+    confidence: float = WINNER_ONE_SIDED_PROBABILITY,
 ) -> bool:
     """best is faster than other at `confidence` (one-sided)."""
     _, low, _ = ratio_interval(best, other, between, level=2 * confidence - 1)
@@ -120,7 +122,7 @@ def separated(
 
 def equivalent(best: Standing, other: Standing, between: Spread | None) -> bool:
     """Their throughputs differ by less than `EQUIVALENT`, at the same confidence."""
-    _, low, high = ratio_interval(best, other, between, level=2 * CONFIDENCE - 1)
+    _, low, high = ratio_interval(best, other, between, level=2 * WINNER_ONE_SIDED_PROBABILITY - 1)
     return low > 1 / (1 + EQUIVALENT) and high < 1 + EQUIVALENT
 
 
@@ -129,11 +131,11 @@ def standings(study: optuna.Study) -> list[Standing]:
     (out of memory, a crash; not one stopped by the user) does not stand. A trial that runs
     after a confirmation (a resumed study, another worker) stands like any other and can
     win."""
-    failed = {
-        t.user_attrs[CONFIRMS]: t.number
-        for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-        if CONFIRMS in t.user_attrs and t.user_attrs.get(KIND) != INTERRUPTED
-    }
+    failed: dict[int, int] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        attrs = TrialAttrs.of(t)
+        if attrs.confirms is not None and attrs.kind != INTERRUPTED:
+            failed[attrs.confirms] = t.number
     found = []
     for first, trials in measurements(study).items():
         latest = max(trials, key=lambda t: t.number)
@@ -149,7 +151,7 @@ def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]
     with repeats left and none running; [] when the best stands apart. Where launches differ
     by 10%, one launch of the fastest config reads 20% low often enough to fall behind
     several others, so several runners-up are repeated; settled ones leave at once."""
-    ranked = [s for s in standings(study) if s.trial.user_attrs.get(SOURCE) == "measured"]
+    ranked = [s for s in standings(study) if TrialAttrs.of(s.trial).source == "measured"]
     if len(ranked) < 2:
         return []
     between = study_spread(study)
@@ -189,7 +191,7 @@ def unselected(standing: Standing) -> Standing | None:
     """A measured config's repeats without the trial that made it lead (that one was chosen
     for being fast, so it reads high: testing on it finds gains that are not there); None
     without repeats. A prediction (simulated) has no noise to select on: all of it."""
-    if standing.trial.user_attrs.get(SOURCE) != "measured":
+    if TrialAttrs.of(standing.trial).source != "measured":
         return standing
     if standing.repeats < 1:
         return None
@@ -206,11 +208,8 @@ def nccl_baseline(best: Standing, ranked: list[Standing]) -> Standing | None:
 
 
 def _repeats_running(study: optuna.Study) -> set[int]:
-    return {
-        t.user_attrs[CONFIRMS]
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if CONFIRMS in t.user_attrs
-    }
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return {a.confirms for a in map(TrialAttrs.of, running) if a.confirms is not None}
 
 
 def confirm(

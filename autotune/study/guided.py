@@ -28,6 +28,7 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 from scipy import special
 
+from autotune.confidence import PROPOSAL_OPTIMISM_SIGMAS, STOP_RULE_SIGMAS
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.predict import Estimate, Predictor, estimate
 from autotune.estimate.steptime import Calibration
@@ -36,7 +37,7 @@ from autotune.space import TrainConfig, nccl_default
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
 from autotune.study.noise import NOISE_FLOOR
-from autotune.study.trial_attrs import CONFIG, KIND
+from autotune.study.trial_attrs import TrialAttrs
 
 PRIOR_SPREAD = 0.15
 """The model's relative error before measurements say otherwise (its held-out error on
@@ -54,10 +55,6 @@ value is unknown, not merely one knob away. On CPU gloo the model ranks ZeRO 1-2
 above ZeRO 0 and measurement says the reverse; without this, eight trials never ran ZeRO 0
 (results/bench/default_run.md). Only one knob away: a bonus for any untried value made the
 search chase configs unlike any measured, which cost trials in bench_search's worlds."""
-EXPLORE = 1.0
-"""Standard deviations of optimism when proposing (about an 84% one-sided bound)."""
-CONFIDENCE = 2.0
-"""Standard deviations the stop rule demands (about 98% one-sided): stopping is for good."""
 NCCL_SPREAD = 0.3
 """How far NCCL's own choice may be from the best forced setting, as a share of the exposed
 collective time: forcing an algorithm or protocol moves busbw by tens of percent at some
@@ -104,8 +101,8 @@ class GuidedSearch:
     threshold: float = NOISE_FLOOR
     stop_risk: float | None = None
     """`Effort.stop_risk`: stop once the expected number of open layouts that beat the best
-    by the threshold is at most this (NCCL variants: none alone at `CONFIDENCE`); None: once
-    no config alone could at `CONFIDENCE`."""
+    by the threshold is at most this (NCCL variants: none alone at `STOP_RULE_SIGMAS`); None:
+    once no config alone could at `STOP_RULE_SIGMAS`."""
     rng: random.Random = field(init=False)
     memory_limit: float = field(init=False)
     measured: list[TrainConfig] = field(default_factory=list)
@@ -198,26 +195,22 @@ class GuidedSearch:
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
         """Refit the model to the measured trials; tighten memory after out-of-memory ones."""
-        learned_from = tuple(
-            t.number
+        attrs = {t.number: TrialAttrs.of(t) for t in trials}
+        step_times = {
+            t.number: step
             for t in trials
-            if (t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s"))
-            or t.user_attrs.get(KIND) == "oom"
+            if t.state == TrialState.COMPLETE and (step := attrs[t.number].step_time_s)
+        }
+        learned_from = tuple(
+            t.number for t in trials if t.number in step_times or attrs[t.number].kind == "oom"
         )
         if learned_from == self._learned_from:  # nothing new measured: the fit stands
             return
         self._learned_from = learned_from
         w, cluster, engine = self.problem.workload, self.problem.cluster, self.problem.engine
         data = [
-            Observation(
-                w,
-                cluster,
-                TrainConfig(**t.user_attrs[CONFIG]),
-                engine.name,
-                t.user_attrs["step_time_s"],
-            )
-            for t in trials
-            if t.state == TrialState.COMPLETE and t.user_attrs.get("step_time_s")
+            Observation(w, cluster, attrs[n].config, engine.name, step)
+            for n, step in step_times.items()
         ]
         self.measured = [o.config for o in data]
         self._beliefs = None
@@ -227,8 +220,8 @@ class GuidedSearch:
             default=None,
         )
         self.leader_measured = (
-            (TrainConfig(**fastest.user_attrs[CONFIG]), fastest.value or 0.0)
-            if fastest is not None and CONFIG in fastest.user_attrs
+            (attrs[fastest.number].config, fastest.value or 0.0)
+            if fastest is not None and attrs[fastest.number].config_values is not None
             else None
         )
         every = FREE_PARAMETERS + (MOE_PARAMETERS if w.is_moe else ())
@@ -245,13 +238,13 @@ class GuidedSearch:
             MIN_SPREAD,
             math.sqrt((PRIOR_WEIGHT * PRIOR_SPREAD**2 + squares) / (PRIOR_WEIGHT + dof)),
         )
-        for t in trials:
-            if t.user_attrs.get(KIND) == "oom" and CONFIG in t.user_attrs:
-                e = self._estimate(TrainConfig(**t.user_attrs[CONFIG]))
+        for oom in (a for a in attrs.values() if a.kind == "oom"):
+            if oom.config_values is not None:
+                e = self._estimate(oom.config)
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
 
     # --- proposing ----------------------------------------------------------------------
-    def ranked(self, excluded: set[str], optimism: float = EXPLORE) -> Scored:
+    def ranked(self, excluded: set[str], optimism: float = PROPOSAL_OPTIMISM_SIGMAS) -> Scored:
         """Every config still open, scored: its optimistic log tokens/s and uncertainty."""
         rows, expected, unc = self._open(excluded)
         return Scored(rows, expected + optimism * unc)
@@ -289,7 +282,7 @@ class GuidedSearch:
             variant_unc = NCCL_SPREAD * v.step.exposed_comm_s / v.step.total_s
             variant_expected = refine + np.log(v.tokens_per_s)
             bar = math.log(self.leader_measured[1] * (1 + self.threshold))
-            promising = variant_expected + CONFIDENCE * variant_unc > bar
+            promising = variant_expected + STOP_RULE_SIGMAS * variant_unc > bar
             rows.append(variant_rows[promising])
             expected.append(variant_expected[promising])
             unc.append(variant_unc[promising])
@@ -315,7 +308,7 @@ class GuidedSearch:
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))
         if self.stop_risk is None:
-            if (expected + CONFIDENCE * unc).max() <= bar:
+            if (expected + STOP_RULE_SIGMAS * unc).max() <= bar:
                 return (
                     f"search converged: {len(rows)} configs left, none predicted to beat "
                     f"the best by more than {self.threshold:.0%}"

@@ -8,7 +8,6 @@ no budget; one that runs is told complete (tokens/s) or failed (with its kind).
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import random
 import time
 from dataclasses import dataclass, field
@@ -35,32 +34,27 @@ from autotune.study.noise import (
     study_spread,
     trial_precision,
 )
+from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
-from autotune.study.storage import (
-    StudyRef,
-    fail_abandoned_trials,
-)
+from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
-    CONFIRMS,
+    PREDICTED,
     PRUNED_AS,
     PRUNED_REASON,
     SEEDED_BY,
     USERS_CONFIG,
+    Prediction,
     Pruned,
+    TrialAttrs,
 )
-from autotune.study.trial_run import Progress, run_one, script_fault
-from autotune.study.verdicts import best_value, claim, collisions, running_keys, verdicts
+from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
+from autotune.study.verdicts import best_value, claim, verdicts
 from autotune.trial.spec import StepPlan
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
-RETRY_WINDOW_S = 60.0
-"""How long after a collision the other workers leave its config to the one that retries it:
-long enough for its next proposal, short enough that a retrier that stopped holds nothing."""
-MAX_STALE_PROPOSALS = 3
-"""Times a proposal is made again because another worker started it meanwhile."""
 
 
 COMMAND_TRIALS = 4
@@ -102,11 +96,8 @@ class StudyOutcome:
 def best_step_time(study: optuna.Study) -> float | None:
     """The best step time measured so far (None before any trial completed): how long the
     next trial measures depends on it."""
-    times = [
-        t.user_attrs["step_time_s"]
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get("step_time_s")
-    ]
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    times = [step for t in done if (step := TrialAttrs.of(t).step_time_s)]
     return min(times) if times else None
 
 
@@ -167,11 +158,13 @@ class _Search:
         settings: SearchSettings,
         measured: tuple[TrainConfig, trials.TrialRecord] | None = None,
     ) -> None:
-        self.problem, self.study, self.ref = problem, study, ref
+        self.problem, self.study, self.launcher = problem, study, launcher
         self.measured = {config_key(measured[0]): measured[1]} if measured else {}
         """Configs run before the search began, each taken as its trial once."""
-        self.launcher, self.progress, self.settings = launcher, progress, settings
-        self.budget = settings.budget
+        self.progress, self.settings, self.budget = progress, settings, settings.budget
+        self.study_run = StudyRun(
+            problem, ref, study, launcher, progress, settings.budget.timeout_per_trial_s
+        )
         valid = problem.enumerate().require_some().valid
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
@@ -196,13 +189,12 @@ class _Search:
             else None
         )
         self.baseline = self._users_config()
+        self.proposer = Proposer(study, self.ranked, self.guide, self.baseline)
         self._seed_from_plan()
         self.resumed_failed = fail_abandoned_trials(study)
         self.seen = verdicts(study)
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start = 0, 0, time.monotonic()
-        self.gave_way: set[int] = set()
-        """This worker's trials that gave their config way to another worker's."""
 
     def _users_config(self) -> TrainConfig | None:
         """The config the user's command runs today, when it is in the space and predicted
@@ -236,7 +228,7 @@ class _Search:
         reason = self.budget_reason()
         while reason is None:
             if self.settings.strategy in ENQUEUEING:
-                proposal, reason = self.next_config()
+                proposal, reason = self.proposer.next_config(self.seen)
                 if proposal is None:
                     break
                 self.study.enqueue_trial(self.space.params(proposal))
@@ -263,7 +255,7 @@ class _Search:
         owner = claim(self.study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
             if self.settings.strategy in ENQUEUEING:
-                self.gave_way.add(trial.number)
+                self.proposer.gave_way.add(trial.number)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
         record = self.measure(trial, config, key)
@@ -292,14 +284,10 @@ class _Search:
         p = self.problem
         cal = self.guide.calibration if self.guide is not None else self.cal
         predicted = estimate(p.workload, config, p.cluster, p.engine.name, cal)
-        trial.set_user_attr(
-            "predicted",
-            {
-                "step_time_s": predicted.step.total_s,
-                "memory_bytes": predicted.memory.total,
-                "step": predicted.step.as_dict(),
-            },
+        prediction = Prediction(
+            predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
         )
+        trial.set_user_attr(PREDICTED, prediction.as_attr())
         steps = dataclasses.replace(
             self.settings.steps,
             precision=self.trial_precision(),
@@ -310,62 +298,11 @@ class _Search:
                 else None
             ),
         )
-        record = run_one(
-            p, self.ref, self.study, trial, config, key, self.launcher, steps,
-            self.progress, self.budget.timeout_per_trial_s, self.measured.pop(key, None),
-        )  # fmt: skip
+        record = run_one(self.study_run, trial, config, key, steps, self.measured.pop(key, None))
         self.ran += 1
         self.progress.finished(trial.number, config.label(), record, best_value(self.study))
         fail_abandoned_trials(self.study)  # other workers that died meanwhile
         return record
-
-    def next_config(self) -> tuple[TrainConfig | None, str | None]:
-        """The guided or grid proposal; (None, why) when there is none.
-
-        A config that workers collided on is retried by the one whose trial that gave way
-        has the lowest number; the others propose it only when nothing else is left, so the
-        workers do not collide on it again in step. What other workers run is read after
-        the refit and again after choosing: a refit takes long enough for another worker to
-        start the very config chosen."""
-        if self.guide is not None:
-            self.guide.learn(self.study.get_trials(deepcopy=False))
-        claimed = set(self.seen) | running_keys(self.study)
-        recent = datetime.datetime.now() - datetime.timedelta(seconds=RETRY_WINDOW_S)
-        deferred = {
-            key
-            for key, lowest in collisions(self.study, recent).items()
-            if lowest not in self.gave_way
-        }
-        for _ in range(MAX_STALE_PROPOSALS):
-            config, why = self._proposal(claimed, claimed | deferred)
-            running = running_keys(self.study)
-            if config is None or config_key(config) not in running:
-                return config, why
-            claimed |= running
-        return config, why
-
-    def _proposal(
-        self, claimed: set[str], avoided: set[str]
-    ) -> tuple[TrainConfig | None, str | None]:
-        if self.baseline is not None and config_key(self.baseline) not in avoided:
-            return self.baseline, None
-        if self.guide is not None:
-            why = self.guide.converged(claimed, best_value(self.study))
-            if why:
-                return None, why
-            # A deferred config comes back when nothing else could still win.
-            config = None
-            if self.guide.converged(avoided, best_value(self.study)) is None:
-                config = self.guide.propose(avoided)
-            config = config or self.guide.propose(claimed)
-        else:
-            config = self._first_in_order(avoided) or self._first_in_order(claimed)
-        return config, None if config else "search space exhausted: every config is claimed"
-
-    def _first_in_order(self, excluded: set[str]) -> TrainConfig | None:
-        return next(
-            (c for c in self.ranked.in_given_order() if config_key(c) not in excluded), None
-        )
 
     def refreshed(self) -> str | None:
         """Every worker's verdicts read again, and whether the budget is spent."""
@@ -401,18 +338,16 @@ class _Search:
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
             # Against no best; profiled only if none of the config's trials was yet (one
             # early stopping cut short, say).
-            ran = measurements(self.study).get(trial.user_attrs[CONFIRMS], [])
+            first = TrialAttrs.of(trial).confirms
+            ran = measurements(self.study).get(first, []) if first is not None else []
             repeat = dataclasses.replace(
                 self.settings.steps,
                 precision=self.trial_precision(),
                 best_s=None,
-                profile=not any(t.user_attrs.get("profile") for t in ran),
+                profile=not any(TrialAttrs.of(t).profile for t in ran),
             )
-            record = run_one(
-                self.problem, self.ref, self.study, trial, config, config_key(config),
-                self.launcher, repeat, self.progress, self.budget.timeout_per_trial_s,
-            )  # fmt: skip
-            label = f"{config.label()} (repeat of trial {trial.user_attrs[CONFIRMS]})"
+            record = run_one(self.study_run, trial, config, config_key(config), repeat)
+            label = f"{config.label()} (repeat of trial {first})"
             self.progress.finished(trial.number, label, record, best_value(self.study))
 
         def time_left() -> bool:

@@ -18,7 +18,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.trial_attrs import CONFIRMS, NOISE_PRIOR, SOURCE
+from autotune.confidence import EARLY_STOP_SIGMAS
+from autotune.study.trial_attrs import NOISE_PRIOR, TrialAttrs
 
 NOISE_FLOOR = 0.02
 """Differences under 2% are noise on any shared machine, whatever the trials' own spread."""
@@ -29,10 +30,6 @@ LENGTH_DOF = 4
 """Degrees of freedom of the between-trial spread before trial lengths follow it alone."""
 PRIOR_DOF = 20
 """The most degrees of freedom a cluster's saved spread counts for in the next study."""
-STOP_Z = 2.33
-"""Standard deviations of the difference between two launches that early stopping allows
-for (99% one-sided): a trial is stopped as slower only beyond what launches differ by, even
-against a best that is the luckiest of a few launches."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +51,8 @@ class Spread:
 
 def spread(trial: FrozenTrial) -> float:
     """Twice the relative spread of a trial's measured step times (about a 95% band)."""
-    stdev, median = trial.user_attrs.get("step_time_stdev_s"), trial.user_attrs.get("step_time_s")
+    attrs = TrialAttrs.of(trial)
+    stdev, median = attrs.step_time_stdev_s, attrs.step_time_s
     return 2 * stdev / median if stdev and median else 0.0
 
 
@@ -64,7 +62,8 @@ def measurements(study: optuna.Study) -> dict[int, list[FrozenTrial]]:
     by_config: dict[int, list[FrozenTrial]] = defaultdict(list)
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if t.value:
-            by_config[t.user_attrs.get(CONFIRMS, t.number)].append(t)
+            confirms = TrialAttrs.of(t).confirms
+            by_config[confirms if confirms is not None else t.number].append(t)
     return dict(by_config)
 
 
@@ -73,7 +72,7 @@ def between_trials(study: optuna.Study) -> Spread | None:
     before any was."""
     squares, dof = 0.0, 0
     for trials in measurements(study).values():
-        if len(trials) < 2 or trials[0].user_attrs.get(SOURCE) != "measured":
+        if len(trials) < 2 or TrialAttrs.of(trials[0]).source != "measured":
             continue
         logs = [math.log(t.value) for t in trials if t.value]
         mean = sum(logs) / len(logs)
@@ -96,11 +95,12 @@ def early_stop_margin(base: float, study: optuna.Study) -> float:
 
     The trial's level and the best's each carry one launch's between-trial noise (and the
     best, a minimum over launches, is lucky more often than not), so the margin is at least
-    what two launches of one config differ by at `STOP_Z`: with 10% between trials, 39%.
+    what two launches of one config differ by at `EARLY_STOP_SIGMAS`: with 10% between trials, 39%.
     Before any repeat, a measured study assumes a shared machine's `UNKNOWN_BETWEEN`."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    sd = assumed_between(study, any(t.user_attrs.get(SOURCE) == "measured" for t in trials))
-    return max(base, math.expm1(STOP_Z * sd * math.sqrt(2)))
+    measured = any(TrialAttrs.of(t).source == "measured" for t in trials)
+    sd = assumed_between(study, measured)
+    return max(base, math.expm1(EARLY_STOP_SIGMAS * sd * math.sqrt(2)))
 
 
 def assumed_between(study: optuna.Study, measured: bool) -> float:

@@ -1,11 +1,18 @@
-"""The Optuna user attributes autotune keeps on a trial, named once: the loop that writes
-them and the table, report, export, confirmation and dashboard that read them agree here."""
+"""The Optuna user attributes autotune keeps on a trial, named once: the loop writes them
+under these names and every reader (table, report, export, confirmation, dashboard, scripts)
+reads them through `TrialAttrs`, typed, so no reader spells a key."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, Protocol
 
 from optuna.trial import FrozenTrial, TrialState
+
+from autotune.space import TrainConfig
 
 CONFIG = "config"
 """The trial's knobs, as `TrainConfig.as_dict()`."""
@@ -16,6 +23,10 @@ CLAIM = "claim"
 KIND = "kind"
 """The outcome kind: ok, oom, crash, ... (`trial.spec.OUTCOMES`), or interrupted."""
 ERROR = "error"
+COMMAND = "command"
+"""The command line the trial launched."""
+QUEUE = "queue_s"
+"""Seconds the trial waited for resources before it started (a SLURM queue)."""
 CONFIRMS = "confirms"
 """On a confirmation: the number of the trial it re-measures for longer."""
 SOURCE = "source"
@@ -56,11 +67,160 @@ class Pruned(StrEnum):
     measured their own length (now such a trial completes with `STOPPED_FOR` slower)."""
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """The model's figures for a trial's config (`PREDICTED`), kept beside what it measured."""
+
+    step_time_s: float
+    memory_bytes: float | None = None
+    step: dict[str, float] = field(default_factory=dict, hash=False)
+    """The step time's parts (`StepTime.as_dict`)."""
+
+    def as_attr(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class HasUserAttrs(Protocol):
+    """A live `optuna.Trial` or a `FrozenTrial`: both carry the attributes."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class TrialAttrs:
+    """A trial's user attributes, typed: None where the trial has no such attribute (a
+    trial that never ran has no config, a failed one no figures, an old study lacks newer
+    attributes)."""
+
+    values: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, trial: HasUserAttrs) -> TrialAttrs:
+        return cls(trial.user_attrs)
+
+    @property
+    def config_values(self) -> dict[str, Any] | None:
+        """The knobs as stored (`TrainConfig.as_dict()`), readable whatever knobs this
+        version has."""
+        return self.values.get(CONFIG)
+
+    @property
+    def config(self) -> TrainConfig:
+        """The trial's config; KeyError on a trial that never ran (it has none)."""
+        return TrainConfig(**self.values[CONFIG])
+
+    @property
+    def config_key(self) -> str | None:
+        return self.values.get(CONFIG_KEY)
+
+    @property
+    def claim(self) -> str | None:
+        return self.values.get(CLAIM)
+
+    @property
+    def kind(self) -> str | None:
+        return self.values.get(KIND)
+
+    @property
+    def error(self) -> str | None:
+        return self.values.get(ERROR)
+
+    @property
+    def confirms(self) -> int | None:
+        return self.values.get(CONFIRMS)
+
+    @property
+    def source(self) -> str | None:
+        return self.values.get(SOURCE)
+
+    @property
+    def label(self) -> str | None:
+        return self.values.get(LABEL)
+
+    @property
+    def predicted(self) -> Prediction | None:
+        stored = self.values.get(PREDICTED)
+        if stored is None:
+            return None
+        return Prediction(
+            stored["step_time_s"], stored.get("memory_bytes"), stored.get("step") or {}
+        )
+
+    @property
+    def pruned_as(self) -> Pruned | None:
+        """As stored; `pruned_as(trial)` also reads studies from before the attribute."""
+        stored = self.values.get(PRUNED_AS)
+        return Pruned(stored) if stored is not None else None
+
+    @property
+    def pruned_reason(self) -> str | None:
+        return self.values.get(PRUNED_REASON)
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.values.get(WALL)
+
+    @property
+    def phases_s(self) -> dict[str, float] | None:
+        return self.values.get(PHASES)
+
+    @property
+    def stopped_for(self) -> str | None:
+        return self.values.get(STOPPED_FOR)
+
+    # The measured figures (`TrialResult.figures()`), under their field names.
+    @property
+    def step_time_s(self) -> float | None:
+        return self.values.get("step_time_s")
+
+    @property
+    def step_time_stdev_s(self) -> float | None:
+        return self.values.get("step_time_stdev_s")
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.values.get("tokens_per_s")
+
+    @property
+    def tflops_per_device(self) -> float | None:
+        return self.values.get("tflops_per_device")
+
+    @property
+    def mfu(self) -> float | None:
+        return self.values.get("mfu")
+
+    @property
+    def peak_memory_bytes(self) -> float | None:
+        return self.values.get("peak_memory_bytes")
+
+    @property
+    def model_state_bytes(self) -> float | None:
+        return self.values.get("model_state_bytes")
+
+    @property
+    def profile(self) -> dict[str, float] | None:
+        return self.values.get("profile")
+
+    @property
+    def measured_steps(self) -> int | None:
+        return self.values.get("measured_steps")
+
+    @property
+    def interval(self) -> float | None:
+        return self.values.get("interval")
+
+    @property
+    def nccl_version(self) -> str | None:
+        return self.values.get("nccl_version")
+
+
 def pruned_as(trial: FrozenTrial) -> Pruned | None:
     """Why a trial was pruned; studies from before the attribute: a trial that ran (it has a
     config key) was stopped early, any other was not run."""
     if trial.state != TrialState.PRUNED:
         return None
-    if PRUNED_AS in trial.user_attrs:
-        return Pruned(trial.user_attrs[PRUNED_AS])
-    return Pruned.STOPPED_EARLY if CONFIG_KEY in trial.user_attrs else Pruned.REJECTED
+    attrs = TrialAttrs.of(trial)
+    if attrs.pruned_as is not None:
+        return attrs.pruned_as
+    return Pruned.STOPPED_EARLY if attrs.config_key is not None else Pruned.REJECTED

@@ -4,6 +4,8 @@ and a note for the dashboard."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
@@ -13,14 +15,12 @@ from optuna_dashboard import save_note
 from autotune import runner as trials
 from autotune.launchers import Launcher
 from autotune.problem import Problem
-from autotune.report.dashboard import trial_note
+from autotune.space import TrainConfig
+from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
-from autotune.study.storage import (
-    INTERRUPTED,
-    StudyRef,
-    owner_tag,
-)
+from autotune.study.storage import INTERRUPTED, StudyRef, owner_tag
 from autotune.study.trial_attrs import (
+    COMMAND,
     CONFIG,
     CONFIG_KEY,
     ERROR,
@@ -28,9 +28,10 @@ from autotune.study.trial_attrs import (
     KIND,
     LABEL,
     OWNER,
-    PREDICTED,
+    QUEUE,
     SOURCE,
     WALL,
+    TrialAttrs,
 )
 from autotune.trial.spec import StepPlan, TrialSpec
 
@@ -54,21 +55,31 @@ def script_fault(problem: Problem, record: trials.TrialRecord, best: float | Non
     return f"the script failed before any config was measured ({record.kind}): {record.error}"
 
 
+@dataclass(frozen=True)
+class StudyRun:
+    """What every trial of one run of the study shares: the problem, where the study lives,
+    the launcher, who hears of each trial, and how long a trial may take."""
+
+    problem: Problem
+    ref: StudyRef
+    study: optuna.Study
+    launcher: Launcher
+    progress: Progress
+    timeout_s: float
+
+
 def run_one(
-    problem: Problem,
-    ref: StudyRef,
-    study: optuna.Study,
+    run: StudyRun,
     trial: optuna.Trial,
-    config: Any,
+    config: TrainConfig,
     key: str,
-    launcher: Launcher,
     steps: StepPlan,
-    progress: Progress,
-    timeout_s: float,
     measured: trials.TrialRecord | None = None,
 ) -> trials.TrialRecord:
-    """Run `config` as `trial` and tell its outcome; `measured`: its run already made,
-    moved to the trial's folder and told as this trial instead of launching it again."""
+    """Run `config` (its key `key`) as `trial` for `steps` and tell its outcome; `measured`:
+    its run already made, moved to the trial's folder and told as this trial instead of
+    launching it again."""
+    study, launcher = run.study, run.launcher
     label = config.label()
     for name, value in {
         CONFIG: config.as_dict(),
@@ -78,32 +89,20 @@ def run_one(
         SOURCE: launcher.source,
     }.items():
         trial.set_user_attr(name, value)
-    folder = ref.folder / "trials" / str(trial.number)
+    folder = run.ref.folder / "trials" / str(trial.number)
     trial.set_user_attr(FOLDER, str(folder))
-    spec = problem.trial_spec(config, steps)
-    progress.started(trial.number, label)
+    spec = run.problem.trial_spec(config, steps)
+    run.progress.started(trial.number, label)
     record = (
-        trials.moved(measured, folder, problem.engine, launcher, timeout_s)
+        trials.moved(measured, folder, run.problem.engine, launcher, run.timeout_s)
         if measured is not None
-        else with_heartbeat(
-            study,
-            trial,
-            lambda: _run_or_interrupt(study, trial, spec, problem, launcher, folder, timeout_s),
-        )
+        else with_heartbeat(study, trial, lambda: _run_or_interrupt(run, trial, spec, folder))
     )
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)
-    save_note(
-        trial,
-        trial_note(
-            config,
-            record.kind,
-            launcher.source,
-            record.error,
-            record.result,
-            trial.user_attrs.get(PREDICTED),
-        ),
-    )
+    predicted = TrialAttrs.of(trial).predicted
+    note = trial_note(config, record.kind, launcher.source, record.error, record.result, predicted)
+    save_note(trial, note)
     if record.kind == "ok" and record.result is not None:
         study.tell(trial, record.result.tokens_per_s)
     else:
@@ -112,22 +111,16 @@ def run_one(
 
 
 def _run_or_interrupt(
-    study: optuna.Study,
-    trial: optuna.Trial,
-    spec: TrialSpec,
-    problem: Problem,
-    launcher: Launcher,
-    folder: Any,
-    timeout_s: float,
+    run: StudyRun, trial: optuna.Trial, spec: TrialSpec, folder: Path
 ) -> trials.TrialRecord:
     try:
-        return trials.run(spec, problem.engine, launcher, folder, timeout_s)
+        return trials.run(spec, run.problem.engine, run.launcher, folder, run.timeout_s)
     except BaseException:
         # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
         # as interrupted so the study stays consistent and a resume may run the config again.
         trial.set_user_attr(KIND, INTERRUPTED)
         trial.set_user_attr(ERROR, "interrupted by the user")
-        study.tell(trial, state=TrialState.FAIL)
+        run.study.tell(trial, state=TrialState.FAIL)
         raise
 
 
@@ -135,9 +128,9 @@ def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         KIND: record.kind,
         ERROR: record.error,
-        "command": record.command,
+        COMMAND: record.command,
         WALL: record.wall_s,
-        "queue_s": record.queue_s,
+        QUEUE: record.queue_s,
     }
     if record.result is not None:
         attrs.update(record.result.figures())

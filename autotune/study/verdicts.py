@@ -11,13 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.study.storage import (
     INTERRUPTED,
 )
-from autotune.study.trial_attrs import (
-    CLAIM,
-    CONFIG_KEY,
-    KIND,
-    PRUNED_AS,
-    Pruned,
-)
+from autotune.study.trial_attrs import CLAIM, Pruned, TrialAttrs
 
 
 def verdicts(study: optuna.Study) -> dict[str, int]:
@@ -26,8 +20,9 @@ def verdicts(study: optuna.Study) -> dict[str, int]:
     found: dict[str, int] = {}
     states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     for t in study.get_trials(deepcopy=False, states=states):
-        if CONFIG_KEY in t.user_attrs and t.user_attrs.get(KIND) != INTERRUPTED:
-            found.setdefault(t.user_attrs[CONFIG_KEY], t.number)
+        attrs = TrialAttrs.of(t)
+        if attrs.config_key is not None and attrs.kind != INTERRUPTED:
+            found.setdefault(attrs.config_key, t.number)
     return found
 
 
@@ -41,11 +36,12 @@ def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
     trial.set_user_attr(CLAIM, key)
 
     def holds(t: FrozenTrial) -> bool:
-        if t.number == trial.number or t.user_attrs.get(KIND) == INTERRUPTED:
+        attrs = TrialAttrs.of(t)
+        if t.number == trial.number or attrs.kind == INTERRUPTED:
             return False
         if t.state == TrialState.RUNNING:
-            return t.user_attrs.get(CLAIM) == key
-        return t.user_attrs.get(CONFIG_KEY) == key and t.state in (
+            return attrs.claim == key
+        return attrs.config_key == key and t.state in (
             TrialState.COMPLETE,
             TrialState.FAIL,
             TrialState.PRUNED,
@@ -62,11 +58,8 @@ def best_value(study: optuna.Study) -> float | None:
 
 def running_keys(study: optuna.Study) -> set[str]:
     """Configs other workers are measuring right now."""
-    return {
-        t.user_attrs[CLAIM]
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if CLAIM in t.user_attrs
-    }
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return {a.claim for a in map(TrialAttrs.of, running) if a.claim is not None}
 
 
 def collisions(study: optuna.Study, since: datetime.datetime) -> dict[str, int]:
@@ -76,12 +69,13 @@ def collisions(study: optuna.Study, since: datetime.datetime) -> dict[str, int]:
     worker has stopped since is anyone's again)."""
     lowest: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+        attrs = TrialAttrs.of(t)
+        key = attrs.claim
         if (
-            t.user_attrs.get(PRUNED_AS) == Pruned.CLAIMED
-            and CLAIM in t.user_attrs
+            attrs.pruned_as == Pruned.CLAIMED
+            and key is not None
             and t.datetime_complete is not None
             and t.datetime_complete >= since
         ):
-            key = t.user_attrs[CLAIM]
             lowest[key] = min(lowest.get(key, t.number), t.number)
     return lowest

@@ -21,20 +21,19 @@ from typing import Literal
 
 from scipy.special import stdtrit
 
+from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, SLOWER_ONE_SIDED_PROBABILITY
 from autotune.trial.spec import StepPlan
 
 StoppedFor = Literal["precise", "slower", "cap"]
-
-SURELY = 0.9975
-"""One-sided confidence for calling a trial slower: 99.75% at each look, since the rule looks
-after every step (a Bonferroni bound over the few looks a trial gets)."""
 
 
 def _t(degrees: int, level: float) -> float:
     return float(stdtrit(degrees, level))
 
 
-def relative_halfwidth(times: list[float] | tuple[float, ...], level: float = 0.975) -> float:
+def relative_halfwidth(
+    times: list[float] | tuple[float, ...], level: float = 0.5 + INTERVAL_TWO_SIDED_PROBABILITY / 2
+) -> float:
     """Half the two-sided 95% interval of the mean step time (or the one-sided bound at
     `level`), as a share of the median; inf with fewer than two steps."""
     if len(times) < 2:
@@ -51,7 +50,8 @@ def stopped_for(times: list[float], plan: StepPlan) -> StoppedFor | None:
     median = statistics.median(times)
     if plan.best_s is not None and plan.margin is not None:
         bar = plan.best_s * (1 + plan.margin)
-        lower = statistics.fmean(times) - relative_halfwidth(times, SURELY) * median
+        half = relative_halfwidth(times, SLOWER_ONE_SIDED_PROBABILITY) * median
+        lower = statistics.fmean(times) - half
         if median > bar and lower > bar:
             return "slower"
     gap = median / plan.best_s - 1 if plan.best_s else 0.0  # only a slower trial is let off
