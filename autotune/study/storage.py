@@ -24,7 +24,7 @@ from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
 from autotune.study.optuna_private import HEARTBEAT_S, fail_trial
 from autotune.study.schema import bring_to_current
-from autotune.study.trial_attrs import ERROR, KIND, OWNER
+from autotune.study.trial_attrs import ERROR, KIND, TrialAttrs
 from autotune.trial.spec import UserJob
 
 CREATE_ATTEMPTS = 5
@@ -198,7 +198,7 @@ def fail_abandoned_trials(study: optuna.Study) -> list[int]:
     this host, else by Optuna's heartbeat once the grace period has passed."""
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        owner = trial.user_attrs.get(OWNER, "")
+        owner = TrialAttrs.of(trial).owner
         if owner and owner_is_dead(owner):
             fail_trial(
                 study, trial, {KIND: INTERRUPTED, ERROR: "the tuner running this trial died"}

@@ -115,6 +115,11 @@ class TrialAttrs:
         return self.values.get(CONFIG_KEY)
 
     @property
+    def owner(self) -> str:
+        """The tuner process running this trial (host:pid), or "" before one claimed it."""
+        return str(self.values.get(OWNER, ""))
+
+    @property
     def claim(self) -> str | None:
         return self.values.get(CLAIM)
 
