@@ -10,9 +10,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
+from autotune.engines import get_engine
 from autotune.errors import InputError
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.calibration import Calibration
 from autotune.space import TrainConfig
 from autotune.study.storage import stored_specs
 from autotune.study.trial_attrs import CONFIG, SOURCE
@@ -35,12 +36,13 @@ class CalibrationReport:
 
 def observations(study: optuna.Study) -> list[Observation]:
     engine, workload, cluster = stored_specs(study)
+    traits = get_engine(engine).traits
     return [
         Observation(
             workload,
             cluster,
             TrainConfig(**t.user_attrs[CONFIG]),
-            engine,
+            traits,
             t.user_attrs["step_time_s"],
         )
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -56,7 +58,7 @@ def calibrate_study(study: optuna.Study, study_folder: Path, results: Path) -> C
             f"calibration needs at least {MIN_TRIALS}"
         )
     cluster = data[0].cluster
-    before, _ = load_calibration(results, cluster, data[0].engine)
+    before, _ = load_calibration(results, cluster, stored_specs(study)[0])
     after = fit(data, before)
     halves = (data[::2], data[1::2])
     held_before = held_after = None

@@ -19,7 +19,7 @@ import pandas as pd
 from autotune.calibration.fp8_pairs import fitted_fp8_efficiency
 from autotune.engines import get_engine
 from autotune.estimate.calibrate import Observation, fit, rounded
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.calibration import Calibration
 from autotune.space import TrainConfig
 from autotune.space.config import Recompute
 from autotune.space.pipeline import split_layers
@@ -174,7 +174,9 @@ def observations(path: Path = DATA) -> dict[str, list[Observation]]:
         if isinstance(c, Case):
             cluster = load_cluster(c.cluster_name)
             found.setdefault(cluster.device.generation, []).append(
-                Observation(c.workload, cluster, c.config, c.engine, c.published_step_s)
+                Observation(
+                    c.workload, cluster, c.config, get_engine(c.engine).traits, c.published_step_s
+                )
             )
     return found
 

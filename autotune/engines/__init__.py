@@ -4,7 +4,6 @@ from autotune.engines.base import Engine
 from autotune.engines.deepspeed import DeepSpeedEngine
 from autotune.engines.megatron import MegatronEngine
 from autotune.engines.torch_native import TorchEngine
-from autotune.engines.traits import EngineTraits
 from autotune.errors import InputError
 
 ENGINES: dict[str, Engine] = {
@@ -18,10 +17,4 @@ def get_engine(name: str) -> Engine:
     return ENGINES[name]
 
 
-def traits_of(engine: str | EngineTraits) -> EngineTraits:
-    """What estimate/ and export/ read of an engine, given by name or by its traits (an
-    engine not registered, e.g. the ZeRO paper's plain formulas in a test)."""
-    return engine if isinstance(engine, EngineTraits) else get_engine(engine).traits
-
-
-__all__ = ["ENGINES", "Engine", "EngineTraits", "get_engine", "traits_of"]
+__all__ = ["ENGINES", "Engine", "get_engine"]

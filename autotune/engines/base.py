@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from autotune.engines.traits import EngineTraits
+from autotune.estimate.traits import EngineTraits
 from autotune.space import GENERIC_RULES, Rule
 from autotune.space.rules import pipeline_rule
 from autotune.specs import Cluster
@@ -47,7 +47,7 @@ class Engine(ABC):
     """Knobs this engine reads; a space file may vary only these."""
     engine_rules: ClassVar[tuple[Rule, ...]] = ()
     traits: ClassVar[EngineTraits]
-    """What estimate/ and export/ read of this engine (engines/traits.py)."""
+    """What estimate/ and export/ read of this engine (estimate/traits.py)."""
     worker_module: ClassVar[str]
     """The module torchrun starts on each rank of autotune's own trials of this engine."""
     warm_pool: ClassVar[bool] = False

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
-from autotune.engines.traits import EngineTraits
 from autotune.engines.user_job import trial_ds_config
+from autotune.estimate.traits import EngineTraits
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.trial.spec import PoolKind, TrialSpec

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
-from autotune.engines.traits import EngineTraits
 from autotune.engines.user_job import write_knobs_file
+from autotune.estimate.traits import EngineTraits
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.trial.spec import TrialSpec

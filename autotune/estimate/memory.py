@@ -26,9 +26,9 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from autotune.engines import EngineTraits, traits_of
 from autotune.estimate.arrays import Values
 from autotune.estimate.stages import Stages
+from autotune.estimate.traits import EngineTraits
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
 from autotune.specs.cluster import DeviceKind
@@ -135,18 +135,18 @@ def expert_data_parallel(c: ConfigTable) -> np.ndarray:
 
 
 def model_states(
-    w: Workload, c: ConfigTable, engine: str | EngineTraits, held: HeldParameters | None = None
+    w: Workload, c: ConfigTable, traits: EngineTraits, held: HeldParameters | None = None
 ) -> ModelStates[np.ndarray]:
     """Bytes of parameters, gradients and optimizer states on each config's most loaded
     rank, which holds `held` (its layers placed as the engine places them when not given):
     dense ones sharded over dp·cp (context-parallel ranks shard the optimizer with dp ones),
     routed experts over the expert data-parallel ranks."""
     if held is None:
-        held = most_parameters(w, c, Stages.of(w, c, engine))
-    dense = _states(w, c, engine, held.dense, state_shards(c))
+        held = most_parameters(w, c, Stages.of(w, c, traits))
+    dense = _states(w, c, traits, held.dense, state_shards(c))
     if not w.is_moe:
         return dense
-    experts = _states(w, c, engine, held.experts, expert_data_parallel(c))
+    experts = _states(w, c, traits, held.experts, expert_data_parallel(c))
     return ModelStates(
         dense.params + experts.params,
         dense.grads + experts.grads,
@@ -155,10 +155,10 @@ def model_states(
 
 
 def _states(
-    w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray, n: np.ndarray
+    w: Workload, c: ConfigTable, traits: EngineTraits, psi: np.ndarray, n: np.ndarray
 ) -> ModelStates[np.ndarray]:
     """ZeRO's arithmetic for `psi` parameters sharded over `n` ranks."""
-    t = traits_of(engine)
+    t = traits
     p = g = BYTES_PER_ELEMENT[w.precision]
     mixed = w.precision != "fp32"
     partitioned = (t.fp32_master == "mixed_or_partitioned") & ((c.zero == 1) | (c.zero == 2))
@@ -356,13 +356,13 @@ def activation_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
 
 
 def comm_buffer_bytes(
-    w: Workload, c: ConfigTable, engine: str | EngineTraits, psi: np.ndarray
+    w: Workload, c: ConfigTable, traits: EngineTraits, psi: np.ndarray
 ) -> np.ndarray:
     """Bucket buffers the engine allocates beside the gradients, with `psi` the parameters
     on each config's most loaded rank, and Transformer Engine's userbuffers under
     tp_comm_overlap."""
     width = BYTES_PER_ELEMENT[w.precision]
-    t = traits_of(engine)
+    t = traits
     out = np.zeros(len(c))
     bucketed = np.zeros(len(c), dtype=bool)
     if t.zero_bucket_buffers:
@@ -403,13 +403,13 @@ def fp8_weight_bytes(w: Workload, c: ConfigTable, stages: Stages) -> np.ndarray:
 def memory_breakdown(
     w: Workload,
     c: ConfigTable,
-    engine: str | EngineTraits,
+    traits: EngineTraits,
     device_generation: str,
     stages: Stages | None = None,
 ) -> MemoryBreakdown[np.ndarray]:
-    stages = stages or Stages.of(w, c, engine)
+    stages = stages or Stages.of(w, c, traits)
     held = most_parameters(w, c, stages)
-    states = model_states(w, c, engine, held)
+    states = model_states(w, c, traits, held)
     overhead = FRAMEWORK_OVERHEAD_BYTES["cpu" if device_generation == "cpu" else "gpu"]
     on_host = offloaded_states(w, c, states, held.total)
     buffer = host_accumulation_bytes(w, c, held.total)
@@ -422,7 +422,7 @@ def memory_breakdown(
         gradients=states.grads - on_host.grads + own_buffer,
         optimizer=states.optimizer - on_host.optimizer,
         activations=activation_bytes(w, c, stages),
-        comm_buffers=comm_buffer_bytes(w, c, engine, held.total),
+        comm_buffers=comm_buffer_bytes(w, c, traits, held.total),
         overhead=np.full(len(c), float(overhead)),
         offloaded=on_host.total + buffer,
     )

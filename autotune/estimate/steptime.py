@@ -18,13 +18,13 @@ Formulas: shared research comm_cost_model.md §5.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from autotune.engines import traits_of
 from autotune.estimate import comm
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import (
@@ -40,96 +40,10 @@ from autotune.estimate.stages import (
     layer_forward_flops,
     layer_linear_forward_flops,
 )
+from autotune.estimate.traits import EngineTraits
 from autotune.space.table import ConfigTable, NcclRuns
 from autotune.specs import Cluster, Workload
 from autotune.specs.workload import BYTES_PER_ELEMENT
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The model's free parameters; defaults per device generation, fitted by `calibrate`."""
-
-    compute_efficiency: float = 0.62
-    """Share of peak FLOP/s that large GEMMs reach."""
-    gemm_half_size: float = 400.0
-    """Hidden width per tensor-parallel rank (h/tp, a GEMM's narrow side) at which half that
-    share is reached: narrow GEMMs and the elementwise work around them run far from peak."""
-    tokens_half: float = 256.0
-    """Tokens per micro-batch (a GEMM's long side) at which that share halves: a GPU needs a
-    few hundred rows to fill its tensor cores, a CPU core's GEMM is near its best at a few
-    dozen, so on a CPU the micro-batch size hardly moves compute efficiency."""
-    bandwidth_scale: float = 1.0
-    """Share of the collective model's bandwidth the fabric delivers."""
-    overlap: float = 0.8
-    """Share of the backward pass that data-parallel communication can hide behind."""
-    fp8_efficiency: float = 0.75
-    """Share of the FP8 peak an FP8 GEMM reaches where a bf16 one reaches all of the bf16
-    peak it would: what scaling, casts and transposes leave of FP8's doubled rate. Fitted on
-    Hopper (`calibration/fp8_pairs.py`, torchtitan's Float8); the same prior elsewhere
-    (Blackwell), as no published pair measures it there, and for Megatron too, whose
-    published runs are all FP8 (`ENGINE_CALIBRATION` fits its compute efficiency only)."""
-    ep_overlap: float = 0.44
-    """Share of the time that Megatron's overlapped expert all-to-alls (`ep_comm_overlap`)
-    and the paired micro-batch's compute run side by side (the shorter of the two) that the
-    overlap saves: each exchange hides only behind the part of the other pass its schedule
-    pairs it with (a combine behind attention, a dispatch behind the experts' GEMMs), and
-    the exchange's kernels take SMs from that compute. Fitted to
-    the one published pair of runs that differ only in the overlap (Megatron-Bridge's
-    Qwen3-30B-A3B on 16 H100s: 24.7 s without, 21.0 s with;
-    `published_moe_cp.fitted_ep_overlap`); the same elsewhere until a study refits it."""
-    moe_expert_host_s: float = 0.0
-    """Host time to issue one local expert's share of an MoE layer, forward and backward,
-    for one micro-batch: Transformer Engine's grouped GEMMs cast and multiply each expert
-    apart, beside the router and the dispatcher's device-to-host sync of its token counts,
-    all issued by Python without CUDA graphs. The GPUs cannot run ahead of the host, so a
-    rank's micro-batch takes at least its MoE layers' host time: small micro-batches of a
-    narrow MoE with many experts per rank are host-bound (Megatron's Qwen3-30B-A3B, 16
-    experts per rank, publishes about 9 ms a layer at micro-batch 1 on H100 and B200 alike,
-    the host's pace, not the GPU's; the fit puts it at 11.5 ms). Megatron's, fitted to its
-    Hopper and Blackwell runs; 0 elsewhere until a study of an MoE fits it. Per micro-batch
-    the model takes the larger of host and GPU time, where the dispatcher's sync makes them
-    partly a sum: the fitted value absorbs the difference."""
-    collectives: tuple[CollectiveFit, ...] = ()
-    """Collective times fitted to this cluster's commbench (`calibrate --commbench`); where
-    one matches, it replaces the collective model and bandwidth_scale."""
-
-
-# GPU defaults: what scripts/fit_costmodel.py fits to the published runs
-# (calibration/published.py; tests/unit/test_costmodel_fit.py checks these are its output,
-# scripts/validate_costmodel.py reports the error held out by source); the CPU default is a
-# first guess for gloo hosts.
-DEFAULT_CALIBRATION = {
-    "ampere": Calibration(
-        compute_efficiency=0.7, gemm_half_size=387.0, bandwidth_scale=1.25, overlap=1.0
-    ),
-    "hopper": Calibration(
-        compute_efficiency=0.46, gemm_half_size=230.0, bandwidth_scale=1.07, overlap=0.8
-    ),
-    "cpu": Calibration(compute_efficiency=0.3, gemm_half_size=32.0, tokens_half=16.0, overlap=0.3),
-}
-# An engine's own defaults where its kernels differ from those the generation's were fitted
-# on: Hopper's are llm-foundry's runs, but Megatron with Transformer Engine reaches far more of
-# the peak. Its compute efficiency is fitted to Megatron's published dense runs, all FP8, so
-# FP8's share of the FP8 peak stays the published bf16/FP8 pairs' fit (a fit of both to FP8
-# runs alone cannot tell them apart) (`calibration/published_moe_cp.fitted_engine_defaults`,
-# checked by a test); its expert- and context-parallel runs are the held-out check
-# (scripts/validate_costmodel.py). Its experts' host time only MoE runs measure: it is
-# fitted to them, and the validation refits it without the release it predicts.
-ENGINE_CALIBRATION = {
-    ("megatron", "hopper"): replace(
-        DEFAULT_CALIBRATION["hopper"], compute_efficiency=0.75, moe_expert_host_s=0.00078
-    ),
-    ("megatron", "blackwell"): Calibration(compute_efficiency=0.71, moe_expert_host_s=0.00078),
-}
-
-
-def default_calibration(generation: str, engine: str | None = None) -> Calibration:
-    """The calibration a prediction starts from: the engine's on this generation, else the
-    generation's, else the generic one."""
-    return ENGINE_CALIBRATION.get(
-        (engine or "", generation), DEFAULT_CALIBRATION.get(generation, Calibration())
-    )
-
 
 Seconds = TypeVar("Seconds", float, np.ndarray)
 
@@ -444,7 +358,7 @@ def step_parts(
     w: Workload,
     c: ConfigTable,
     cluster: Cluster,
-    engine: str,
+    traits: EngineTraits,
     collectives: tuple[CollectiveFit, ...] = (),
     runs: NcclRuns | None = None,
     stages: Stages | None = None,
@@ -455,7 +369,7 @@ def step_parts(
     the table's; `stages`, of the runs' layouts)."""
     runs = runs or c.nccl_runs()
     layouts = runs.layouts
-    stages = stages or Stages.of(w, layouts, engine)
+    stages = stages or Stages.of(w, layouts, traits)
     domain = cluster.domain_size
     micro = c.grad_accum(w.global_batch_size)
     width = BYTES_PER_ELEMENT[w.precision]
@@ -488,7 +402,7 @@ def step_parts(
         comm.place(c.hsdp, c.tp * shards, domain),
     )
     grads, gathers, n_buckets = _data_parallel(
-        w, c, cluster, engine, micro, dense, nccl, collectives
+        w, c, cluster, traits, micro, dense, nccl, collectives
     )
     # Experts' gradients reduce, and their optimizer shards, over the expert data-parallel
     # ranks, laid out past the ep·etp ones.
@@ -496,7 +410,7 @@ def step_parts(
     if w.is_moe:
         alone = comm.place(1, 1, domain)
         experts = _Reduced(held.experts, edp, comm.place(edp, c.ep * c.etp, domain), alone)
-        expert_parts = _data_parallel(w, c, cluster, engine, micro, experts, nccl, collectives)
+        expert_parts = _data_parallel(w, c, cluster, traits, micro, experts, nccl, collectives)
         grads, gathers = grads + expert_parts[0], gathers + expert_parts[1]
         n_buckets = n_buckets + np.where(edp > 1, expert_parts[2], 0)
     on_rank = held.dense / np.where(c.zero >= 1, shards, 1)
@@ -532,15 +446,15 @@ def step_parts(
         busiest=runs.spread(stages.busiest),
         cp_ranks=c.cp,
         context_parallel=bool((c.cp > 1).any()),
-        cp_send=_context_parallel_sends(w, c, cluster, traits_of(engine).cp_gathers_kv),
-        cp_hidden=not traits_of(engine).cp_gathers_kv,
+        cp_send=_context_parallel_sends(w, c, cluster, traits.cp_gathers_kv),
+        cp_hidden=not traits.cp_gathers_kv,
         cp_block=2 * c.mbs * (w.seq_length / c.cp) ** 2 * w.query_width / c.tp,
         bubble_share=(c.pp - 1) / c.vpp,
         p2p=comm.Timing(transfers * latency, transfers * (p2p_bytes / bandwidth)),
         grads=grads,
         gathers=gathers,
         n_buckets=n_buckets,
-        overlap=traits_of(engine).overlap,
+        overlap=traits.overlap,
         overlap_comm=c.overlap_comm,
         overlap_param_gather=c.overlap_param_gather,
         zero=c.zero,
@@ -709,7 +623,7 @@ def _data_parallel(
     w: Workload,
     c: ConfigTable,
     cluster: Cluster,
-    engine: str,
+    traits: EngineTraits,
     micro: np.ndarray,
     held: _Reduced,
     nccl: comm.NcclSettings,
@@ -721,7 +635,7 @@ def _data_parallel(
     under HSDP, whose replicas then all-reduce the shards); experts' over the expert
     data-parallel ranks."""
     psi, replicas, group = held.psi, held.shards, held.group
-    t = traits_of(engine)
+    t = traits
     width = BYTES_PER_ELEMENT[w.precision]
     if t.reduces_bf16_grads_in_fp32 and w.precision == "bf16":
         width = 4

@@ -29,8 +29,8 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy import special
 
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import Estimate, Predictor, estimate
-from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
 from autotune.space import TrainConfig, nccl_default
 from autotune.space.config import KNOBS
@@ -152,7 +152,7 @@ class GuidedSearch:
         p = self.problem
         self._table = table = ConfigTable.of(self.candidates)
         collectives = self.calibration.collectives
-        self._predictor = Predictor.of(p.workload, table, p.cluster, p.engine.name, collectives)
+        self._predictor = Predictor.of(p.workload, table, p.cluster, p.engine.traits, collectives)
         self._memory_bytes = self._predictor.memory.total
         self._value_codes, columns = {}, []
         for name in KNOBS:
@@ -213,7 +213,7 @@ class GuidedSearch:
                 w,
                 cluster,
                 TrainConfig(**t.user_attrs[CONFIG]),
-                engine.name,
+                engine.traits,
                 t.user_attrs["step_time_s"],
             )
             for t in trials
@@ -352,7 +352,7 @@ class GuidedSearch:
 
     def _estimate(self, config: TrainConfig) -> Estimate:
         p = self.problem
-        return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
+        return estimate(p.workload, config, p.cluster, p.engine.traits, self.calibration)
 
     def _novel(self) -> np.ndarray:
         """Per layout: whether it has a knob value no measured config has had."""

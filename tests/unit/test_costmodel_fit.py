@@ -2,7 +2,7 @@
 the model that moves the fit fails here until the constants (scripts/fit_costmodel.py) follow."""
 
 from autotune.calibration.published import Case, cases, fitted_defaults
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration
 
 
 def test_the_code_states_the_fit_of_the_published_runs() -> None:

@@ -55,7 +55,7 @@ def test_its_space_is_planned_estimated_and_written(
     problem = load_problem(e.name, "tiny", CLUSTER.get(e.name, "local:2"), space)
     valid = problem.enumerate().require_some().valid
     assert set(problem.space.values) <= set(e.knobs)
-    first = estimate(problem.workload, valid[0], problem.cluster, e.name)
+    first = estimate(problem.workload, valid[0], problem.cluster, e.traits)
     assert first.step.total_s > 0 and first.memory.total > 0 and first.tokens_per_s > 0
     files = e.write_files(problem.trial_spec(valid[0], StepPlan()), tmp_path)
     assert files and all(f.exists() and f.stat().st_size > 0 for f in files)

@@ -65,10 +65,12 @@ def test_the_rank_holding_most_activations_sets_the_memory() -> None:
 
     w = dataclasses.replace(load_workload("llama3-8b"), num_layers=30, global_batch_size=64)
     c = TrainConfig(tp=8, pp=8, dp=1, mbs=1)
-    split = stage_split(w, c.pp, c.vpp, "megatron")
+    split = stage_split(w, c.pp, c.vpp, get_engine("megatron").traits)
     assert split.rank_layers == (3, 4, 4, 4, 4, 4, 4, 3)
     per_layer, _ = stage_activation_bytes(w, ConfigTable.of([c]), 1)
-    activations = estimate(w, c, load_cluster("dgx-h100:8"), "megatron").memory.activations
+    activations = estimate(
+        w, c, load_cluster("dgx-h100:8"), get_engine("megatron").traits
+    ).memory.activations
     assert activations == pytest.approx(per_layer * 28 * (1 + 7 / 8))
 
 
