@@ -24,14 +24,14 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from autotune.estimate import comm
+from autotune.estimate.activations import recomputed_layers
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.collectives import Op
 from autotune.estimate.commfit import CollectiveFit
-from autotune.estimate.memory import (
+from autotune.estimate.model_states import (
     HeldParameters,
     expert_data_parallel,
     most_parameters,
-    recomputed_layers,
     state_shards,
 )
 from autotune.estimate.stages import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import get_engine
-from autotune.estimate.memory import most_parameters, rank_parameters
+from autotune.estimate.model_states import most_parameters, rank_parameters
 from autotune.estimate.stages import Stages
 from autotune.space.table import ConfigTable
 from autotune.specs import load_workload

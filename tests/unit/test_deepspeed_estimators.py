@@ -14,7 +14,7 @@ from deepspeed.runtime.zero.stage_1_and_2 import (  # noqa: E402
     estimate_zero2_model_states_mem_needs,
 )
 
-from autotune.estimate.memory import layer_parameters  # noqa: E402
+from autotune.estimate.model_states import layer_parameters  # noqa: E402
 from autotune.space.table import ConfigTable  # noqa: E402
 
 MODELS = ["gpt-1.3b", "llama3-8b", "llama3-70b"]

@@ -6,7 +6,8 @@ import pytest
 
 from autotune.engines import get_engine
 from autotune.estimate import model_states, rank_parameters
-from autotune.estimate.memory import most_parameters, stage_activation_bytes
+from autotune.estimate.activations import stage_activation_bytes
+from autotune.estimate.model_states import most_parameters
 from autotune.estimate.stages import Stages
 from autotune.estimate.traits import EngineTraits
 from autotune.space import TrainConfig

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from autotune.engines import get_engine
-from autotune.estimate.memory import rank_parameters
+from autotune.estimate.model_states import rank_parameters
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_reason
 from autotune.space import TrainConfig

@@ -58,7 +58,7 @@ def test_the_rule_says_why_in_the_engines_terms() -> None:
 def test_the_rank_holding_most_activations_sets_the_memory() -> None:
     """30 layers on 8 Megatron stages: 3, 4 x 6, 3. Rank 0 holds 8 micro-batches of 3 layers
     (24 layer-activations), rank 1 7 of 4 (28): rank 1 is the worst, not the first."""
-    from autotune.estimate.memory import stage_activation_bytes
+    from autotune.estimate.activations import stage_activation_bytes
     from autotune.estimate.predict import estimate
     from autotune.estimate.stages import stage_split
     from autotune.space.table import ConfigTable

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from autotune.engines import get_engine
+from autotune.estimate.activations import layer_activation_bytes
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.comm import Group, seconds
-from autotune.estimate.memory import layer_activation_bytes
 from autotune.estimate.predict import estimate
 from autotune.estimate.stages import head_forward_flops, layer_forward_flops
 from autotune.estimate.steptime import achievable_flops
