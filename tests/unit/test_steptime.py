@@ -8,9 +8,9 @@ from autotune.engines import get_engine
 from autotune.estimate.activations import layer_activation_bytes
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.comm import Group, seconds
+from autotune.estimate.compute import achievable_flops
 from autotune.estimate.predict import estimate
 from autotune.estimate.stages import head_forward_flops, layer_forward_flops
-from autotune.estimate.steptime import achievable_flops
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import load_cluster, load_workload
