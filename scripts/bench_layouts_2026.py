@@ -18,9 +18,10 @@ from pathlib import Path
 import yaml
 from peak_memory import run_measured
 
+from autotune.engines import get_engine
+from autotune.estimate.calibration import default_calibration
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import default_calibration
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.space.config import parse_overrides
@@ -53,7 +54,7 @@ def _problem_parts(model: str) -> tuple[Workload, Cluster, str]:
 def predicted(model: str, knobs: str) -> tuple[TrainConfig, Estimate]:
     config = load_problem(ENGINE, model, CLUSTER, SPACE).config(parse_overrides(knobs))
     w, cluster, engine = _problem_parts(model)
-    return config, estimate(w, config, cluster, engine)
+    return config, estimate(w, config, cluster, get_engine(engine).traits)
 
 
 def row(name: str, config: TrainConfig, e: Estimate) -> str:
@@ -77,11 +78,17 @@ def study(model: str, results: Path) -> list[str]:
     source, recipe_knobs = RECIPES[model]
     winner = TrainConfig(**best["config"])
     w, cluster, engine = _problem_parts(model)
-    winner_estimate = estimate(w, winner, cluster, engine)
+    winner_estimate = estimate(w, winner, cluster, get_engine(engine).traits)
     recipe, recipe_estimate = predicted(model, recipe_knobs)
     problem = load_problem(ENGINE, model, CLUSTER, SPACE)
-    cal = default_calibration("hopper", ENGINE)
-    ranked = memory_verdicts(problem, problem.enumerate().require_some().valid, cal)
+    cal = default_calibration("hopper", problem.engine.traits)
+    ranked = memory_verdicts(
+        problem.workload,
+        problem.cluster,
+        problem.engine.traits,
+        problem.enumerate().require_some().valid,
+        cal,
+    )
     rank = ranked.fastest_first.row_of(recipe)
     return [
         f"### {model} on {CLUSTER} (64 H100), {TRIALS} simulated trials, {wall:.1f} s, "

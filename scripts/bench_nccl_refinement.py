@@ -38,9 +38,9 @@ from bench_search import (
     _Quiet,
 )
 
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.estimate.predict import Estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import DEFAULT_CALIBRATION
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.problem import load_problem
 from autotune.report.table import best_trial
@@ -74,7 +74,9 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
     problem = load_problem(*problem_names, f.name)
     Path(f.name).unlink()
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
+    )
     by_layout: dict[str, list[Estimate]] = {}
     for e in ranked:
         by_layout.setdefault(config_key(nccl_default(e.config)), []).append(e)

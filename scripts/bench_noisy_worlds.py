@@ -42,7 +42,7 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search import World, _Quiet, simulated_world  # noqa: E402
 
-from autotune.estimate.steptime import DEFAULT_CALIBRATION  # noqa: E402
+from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import config_key  # noqa: E402

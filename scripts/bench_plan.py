@@ -24,12 +24,12 @@ from pathlib import Path
 import optuna
 from peak_memory import run_measured
 
+from autotune.estimate.calibration import default_calibration
 from autotune.estimate.collectives import _choices as choices
 from autotune.estimate.collectives import _offered as offered
 from autotune.estimate.collectives import candidate
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import default_calibration
 from autotune.problem import Problem, load_problem
 from autotune.space import config_key, first_violation
 from autotune.space.enumerate import build_config
@@ -89,8 +89,10 @@ def timed(engine: str, model: str, cluster: str) -> dict[str, float]:
         problem = load_problem(engine, model, cluster)
         found = problem.enumerate()
         enumerated = time.perf_counter()
-        cal = default_calibration(problem.cluster.device.generation, problem.engine.name)
-        ranked = memory_verdicts(problem, found.valid, cal)
+        cal = default_calibration(problem.cluster.device.generation, problem.engine.traits)
+        ranked = memory_verdicts(
+            problem.workload, problem.cluster, problem.engine.traits, found.valid, cal
+        )
         done = time.perf_counter()
         for part, seconds in (("enumerate", enumerated - start), ("predict", done - enumerated)):
             best[part] = min(best.get(part, float("inf")), seconds)
@@ -104,7 +106,7 @@ def timed(engine: str, model: str, cluster: str) -> dict[str, float]:
     sample = random.Random(0).sample(range(len(found.valid)), min(PER_CONFIG_SAMPLE, len(ranked)))
     start = time.perf_counter()
     for i in sample:
-        estimate(problem.workload, found.valid[i], problem.cluster, engine, cal)
+        estimate(problem.workload, found.valid[i], problem.cluster, problem.engine.traits, cal)
     best["one_by_one"] = (time.perf_counter() - start) / len(sample) * len(found.valid)
     return {**best, "total": found.total, "valid": len(found.valid), "fit": len(ranked)}
 
@@ -122,9 +124,11 @@ def proposals(model: str, cluster: str) -> dict[str, float]:
         cold_caches()
         start = time.perf_counter()
         problem = load_problem("megatron", model, cluster, WIDE)
-        cal = default_calibration(problem.cluster.device.generation, problem.engine.name)
+        cal = default_calibration(problem.cluster.device.generation, problem.engine.traits)
         valid = problem.enumerate().valid
-        ranked = memory_verdicts(problem, valid, cal)
+        ranked = memory_verdicts(
+            problem.workload, problem.cluster, problem.engine.traits, valid, cal
+        )
         plans.append(time.perf_counter() - start)
     plan_command, plan_gib = command("megatron", model, cluster, WIDE)
     start = time.perf_counter()
@@ -152,7 +156,7 @@ def proposals(model: str, cluster: str) -> dict[str, float]:
         config = guide.propose(tried)
         seconds.append(time.perf_counter() - start)
         assert config is not None
-        measure(estimate(problem.workload, config, problem.cluster, "megatron", cal))
+        measure(estimate(problem.workload, config, problem.cluster, problem.engine.traits, cal))
     return {
         "valid": len(valid),
         "candidates": len(ranked),

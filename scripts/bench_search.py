@@ -29,8 +29,8 @@ from pathlib import Path
 
 import optuna
 
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.launchers import LaunchSettings
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.replay import ReplayLauncher
@@ -136,7 +136,9 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
     problem = load_problem(engine, model, cluster, f.name)
     Path(f.name).unlink()
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
+    )
     rng = random.Random(seed)
     compute_bias, comm_bias = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
     truth, wall = {}, {}

@@ -1,11 +1,11 @@
 """Refit the step-time model's GPU defaults to the published runs and print them as
-`DEFAULT_CALIBRATION` states them in autotune/estimate/steptime.py.
+`DEFAULT_CALIBRATION` states them in autotune/estimate/calibration.py.
 
 Each generation's four parameters (compute efficiency, the GEMM width at which it halves, the
 bandwidth scale, overlap) are fitted from `Calibration()`'s generic values to every usable row
 of autotune/calibration/data/published_runs_public.csv (a copy of ../shared/data's); Hopper's
 FP8 efficiency then to the published bf16/FP8 pairs of runs (calibration/fp8_pairs.py);
-Megatron's own compute efficiency (`ENGINE_CALIBRATION`) to its dense runs in
+Megatron's own compute efficiency (its `EngineTraits.calibration_overrides`) to its dense runs in
 published_moe_cp_runs.csv (calibration/published_moe_cp.py), and the share its
 expert-parallel overlap saves of the shorter of exchanges and compute (`Calibration.ep_overlap`)
 to those runs that differ only in it. With --check it exits 1 when
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from autotune.calibration.published import DATA, fitted_defaults
 from autotune.calibration.published_moe_cp import fitted_engine_defaults, fitted_ep_overlap
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, ENGINE_CALIBRATION, Calibration
+from autotune.engines import get_engine
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration, default_calibration
 
 
 def main() -> None:
@@ -61,7 +62,9 @@ def main() -> None:
     differ = [g for g, cal in fitted.items() if DEFAULT_CALIBRATION.get(g) != cal]
     differ += ["ep_overlap"] if Calibration().ep_overlap != ep_overlap else []
     differ += [
-        f"{e} on {g}" for (e, g), cal in engines.items() if ENGINE_CALIBRATION.get((e, g)) != cal
+        f"{e} on {g}"
+        for (e, g), cal in engines.items()
+        if default_calibration(g, get_engine(e).traits) != cal
     ]
     if differ:
         print(f"the code's defaults differ from the fit for: {', '.join(differ)}", file=sys.stderr)

@@ -25,14 +25,10 @@ from autotune.calibration import published_moe_cp
 from autotune.calibration.fp8_pairs import Fp8Pair, fit_fp8, pairs, source_calibration
 from autotune.calibration.published import DATA, Case, cases
 from autotune.calibration.published_moe_cp import MoeCpCase
+from autotune.engines import get_engine
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration, default_calibration
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import (
-    DEFAULT_CALIBRATION,
-    ENGINE_CALIBRATION,
-    Calibration,
-    default_calibration,
-)
 from autotune.specs import Cluster, load_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +54,12 @@ def main() -> None:
             continue
         cluster = load_cluster(c.cluster_name)
         observations.setdefault(cluster.device.generation, []).append(
-            (c.source, Observation(c.workload, cluster, c.config, c.engine, c.published_step_s))
+            (
+                c.source,
+                Observation(
+                    c.workload, cluster, c.config, get_engine(c.engine).traits, c.published_step_s
+                ),
+            )
         )
         row = compared(c, load_cluster(c.cluster_name), c.engine)
         rows.append({**row, "measure": c.measure})
@@ -76,7 +77,7 @@ def compared(
 ) -> dict[str, Any]:
     """One published run beside the model's prediction of it (with `cal`, else the engine's
     default): a row of a report."""
-    pred = estimate(c.workload, c.config, cluster, engine, cal).step
+    pred = estimate(c.workload, c.config, cluster, get_engine(engine).traits, cal).step
     gpus = c.config.tp * c.config.pp * c.config.cp * c.config.dp  # a cluster has whole nodes
     return {
         "row": c.row_id,
@@ -224,7 +225,11 @@ def moe_cp_report() -> str:
                     c,
                     c.cluster,
                     "megatron",
-                    c.calibrated(default_calibration(c.cluster.device.generation, "megatron")),
+                    c.calibrated(
+                        default_calibration(
+                            c.cluster.device.generation, get_engine("megatron").traits
+                        )
+                    ),
                 )["error"],
                 "generation_default_error": before,
                 "release": c.release,
@@ -240,7 +245,8 @@ def moe_cp_report() -> str:
     frame["abs_error"] = frame["error"].abs()
     frame["abs_before"] = frame["generation_default_error"].abs()
     in_sample = frame["in_sample_error"].abs().median()
-    engine_cal = {g: c for (e, g), c in ENGINE_CALIBRATION.items() if e == "megatron"}
+    megatron = get_engine("megatron").traits
+    engine_cal = {g: default_calibration(g, megatron) for g, _ in megatron.calibration_overrides}
     lines = [
         "",
         "## Expert- and context-parallel runs (published_moe_cp_runs.csv)",
@@ -369,7 +375,7 @@ def speedup(pair: Fp8Pair, cal: Calibration) -> float:
     """The model's bf16 step over its FP8 step, with the source's bf16 efficiency."""
     source = source_calibration([pair], cal)
     steps = [
-        estimate(o.workload, o.config, o.cluster, o.engine, source).step.total_s
+        estimate(o.workload, o.config, o.cluster, o.traits, source).step.total_s
         for o in (pair.bf16, pair.fp8)
     ]
     return steps[0] / steps[1]

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from autotune.engines import get_engine
 from autotune.estimate.calibrate import Observation, fit
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.calibration import Calibration
 from autotune.space import TrainConfig
 from autotune.specs import Workload, load_cluster
 from autotune.specs.workload import Fp8Recipe
@@ -79,7 +80,8 @@ def _fsdp_run(r: pd.Series, fp8: Fp8Recipe) -> Observation:
     gpus = int(r.num_gpus)
     config = TrainConfig(dp=gpus, zero=3, mbs=int(r.mbs), recompute="selective")
     step = workload.tokens_per_step / (r.tokens_per_s_per_gpu * gpus)
-    return Observation(workload, load_cluster(f"dgx-h100:{gpus // 8}"), config, "torch", step)
+    cluster = load_cluster(f"dgx-h100:{gpus // 8}")
+    return Observation(workload, cluster, config, get_engine("torch").traits, step)
 
 
 def source_calibration(found: Sequence[Fp8Pair], start: Calibration) -> Calibration:

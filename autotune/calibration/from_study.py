@@ -10,9 +10,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
+from autotune.engines import get_engine
 from autotune.errors import InputError
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.calibration import Calibration
 from autotune.study.storage import stored_specs
 from autotune.study.trial_attrs import TrialAttrs
 
@@ -34,10 +35,11 @@ class CalibrationReport:
 
 def observations(study: optuna.Study) -> list[Observation]:
     engine, workload, cluster = stored_specs(study)
+    traits = get_engine(engine).traits
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     done = [TrialAttrs.of(t) for t in trials]
     return [
-        Observation(workload, cluster, a.config, engine, step)
+        Observation(workload, cluster, a.config, traits, step)
         for a in done
         if a.source == "measured" and (step := a.step_time_s)
     ]
@@ -51,7 +53,7 @@ def calibrate_study(study: optuna.Study, study_folder: Path, results: Path) -> C
             f"calibration needs at least {MIN_TRIALS}"
         )
     cluster = data[0].cluster
-    before, _ = load_calibration(results, cluster, data[0].engine)
+    before, _ = load_calibration(results, cluster, stored_specs(study)[0])
     after = fit(data, before)
     halves = (data[::2], data[1::2])
     held_before = held_after = None

@@ -2,7 +2,7 @@
 shared/data/published_runs_public.csv, whose README gives each source) read as observations
 of the step-time model, and the GPU defaults fitted to them.
 
-`DEFAULT_CALIBRATION` in estimate/steptime.py holds what `fitted_defaults()` gives, rounded
+`DEFAULT_CALIBRATION` in estimate/calibration.py holds what `fitted_defaults()` gives, rounded
 (`rounded`): scripts/fit_costmodel.py prints it and tests/unit/test_costmodel_fit.py checks
 it, so a change to the model that moves the fit shows up there.
 """
@@ -19,7 +19,7 @@ import pandas as pd
 from autotune.calibration.fp8_pairs import fitted_fp8_efficiency
 from autotune.engines import get_engine
 from autotune.estimate.calibrate import Observation, fit, rounded
-from autotune.estimate.steptime import Calibration
+from autotune.estimate.calibration import Calibration
 from autotune.space import TrainConfig
 from autotune.space.config import Recompute
 from autotune.space.pipeline import split_layers
@@ -187,7 +187,9 @@ def observations(path: Path = DATA) -> dict[str, list[Observation]]:
         if isinstance(c, Case):
             cluster = load_cluster(c.cluster_name)
             found.setdefault(cluster.device.generation, []).append(
-                Observation(c.workload, cluster, c.config, c.engine, c.published_step_s)
+                Observation(
+                    c.workload, cluster, c.config, get_engine(c.engine).traits, c.published_step_s
+                )
             )
     return found
 

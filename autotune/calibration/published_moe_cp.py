@@ -25,13 +25,8 @@ from scipy.optimize import minimize_scalar
 
 from autotune.engines import get_engine
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors, rounded
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration, default_calibration
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import (
-    DEFAULT_CALIBRATION,
-    ENGINE_CALIBRATION,
-    Calibration,
-    default_calibration,
-)
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
 from autotune.specs.workload import Fp8Recipe
@@ -119,14 +114,14 @@ def anchors(path: Path = DATA) -> list[MoeCpCase]:
 
 
 def _states_fit(c: MoeCpCase) -> bool:
-    memory = estimate(c.workload, c.config, c.cluster, "megatron").memory
+    memory = estimate(c.workload, c.config, c.cluster, get_engine("megatron").traits).memory
     return memory.weights + memory.gradients <= c.cluster.device.memory_bytes
 
 
 def fitted_engine_defaults(path: Path = DATA) -> dict[tuple[str, str], Calibration]:
     """Megatron's compute efficiency per GPU generation, fitted to its dense runs from the
     generation's default, and its experts' host time, fitted to the expert-parallel runs
-    (`fitted_moe_host_time`): what `ENGINE_CALIBRATION` states."""
+    (`fitted_moe_host_time`): what Megatron's `EngineTraits.calibration_overrides` state."""
     by_generation: dict[str, list[Observation]] = {}
     for c in anchors(path):
         by_generation.setdefault(c.cluster.device.generation, []).append(_observed(c))
@@ -190,7 +185,7 @@ def fitted_ep_overlap(path: Path = DATA) -> float:
     runs = [c for c in cases(path) if isinstance(c, MoeCpCase)]
     found = overlap_pairs(runs)
     start = found[0][0].calibrated(
-        default_calibration(found[0][0].cluster.device.generation, "megatron")
+        default_calibration(found[0][0].cluster.device.generation, get_engine("megatron").traits)
     )
     alone = fit([_observed(off) for off, _ in found], start, free=("compute_efficiency",))
     full = dataclasses.replace(alone, ep_overlap=1.0)
@@ -214,7 +209,8 @@ def held_out_calibrations(
 ) -> dict[int, Calibration]:
     """Per run (by row), Megatron's default calibration with the experts' host time fitted
     to the runs outside its group (`HELD_OUT_BY[by]`)."""
-    start = {g: cal for (e, g), cal in ENGINE_CALIBRATION.items() if e == "megatron"}
+    megatron = get_engine("megatron").traits
+    start = {g: default_calibration(g, megatron) for g, _ in megatron.calibration_overrides}
     group = HELD_OUT_BY[by]
     host = {
         key: fitted_moe_host_time([c for c in runs if group(c) != key], start)
@@ -223,7 +219,7 @@ def held_out_calibrations(
     return {
         c.row_id: c.calibrated(
             dataclasses.replace(
-                default_calibration(c.cluster.device.generation, "megatron"),
+                default_calibration(c.cluster.device.generation, megatron),
                 moe_expert_host_s=host[group(c)],
             )
         )
@@ -232,7 +228,8 @@ def held_out_calibrations(
 
 
 def _observed(c: MoeCpCase) -> Observation:
-    return Observation(c.workload, c.cluster, c.config, "megatron", c.published_step_s)
+    megatron = get_engine("megatron").traits
+    return Observation(c.workload, c.cluster, c.config, megatron, c.published_step_s)
 
 
 def _case(r: pd.Series) -> MoeCpCase | str:

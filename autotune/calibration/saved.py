@@ -8,9 +8,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from autotune.engines import get_engine
 from autotune.errors import InputError
+from autotune.estimate.calibration import Calibration, default_calibration
 from autotune.estimate.commfit import CollectiveFit, Regime
-from autotune.estimate.steptime import ENGINE_CALIBRATION, Calibration, default_calibration
 from autotune.specs import Cluster
 from autotune.trial.spec import write_atomically
 
@@ -47,10 +48,12 @@ def load_calibration(
     """The cluster's fitted calibration if one was saved, else the default (the engine's on
     this generation where it has one); and which."""
     path = calibration_path(results, cluster)
-    default = default_calibration(cluster.device.generation, engine)
+    traits = get_engine(engine).traits if engine else None
+    default = default_calibration(cluster.device.generation, traits)
     if path.is_file():
         return read_calibration(path, default), f"fitted ({path})"
-    owner = f"{engine} on " if (engine, cluster.device.generation) in ENGINE_CALIBRATION else ""
+    own = dict(traits.calibration_overrides) if traits else {}
+    owner = f"{engine} on " if cluster.device.generation in own else ""
     return default, f"default for {owner}{cluster.device.generation}"
 
 

@@ -148,7 +148,7 @@ def estimate_command(
         problem = load_problem(engine, model, cluster, space)
         config = problem.config(parse_overrides(config_text))
     cal, which = load_calibration(results, problem.cluster, problem.engine.name)
-    e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
+    e = estimate(problem.workload, config, problem.cluster, problem.engine.traits, cal)
     if as_json:
         click.echo(json.dumps({**e.as_dict(), "calibration": which}, indent=2))
         return
@@ -176,7 +176,9 @@ def plan(
     problem = load_problem(engine, model, cluster, space)
     found = problem.enumerate().require_some()
     cal, which = load_calibration(results, problem.cluster, problem.engine.name)
-    ranked = memory_verdicts(problem, found.valid, cal)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, found.valid, cal
+    )
     shown = ranked[:] if top == 0 else ranked[:top]
     if as_json:
         click.echo(json.dumps([e.as_dict() for e in shown], indent=2))

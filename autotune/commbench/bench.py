@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from autotune.errors import InputError, LaunchError
-from autotune.estimate.collectives import PROTOS
+from autotune.estimate.nccl_tables import PROTOS
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchRequest
 from autotune.launchers.local import LocalLauncher
 from autotune.specs import Cluster

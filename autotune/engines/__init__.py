@@ -10,7 +10,6 @@ from autotune.engines.deepspeed.engine import DeepSpeedEngine
 from autotune.engines.framework import Framework
 from autotune.engines.megatron.engine import MegatronEngine
 from autotune.engines.torch.engine import TorchEngine
-from autotune.engines.traits import EngineTraits
 from autotune.errors import InputError
 
 ENGINES: dict[str, Engine] = {
@@ -39,20 +38,12 @@ def frameworks_of(engine: str) -> list[Framework]:
     return [f for f in FRAMEWORKS.values() if f.engine == engine]
 
 
-def traits_of(engine: str | EngineTraits) -> EngineTraits:
-    """What estimate/ and export/ read of an engine, given by name or by its traits (an
-    engine not registered, e.g. the ZeRO paper's plain formulas in a test)."""
-    return engine if isinstance(engine, EngineTraits) else get_engine(engine).traits
-
-
 __all__ = [
     "ENGINES",
     "FRAMEWORKS",
     "Engine",
-    "EngineTraits",
     "Framework",
     "frameworks_of",
     "get_engine",
     "get_framework",
-    "traits_of",
 ]

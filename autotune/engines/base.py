@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from autotune.engines.framework import Framework
-from autotune.engines.traits import EngineTraits
+from autotune.estimate.traits import EngineTraits
 from autotune.space import GENERIC_RULES, Rule
 from autotune.space.rules import pipeline_rule
 from autotune.specs import Cluster
@@ -38,7 +38,7 @@ class Engine(ABC):
     """Knobs this engine reads; a space file may vary only these."""
     engine_rules: ClassVar[tuple[Rule, ...]] = ()
     traits: ClassVar[EngineTraits]
-    """What estimate/ and export/ read of this engine (engines/traits.py)."""
+    """What estimate/ and export/ read of this engine (estimate/traits.py)."""
     worker_module: ClassVar[str]
     """The module `autotune.rank` runs on each rank of autotune's own trials of this engine."""
     frameworks: ClassVar[tuple[Framework, ...]] = ()

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.commfit import CollectiveFit
-from autotune.estimate.steptime import Calibration, StepParts, step_parts
+from autotune.estimate.steptime import StepParts, step_parts
+from autotune.estimate.traits import EngineTraits
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload
@@ -45,7 +47,7 @@ class Observation:
     workload: Workload
     cluster: Cluster
     config: TrainConfig
-    engine: str
+    traits: EngineTraits
     step_time_s: float
 
 
@@ -61,9 +63,9 @@ class _Batch:
 def _batches(data: Sequence[Observation], collectives: tuple[CollectiveFit, ...]) -> list[_Batch]:
     members: list[tuple[Observation, list[int]]] = []
     for i, o in enumerate(data):
-        same = (o.workload, o.cluster, o.engine)
+        same = (o.workload, o.cluster, o.traits)
         group = next(
-            (m for m in members if (m[0].workload, m[0].cluster, m[0].engine) == same), None
+            (m for m in members if (m[0].workload, m[0].cluster, m[0].traits) == same), None
         )
         if group is None:
             members.append((o, [i]))
@@ -73,7 +75,7 @@ def _batches(data: Sequence[Observation], collectives: tuple[CollectiveFit, ...]
     for first, rows in members:
         table = ConfigTable.of([data[i].config for i in rows])
         o = first
-        parts = step_parts(o.workload, table, o.cluster, o.engine, collectives)
+        parts = step_parts(o.workload, table, o.cluster, o.traits, collectives)
         measured = np.array([data[i].step_time_s for i in rows])
         batches.append(_Batch(rows, parts, measured))
     return batches

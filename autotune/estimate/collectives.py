@@ -16,159 +16,28 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
+from autotune.estimate.nccl_tables import (
+    ALGOS,
+    BASE_LATENCY_US,
+    HW_LATENCY_US,
+    LL_MAX_BW,
+    NET_OVERHEAD_US,
+    NVLS_ARITY,
+    NVLS_EFFICIENCY,
+    PCIE_BW,
+    PER_CH_MAX_NVLS_TREE,
+    PER_CH_MAX_RING_LL128,
+    PER_CH_MAX_TREE,
+    PER_CH_MAX_TREE_LL128,
+    PROTOS,
+    SPEEDS_INTER,
+    SPEEDS_INTRA,
+    TREE_CORRECTION,
+    Generation,
+)
+
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 T = TypeVar("T", float, np.ndarray)
-Generation = Literal["ampere", "hopper", "blackwell"]
-GENERATIONS: tuple[Generation, ...] = ("ampere", "hopper", "blackwell")
-"""The GPU generations NCCL's model is priced for here (NCCL's compCapIndex 1-3)."""
-ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
-NVLS_ARITY = 32
-"""NCCL_MAX_NVLS_ARITY: NVLS channels, one a GPU, at most (device.h, search.cc)."""
-PROTOS = ("LL", "LL128", "Simple")
-
-BASE_LATENCY_US = {
-    "Tree": (6.8, 14.0, 8.4),
-    "Ring": (6.6, 14.0, 8.4),
-    "NVLS": (0, 0, 0),
-    "NVLSTree": (0, 0, 0),
-}
-# hwLatencies per hop, (LL, LL128, Simple), by link type.
-HW_LATENCY_US = {
-    "NVLINK": {
-        "Tree": (0.6, 1.25, 4.0),
-        "Ring": (0.6, 1.9, 3.4),
-        "NVLS": (0, 0, 25.0),
-        "NVLSTree": (0, 0, 25.0),
-    },
-    "NET": {
-        "Tree": (5.0, 8.5, 14.0),
-        "Ring": (2.7, 4.0, 14.0),
-        "NVLS": (0, 0, 18.0),
-        "NVLSTree": (0, 0, 20.9),
-    },
-}
-NET_OVERHEAD_US = 1.0  # Intel x86 hosts; x3 for Simple
-# Per-channel caps by generation, columns: 1 node, 2 nodes, 4+ nodes (Blackwell: SM100's
-# rows). Across nodes the LL cap is the host's (Intel x86), not the GPU's.
-LL_MAX_BW = {
-    "ampere": (87.7, 39.0, 20.4),
-    "hopper": (141.0, 39.0, 20.4),
-    "blackwell": (282.0, 39.0, 20.4),
-}
-PER_CH_MAX_RING_LL128 = {
-    "ampere": (20.0, 20.0, 20.0),
-    "hopper": (36.7, 36.7, 36.7),
-    "blackwell": (40.0, 40.0, 40.0),
-}
-PER_CH_MAX_TREE_LL128 = {
-    "ampere": (20.0, 20.0, 20.0),
-    "hopper": (36.7, 36.7, 29.0),
-    "blackwell": (55.6, 31.67, 20.0),
-}
-PER_CH_MAX_TREE = {
-    "ampere": (24.0, 23.6, 17.8),
-    "hopper": (38.7, 41.4, 36.0),
-    "blackwell": (70.0, 42.8, 24.0),
-}
-PER_CH_MAX_NVLS_TREE = {
-    "ampere": (0.0, 0.0, 0.0),
-    "hopper": (0.0, 57.7, 45.5),
-    "blackwell": (0.0, 96.0, 80.0),
-}
-NVLS_EFFICIENCY = {"ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
-TREE_CORRECTION = {  # AllReduce Tree bandwidth factor by log2(bytes / 64)
-    "LL": (
-        1.0,
-        1.0,
-        1.0,
-        1.0,
-        0.9,
-        0.8,
-        0.7,
-        0.7,
-        0.7,
-        0.7,
-        0.6,
-        0.5,
-        0.4,
-        0.4,
-        0.5,
-        0.6,
-        0.7,
-        0.8,
-        0.9,
-        1.0,
-        1.0,
-        1.0,
-        1.0,
-        1.0,
-    ),
-    "LL128": (
-        1.0,
-        1.0,
-        1.0,
-        1.0,
-        1.0,
-        0.9,
-        0.8,
-        0.8,
-        0.8,
-        0.7,
-        0.6,
-        0.6,
-        0.6,
-        0.6,
-        0.6,
-        0.6,
-        0.8,
-        0.9,
-        0.9,
-        0.9,
-        0.9,
-        1.0,
-        1.0,
-        1.0,
-    ),
-    "Simple": (
-        0.9,
-        0.9,
-        0.9,
-        0.9,
-        0.9,
-        0.9,
-        0.9,
-        0.8,
-        0.7,
-        0.6,
-        0.6,
-        0.5,
-        0.5,
-        0.5,
-        0.5,
-        0.6,
-        0.7,
-        0.8,
-        0.7,
-        0.7,
-        0.8,
-        0.9,
-        0.9,
-        0.9,
-    ),
-}
-# The per-channel speeds NCCL's topology search tries, fastest first (search.cc).
-SPEEDS_INTRA = {
-    "ampere": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),
-    "hopper": (60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3),
-    "blackwell": (90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18),
-}
-SPEEDS_INTER = {
-    "ampere": (48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2),
-    "hopper": (48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
-    "blackwell": (96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2),
-}
-# Gen4 / Gen5 x16, caps the NIC path (DGX B200 and GB200 trays: ConnectX-7 on Gen5).
-PCIE_BW = {"ampere": 24.0, "hopper": 48.0, "blackwell": 48.0}
 
 
 @dataclass(frozen=True)
@@ -250,25 +119,24 @@ def _col(nodes: int) -> int:
     return min(nodes - 1, 2) if nodes <= 2 else 2
 
 
-@cache  # a pure function of a few small values, asked for every collective of every config
-def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> Choice | None:
-    """NCCL's (latency, algorithm bandwidth) for one algorithm and protocol, or None."""
+def _offers(op: Op, algo: str, proto: str, nodes: int) -> bool:
+    """Whether NCCL runs this collective with this algorithm and protocol at all."""
+    if algo in ("NVLS", "NVLSTree") and proto != "Simple":
+        return False
+    if op == "broadcast" and algo != "Ring":
+        return False
+    if op in ("all_gather", "reduce_scatter") and algo in ("Tree", "NVLSTree"):
+        return False
+    if algo == "NVLSTree" and (nodes == 1 or op != "all_reduce"):
+        return False
+    return not (algo == "NVLS" and nodes > 1)  # multi-node NVLS needs CollNet (SHARP switches)
+
+
+def _latency_us(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> float:
+    """NCCL's latency of one collective: its base plus per-hop latencies over NVLink and the
+    network."""
     p = PROTOS.index(proto)
     ppn = n // nodes
-    if algo in ("NVLS", "NVLSTree") and proto != "Simple":
-        return None
-    if op == "broadcast" and algo != "Ring":
-        return None
-    if op in ("all_gather", "reduce_scatter") and algo in ("Tree", "NVLSTree"):
-        return None
-    if algo == "NVLSTree" and (nodes == 1 or op != "all_reduce"):
-        return None
-    if algo == "NVLS" and nodes > 1:
-        return None  # multi-node NVLS needs CollNet (SHARP switches)
-    graph = nvls_graph(f, nodes, ppn) if algo.startswith("NVLS") else ring_graph(f, nodes, ppn)
-    if graph is None:
-        return None
-    gen, col = f.generation, _col(nodes)
     intra_lat = HW_LATENCY_US["NVLINK"][algo][p]
     inter_lat = HW_LATENCY_US["NET"]["Tree" if ppn == 1 and algo == "Ring" else algo][p]
     if algo == "NVLSTree" and f.nccl_version < (2, 28, 9):
@@ -278,14 +146,20 @@ def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> C
     if algo == "Ring":
         n_inter = 0 if nodes == 1 else (2 * (nodes - 1) if op == "all_reduce" else nodes - 1)
         overhead = 0.0 if nodes == 1 else NET_OVERHEAD_US * (3 if proto == "Simple" else 1)
-        latency = base + (steps - n_inter) * max(intra_lat, overhead) + n_inter * inter_lat
-    elif algo == "Tree":
-        latency = base + 2 * ((ppn - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
-    elif algo == "NVLS":
-        latency = intra_lat
-    else:
-        latency = base + intra_lat + 2 * int(math.log2(nodes)) * inter_lat
+        return base + (steps - n_inter) * max(intra_lat, overhead) + n_inter * inter_lat
+    if algo == "Tree":
+        return base + 2 * ((ppn - 1) * intra_lat + int(math.log2(nodes)) * inter_lat)
+    if algo == "NVLS":
+        return intra_lat
+    return base + intra_lat + 2 * int(math.log2(nodes)) * inter_lat
 
+
+def _bus_bandwidth(
+    op: Op, algo: str, proto: str, nodes: int, ppn: int, graph: Graph, gen: Generation
+) -> float:
+    """NCCL's bus bandwidth of one collective over the graph's channels, capped per channel
+    by the generation's tables."""
+    col = _col(nodes)
     bw = graph.bw_intra if nodes <= 2 else graph.bw_inter
     if algo.startswith("NVLS"):
         intra_bw = graph.bw_intra * NVLS_EFFICIENCY[gen] * (graph.channels - 1) / graph.channels
@@ -308,6 +182,20 @@ def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> C
                 bus * (7 / 9 if nodes == 1 else 120 / 128),
                 graph.channels * PER_CH_MAX_TREE_LL128[gen][col],
             )
+    return bus
+
+
+@cache  # a pure function of a few small values, asked for every collective of every config
+def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> Choice | None:
+    """NCCL's (latency, algorithm bandwidth) for one algorithm and protocol, or None."""
+    ppn = n // nodes
+    if not _offers(op, algo, proto, nodes):
+        return None
+    graph = nvls_graph(f, nodes, ppn) if algo.startswith("NVLS") else ring_graph(f, nodes, ppn)
+    if graph is None:
+        return None
+    latency = _latency_us(op, algo, proto, n, nodes, f)
+    bus = _bus_bandwidth(op, algo, proto, nodes, ppn, graph, f.generation)
     if bus <= 0:
         return None
     if algo == "Tree":
@@ -315,7 +203,7 @@ def candidate(op: Op, algo: str, proto: str, n: int, nodes: int, f: Fabric) -> C
     elif op in ("all_gather", "reduce_scatter") and algo != "Ring":
         ratio = 1.0
     else:
-        ratio = n / steps if op != "broadcast" else 1.0
+        ratio = n / _steps(op, n) if op != "broadcast" else 1.0
     return Choice(algo, proto, latency, bus * ratio)
 
 

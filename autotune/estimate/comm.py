@@ -12,7 +12,6 @@ import numpy as np
 
 from autotune.estimate.arrays import grouped
 from autotune.estimate.collectives import (
-    GENERATIONS,
     Fabric,
     Op,
     bus_factor,
@@ -20,6 +19,7 @@ from autotune.estimate.collectives import (
     nccl_bytes,
 )
 from autotune.estimate.commfit import CollectiveFit, matching_fit
+from autotune.estimate.nccl_tables import GENERATIONS
 from autotune.specs import Cluster
 
 

@@ -8,16 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from autotune.estimate.calibration import Calibration, default_calibration
 from autotune.estimate.commfit import CollectiveFit
 from autotune.estimate.memory import MemoryBreakdown, fits, memory_breakdown
 from autotune.estimate.stages import Stages
-from autotune.estimate.steptime import (
-    Calibration,
-    StepParts,
-    StepTime,
-    default_calibration,
-    step_parts,
-)
+from autotune.estimate.steptime import StepParts, StepTime, step_parts
+from autotune.estimate.traits import EngineTraits
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable, NcclRuns
 from autotune.specs import Cluster, Workload
@@ -95,7 +91,7 @@ class Predictor:
         w: Workload,
         table: ConfigTable,
         cluster: Cluster,
-        engine: str,
+        traits: EngineTraits,
         collectives: tuple[CollectiveFit, ...] = (),
         memory: MemoryBreakdown[np.ndarray] | None = None,
         runs: NcclRuns | None = None,
@@ -105,11 +101,11 @@ class Predictor:
         of NCCL variants (`runs`) and their layouts' `stages`. What no NCCL setting changes is
         computed once per layout."""
         runs = runs or table.nccl_runs()
-        stages = stages or Stages.of(w, runs.layouts, engine)
-        parts = step_parts(w, table, cluster, engine, collectives, runs, stages)
+        stages = stages or Stages.of(w, runs.layouts, traits)
+        parts = step_parts(w, table, cluster, traits, collectives, runs, stages)
         if memory is None:
             generation = cluster.device.generation
-            on_layouts = memory_breakdown(w, runs.layouts, engine, generation, stages)
+            on_layouts = memory_breakdown(w, runs.layouts, traits, generation, stages)
             memory = on_layouts if runs.of_row is None else on_layouts.take(runs.of_row)
         return cls(w, cluster, table, parts, memory)
 
@@ -136,20 +132,20 @@ def predict(
     w: Workload,
     table: ConfigTable,
     cluster: Cluster,
-    engine: str,
+    traits: EngineTraits,
     cal: Calibration | None = None,
 ) -> Predictions:
     """Step time and memory of every config of the table."""
-    cal = cal or default_calibration(cluster.device.generation, engine)
-    return Predictor.of(w, table, cluster, engine, cal.collectives).at(cal)
+    cal = cal or default_calibration(cluster.device.generation, traits)
+    return Predictor.of(w, table, cluster, traits, cal.collectives).at(cal)
 
 
 def estimate(
     w: Workload,
     config: TrainConfig,
     cluster: Cluster,
-    engine: str,
+    traits: EngineTraits,
     cal: Calibration | None = None,
 ) -> Estimate:
     """Step time and memory of one config: the table model on a table of one."""
-    return predict(w, ConfigTable.of([config]), cluster, engine, cal).row(0)
+    return predict(w, ConfigTable.of([config]), cluster, traits, cal).row(0)

@@ -10,13 +10,14 @@ from typing import overload
 
 import numpy as np
 
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.memory import fits, memory_breakdown
 from autotune.estimate.predict import Estimate, Predictor, predict
 from autotune.estimate.stages import Stages
-from autotune.estimate.steptime import Calibration
-from autotune.problem import Problem
+from autotune.estimate.traits import EngineTraits
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
+from autotune.specs import Cluster, Workload
 from autotune.specs.cluster import DeviceKind
 
 CHUNK = 1 << 18
@@ -31,7 +32,9 @@ class Ranked(Sequence[Estimate]):
     when looked at (the rows looked at together, as one table), as ranking keeps only each
     config's throughput."""
 
-    problem: Problem
+    workload: Workload
+    cluster: Cluster
+    traits: EngineTraits
     cal: Calibration
     table: ConfigTable
     """The configs that fit, in the order given (not ranked)."""
@@ -57,10 +60,9 @@ class Ranked(Sequence[Estimate]):
 
     def _estimates(self, rows: np.ndarray) -> Iterator[Estimate]:
         """These rows' estimates, predicted CHUNK at a time."""
-        p = self.problem
         for start in range(0, len(rows), CHUNK):
             chunk = self.table.take(rows[start : start + CHUNK])
-            found = predict(p.workload, chunk, p.cluster, p.engine.name, self.cal)
+            found = predict(self.workload, chunk, self.cluster, self.traits, self.cal)
             yield from (found.row(k) for k in range(len(chunk)))
 
     @property
@@ -78,14 +80,19 @@ class Ranked(Sequence[Estimate]):
         return (self.table.config(r) for r in range(len(self.table)))
 
 
-def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibration) -> Ranked:
+def memory_verdicts(
+    w: Workload,
+    cluster: Cluster,
+    traits: EngineTraits,
+    valid: Sequence[TrainConfig],
+    cal: Calibration,
+) -> Ranked:
     """The configs that fit, best first."""
-    w, cluster, engine = problem.workload, problem.cluster, problem.engine.name
     table = ConfigTable.of(valid)
     # No NCCL setting changes memory: it is computed once per run of a layout's variants.
     runs = table.nccl_runs()
-    stages = Stages.of(w, runs.layouts, engine)
-    memory = memory_breakdown(w, runs.layouts, engine, cluster.device.generation, stages)
+    stages = Stages.of(w, runs.layouts, traits)
+    memory = memory_breakdown(w, runs.layouts, traits, cluster.device.generation, stages)
     fitting = np.flatnonzero(runs.spread(fits(memory, cluster.device)))
     rate = np.empty(len(fitting))
     for start in range(0, len(fitting), CHUNK):
@@ -93,10 +100,11 @@ def memory_verdicts(problem: Problem, valid: Sequence[TrainConfig], cal: Calibra
         chunk_runs, which = runs.take(rows)
         chunk = chunk_runs.layouts if chunk_runs.of_row is None else table.take(rows)
         known = memory.take(chunk_runs.spread(which)), chunk_runs, stages.take(which)
-        model = Predictor.of(w, chunk, cluster, engine, cal.collectives, *known)
+        model = Predictor.of(w, chunk, cluster, traits, cal.collectives, *known)
         rate[start : start + len(rows)] = model.at(cal).tokens_per_s
     fastest = np.argsort(-rate, kind="stable")
-    return Ranked(problem, cal, table.take(fitting), fastest, len(table) - len(fitting))
+    too_big = len(table) - len(fitting)
+    return Ranked(w, cluster, traits, cal, table.take(fitting), fastest, too_big)
 
 
 def memory_reason(e: Estimate, device: DeviceKind) -> str:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.engines import EngineTraits, traits_of
 from autotune.estimate.arrays import Values, grouped
+from autotune.estimate.traits import EngineTraits
 from autotune.space.pipeline import PipelineSplit, split_layers
 from autotune.space.table import ConfigTable
 from autotune.specs import Workload
@@ -41,11 +41,11 @@ def head_forward_flops(w: Workload, micro_batch: Values) -> Values:
 
 
 def stage_split(
-    w: Workload, pp: int, vpp: int, engine: str | EngineTraits, label: str = ""
+    w: Workload, pp: int, vpp: int, traits: EngineTraits, label: str = ""
 ) -> PipelineSplit:
     """The layers of each pipeline rank as the engine places them; the validity rules have
     refused configs it cannot place."""
-    split = split_layers(w.num_layers, pp, vpp, traits_of(engine).pipeline_split)
+    split = split_layers(w.num_layers, pp, vpp, traits.pipeline_split)
     if split is None:
         raise ValueError(
             f"{label or f'pp={pp},vpp={vpp}'}: no pipeline placement of {w.num_layers} layers"
@@ -76,13 +76,13 @@ class Stages:
     earlier a rank, the more micro-batches it keeps in flight."""
 
     @classmethod
-    def of(cls, w: Workload, c: ConfigTable, engine: str | EngineTraits) -> Stages:
+    def of(cls, w: Workload, c: ConfigTable, traits: EngineTraits) -> Stages:
         """Each distinct (pp, vpp) placed once, its ranks spread to the configs that have it."""
         group = np.zeros(len(c), dtype=np.int64)
         splits: list[tuple[int, PipelineSplit]] = []
         for (pp, vpp), rows in grouped(c.pp, c.vpp):
             group[rows] = len(splits)
-            splits.append((pp, stage_split(w, pp, vpp, engine, c.config(rows[0]).label())))
+            splits.append((pp, stage_split(w, pp, vpp, traits, c.config(rows[0]).label())))
         per_split: dict[str, list[list[tuple[int, ...]]]] = {"pace": [], "held": [], "flight": []}
         for pp, split in splits:
             ranks = split.rank_layers

@@ -13,7 +13,7 @@ from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, Outcome, PoolKind, read_json
 
 if TYPE_CHECKING:
-    from autotune.estimate.steptime import Calibration
+    from autotune.estimate.calibration import Calibration
     from autotune.problem import Problem
 
 LOG_FILE = "log.txt"

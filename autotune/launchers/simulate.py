@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 import time
 
+from autotune.engines import get_engine
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_reason
-from autotune.estimate.steptime import Calibration
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
@@ -33,7 +34,8 @@ class SimulateLauncher(Launcher):
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         start = time.monotonic()
         spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
-        e = estimate(spec.workload, spec.config, spec.cluster, spec.engine, self.calibration)
+        traits = get_engine(spec.engine).traits
+        e = estimate(spec.workload, spec.config, spec.cluster, traits, self.calibration)
         if not e.fits:
             return LaunchOutcome(
                 kind="oom",

@@ -30,8 +30,8 @@ from scipy import special
 
 from autotune.confidence import PROPOSAL_OPTIMISM_SIGMAS, STOP_RULE_SIGMAS
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import Estimate, Predictor, estimate
-from autotune.estimate.steptime import Calibration
 from autotune.problem import Problem
 from autotune.space import TrainConfig, nccl_default
 from autotune.space.config import KNOBS
@@ -149,7 +149,7 @@ class GuidedSearch:
         p = self.problem
         self._table = table = ConfigTable.of(self.candidates)
         collectives = self.calibration.collectives
-        self._predictor = Predictor.of(p.workload, table, p.cluster, p.engine.name, collectives)
+        self._predictor = Predictor.of(p.workload, table, p.cluster, p.engine.traits, collectives)
         self._memory_bytes = self._predictor.memory.total
         self._value_codes, columns = {}, []
         for name in KNOBS:
@@ -209,7 +209,7 @@ class GuidedSearch:
         self._learned_from = learned_from
         w, cluster, engine = self.problem.workload, self.problem.cluster, self.problem.engine
         data = [
-            Observation(w, cluster, attrs[n].config, engine.name, step)
+            Observation(w, cluster, attrs[n].config, engine.traits, step)
             for n, step in step_times.items()
         ]
         self.measured = [o.config for o in data]
@@ -345,7 +345,7 @@ class GuidedSearch:
 
     def _estimate(self, config: TrainConfig) -> Estimate:
         p = self.problem
-        return estimate(p.workload, config, p.cluster, p.engine.name, self.calibration)
+        return estimate(p.workload, config, p.cluster, p.engine.traits, self.calibration)
 
     def _novel(self) -> np.ndarray:
         """Per layout: whether it has a knob value no measured config has had."""

@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 
 from autotune import runner as trials
 from autotune.errors import InputError
+from autotune.estimate.calibration import Calibration, default_calibration
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_reason, memory_verdicts
-from autotune.estimate.steptime import Calibration, default_calibration
 from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
@@ -169,9 +169,11 @@ class _Search:
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
         self.cal = settings.calibration or default_calibration(
-            problem.cluster.device.generation, problem.engine.name
+            problem.cluster.device.generation, problem.engine.traits
         )
-        self.ranked = memory_verdicts(problem, valid, self.cal)
+        self.ranked = memory_verdicts(
+            problem.workload, problem.cluster, problem.engine.traits, valid, self.cal
+        )
         if not self.ranked:
             raise InputError(
                 f"none of the {len(valid)} valid configs is predicted to fit in "
@@ -267,7 +269,7 @@ class _Search:
         broken = first_violation(config, p.workload, p.cluster, p.rules)
         if broken is not None:
             return f"rule {broken.name}: {broken.reason}"
-        e = estimate(p.workload, config, p.cluster, p.engine.name, self.cal)
+        e = estimate(p.workload, config, p.cluster, p.engine.traits, self.cal)
         if not e.fits:
             return memory_reason(e, p.cluster.device)
         if key in self.seen:
@@ -283,7 +285,7 @@ class _Search:
         """Run the config as this trial, with the model's prediction beside it."""
         p = self.problem
         cal = self.guide.calibration if self.guide is not None else self.cal
-        predicted = estimate(p.workload, config, p.cluster, p.engine.name, cal)
+        predicted = estimate(p.workload, config, p.cluster, p.engine.traits, cal)
         prediction = Prediction(
             predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
         )

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.estimate.memory import most_parameters, rank_parameters
+from autotune.engines import get_engine
+from autotune.estimate.model_states import most_parameters, rank_parameters
 from autotune.estimate.stages import Stages
 from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
@@ -66,7 +67,9 @@ def test_mixture_of_experts_shards_hold_what_the_memory_model_counts(tmp_path: P
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
     table = ConfigTable.of([MOE_CONFIG])
-    held = most_parameters(MOE_WORKLOAD, table, Stages.of(MOE_WORKLOAD, table, "megatron"))
+    held = most_parameters(
+        MOE_WORKLOAD, table, Stages.of(MOE_WORKLOAD, table, get_engine("megatron").traits)
+    )
     most = max(reports, key=lambda r: r["parameters"])
     assert most["parameters"] == held.total[0]
     assert most["experts"] == held.experts[0]

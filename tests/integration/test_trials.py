@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from autotune.engines import get_engine
 from autotune.estimate import model_states
 from autotune.space import TrainConfig, parse_overrides
 from autotune.space.table import ConfigTable
@@ -142,7 +143,7 @@ def test_deepspeed_moe_splits_its_experts_as_predicted_on_four_ranks(
     r = record["result"]
     assert r["world_size"] == 4 and r["step_time_s"] > 0
     held = ConfigTable.of([TrainConfig(**{**parse_overrides(config), "dp": 4})])
-    predicted = model_states(load_workload(str(MOE)), held, "deepspeed").total
+    predicted = model_states(load_workload(str(MOE)), held, get_engine("deepspeed").traits).total
     assert r["model_state_bytes"] == pytest.approx(predicted, rel=0.02)
 
 

@@ -2,9 +2,10 @@
 
 import pytest
 
+from autotune.engines import get_engine
 from autotune.estimate.calibrate import BOUNDS, Observation, fit, median_abs_pct_error
+from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import Calibration
 from autotune.problem import load_problem
 
 
@@ -19,8 +20,10 @@ def test_fit_recovers_known_parameters() -> None:
             problem.workload,
             problem.cluster,
             c,
-            "torch",
-            estimate(problem.workload, c, problem.cluster, "torch", truth).step.total_s,
+            get_engine("torch").traits,
+            estimate(
+                problem.workload, c, problem.cluster, get_engine("torch").traits, truth
+            ).step.total_s,
         )
         for c in configs
     ]
@@ -38,7 +41,13 @@ def test_fit_rejects_unknown_parameters() -> None:
 def test_fit_keeps_parameters_in_bounds() -> None:
     problem = load_problem("torch", "llama3-8b", "dgx-h100:4")
     c = problem.enumerate().valid[0]
-    slow = estimate(problem.workload, c, problem.cluster, "torch").step.total_s * 1000
-    fitted = fit([Observation(problem.workload, problem.cluster, c, "torch", slow)], Calibration())
+    slow = (
+        estimate(problem.workload, c, problem.cluster, get_engine("torch").traits).step.total_s
+        * 1000
+    )
+    fitted = fit(
+        [Observation(problem.workload, problem.cluster, c, get_engine("torch").traits, slow)],
+        Calibration(),
+    )
     for name, (lo, hi) in BOUNDS.items():
         assert lo <= getattr(fitted, name) <= hi, name

@@ -10,7 +10,9 @@ import pytest
 from autotune.calibration.from_commbench import calibrate_commbench
 from autotune.calibration.saved import calibration_path, load_calibration, save_calibration
 from autotune.commbench.bench import nccl_variants, sweep_winners
+from autotune.engines import get_engine
 from autotune.errors import InputError
+from autotune.estimate.calibration import Calibration, default_calibration
 from autotune.estimate.comm import Group, seconds
 from autotune.estimate.commfit import (
     CollectiveFit,
@@ -19,7 +21,6 @@ from autotune.estimate.commfit import (
     matching_fit,
     require_fits,
 )
-from autotune.estimate.steptime import ENGINE_CALIBRATION, Calibration
 from autotune.specs import load_cluster
 
 SIZES = [2**k for k in range(10, 25)]
@@ -137,7 +138,7 @@ def test_commbench_fits_keep_megatrons_own_defaults_and_a_studys_fit(tmp_path: P
     megatron, _ = load_calibration(tmp_path, cluster, "megatron")
     assert (
         megatron.compute_efficiency
-        == ENGINE_CALIBRATION[("megatron", "hopper")].compute_efficiency
+        == default_calibration("hopper", get_engine("megatron").traits).compute_efficiency
     )
     assert megatron.collectives and load_calibration(tmp_path, cluster, "torch")[0].collectives
     path = calibration_path(tmp_path, cluster)

@@ -4,7 +4,8 @@ the model that moves the fit fails here until the constants (scripts/fit_costmod
 import pytest
 
 from autotune.calibration.published import Case, cases, fitted_defaults
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration, default_calibration
+from autotune.engines import get_engine
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration, default_calibration
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,8 @@ def test_generations_without_fp8_pairs_take_hoppers_fp8_fit(
     hoppers_fit = fitted["hopper"].fp8_efficiency
     assert hoppers_fit < 1
     for engine in (None, "megatron", "deepspeed"):
-        assert default_calibration("blackwell", engine).fp8_efficiency == hoppers_fit, engine
+        traits = None if engine is None else get_engine(engine).traits
+        assert default_calibration("blackwell", traits).fp8_efficiency == hoppers_fit, engine
 
 
 def test_every_row_left_out_says_why() -> None:

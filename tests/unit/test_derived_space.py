@@ -34,7 +34,13 @@ def test_bloom_on_384_a100s_plans_bigscience_layout_among_the_best(tmp_path: Pat
     assert problem.space.values["pp"] == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
     assert "layers" in problem.space.origins["pp"]
     cal, _ = load_calibration(tmp_path, problem.cluster)  # none saved: the default
-    ranked = memory_verdicts(problem, problem.enumerate().require_some().valid, cal)
+    ranked = memory_verdicts(
+        problem.workload,
+        problem.cluster,
+        problem.engine.traits,
+        problem.enumerate().require_some().valid,
+        cal,
+    )
     layouts = list(dict.fromkeys((e.config.tp, e.config.pp, e.config.dp) for e in ranked))
     assert (4, 12, 8) in layouts[:5]
 

@@ -111,7 +111,7 @@ def test_its_space_is_planned_estimated_and_written(
     e, space = engine
     problem = load_problem(e.name, "tiny", CLUSTER.get(e.name, "local:2"), space)
     valid = problem.enumerate().require_some().valid
-    first = estimate(problem.workload, valid[0], problem.cluster, e.name)
+    first = estimate(problem.workload, valid[0], problem.cluster, e.traits)
     assert first.step.total_s > 0 and first.memory.total > 0 and first.tokens_per_s > 0
     written = []
     for i, config in enumerate((valid[0], valid[-1])):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune.calibration.saved import calibration_path, load_calibration
+from autotune.engines import get_engine
 from autotune.engines.megatron import jobs as megatron_job
-from autotune.engines.megatron.engine import args_text
-from autotune.engines.megatron.exports import transformer_config_kwargs
+from autotune.engines.megatron.exports import args_text, transformer_config_kwargs
 from autotune.errors import InputError
 from autotune.estimate.predict import estimate
 from autotune.specs import load_cluster, load_workload
@@ -41,14 +41,14 @@ def test_fp8_speeds_up_a_compute_bound_step_by_less_than_its_doubled_peak() -> N
     """Attention's core and the output layer stay in bf16, and FP8 GEMMs reach less of
     their peak (the published bf16/FP8 pairs): well short of 2x."""
     cluster = load_cluster("dgx-h100:8")
-    bf16 = estimate(LLAMA70, NEMO_LIKE, cluster, "megatron")
-    fp8 = estimate(FP8_LLAMA70, NEMO_LIKE, cluster, "megatron")
+    bf16 = estimate(LLAMA70, NEMO_LIKE, cluster, get_engine("megatron").traits)
+    fp8 = estimate(FP8_LLAMA70, NEMO_LIKE, cluster, get_engine("megatron").traits)
     speedup = bf16.step.compute_s / fp8.step.compute_s
     assert 1.1 < speedup < 1.6
     assert fp8.memory.weights > bf16.memory.weights  # Transformer Engine's FP8 weight copies
     recomputing = dataclasses.replace(NEMO_LIKE, recompute="full")
     rebuilt = [
-        estimate(w, recomputing, cluster, "megatron").step.recompute_s
+        estimate(w, recomputing, cluster, get_engine("megatron").traits).step.recompute_s
         for w in (LLAMA70, FP8_LLAMA70)
     ]
     assert rebuilt[1] < rebuilt[0]  # the recomputed linear layers run in FP8 too

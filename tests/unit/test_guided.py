@@ -8,9 +8,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.engines import get_engine
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
@@ -58,7 +59,9 @@ def search(  # type: ignore[no-untyped-def]
 
 def test_first_proposal_is_the_plans_best_and_none_repeats(tmp_path: Path) -> None:
     problem, outcome, ran = search(tmp_path)
-    ranked = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, CAL
+    )
     assert ran[0].user_attrs["config_key"] == config_key(ranked[0].config)
     keys = [t.user_attrs["config_key"] for t in ran]
     assert len(keys) == len(set(keys))
@@ -84,7 +87,9 @@ def test_same_seed_same_proposals(tmp_path: Path) -> None:
 
 def test_out_of_memory_tightens_the_memory_model() -> None:
     problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
-    ranked = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, CAL
+    )
     guide = GuidedSearch(problem, ranked.configs, CAL, seed=0)
     big = max(ranked, key=lambda e: e.memory.total)
     study = optuna.create_study(direction="maximize")
@@ -134,7 +139,9 @@ def test_the_search_looks_around_a_config_that_measured_better_than_predicted() 
     # the model puts the leaders, which any refit of the defaults moves.
     cal = Calibration(compute_efficiency=0.47, gemm_half_size=236.0, bandwidth_scale=1.07)
     problem = load_problem("torch", "llama3-70b", "dgx-h100:32")
-    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
+    )
     guide = GuidedSearch(problem, ranked.configs, cal, seed=0)
     surprising, expected = ranked[0], ranked[len(ranked) // 2]
     study = optuna.create_study(direction="maximize")
@@ -156,7 +163,9 @@ def test_a_zero_stage_never_measured_is_tried_when_the_model_ranks_it_close() ->
     except ZeRO 0 runs 20% faster: eight proposals, as the default study makes, measure it."""
     cal = DEFAULT_CALIBRATION["cpu"]
     problem = load_problem("deepspeed", "tiny", "local:2")
-    ranked = memory_verdicts(problem, problem.enumerate().valid, cal)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
+    )
     assert ranked[0].config.zero != 0
     truth = {config_key(e.config): e for e in ranked}
     guide = GuidedSearch(problem, ranked.configs, cal, seed=0)
@@ -182,7 +191,9 @@ def test_a_thorough_search_goes_on_where_each_config_alone_is_unlikely_to_win() 
     thousand left, one of them may. Given the same trials, a thorough guide (`stop_risk`)
     goes on until few are expected to, and measures a faster config."""
     problem = load_problem("torch", "llama3-8b", "dgx-h100:4")
-    ranked = memory_verdicts(problem, problem.enumerate().valid, CAL)
+    ranked = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, CAL
+    )
     rng = random.Random(0)
     truth = {config_key(e.config): e.tokens_per_s * math.exp(rng.gauss(0, 0.1)) for e in ranked}
     study = optuna.create_study(direction="maximize")
@@ -220,11 +231,19 @@ def test_an_moe_study_learns_its_host_time_from_none() -> None:
     problem = load_problem("deepspeed", "qwen3-30b-a3b", "dgx-h100:1")
     start = DEFAULT_CALIBRATION["hopper"]
     assert start.moe_expert_host_s == 0.0
-    ranked = memory_verdicts(problem, problem.enumerate().require_some().valid, start)
+    ranked = memory_verdicts(
+        problem.workload,
+        problem.cluster,
+        problem.engine.traits,
+        problem.enumerate().require_some().valid,
+        start,
+    )
     truth = dataclasses.replace(start, moe_expert_host_s=0.0005)
     study = optuna.create_study(direction="maximize")
     for config in ranked.configs[:12]:
-        e = estimate(problem.workload, config, problem.cluster, "deepspeed", truth)
+        e = estimate(
+            problem.workload, config, problem.cluster, get_engine("deepspeed").traits, truth
+        )
         trial = study.ask()
         trial.set_user_attr("config", config.as_dict())
         trial.set_user_attr("config_key", config_key(config))

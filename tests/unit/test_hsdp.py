@@ -1,6 +1,7 @@
 """Hybrid sharding (torch FSDP2 over a replicate x shard mesh) in the model: what a user
 trades, memory for collectives that span fewer nodes."""
 
+from autotune.engines import get_engine
 from autotune.estimate.predict import Estimate, estimate
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
@@ -12,7 +13,7 @@ def test_hsdp_shortens_the_sharded_collectives_and_pays_in_memory() -> None:
 
     def predicted(hsdp: int) -> Estimate:
         config = TrainConfig(dp=128, zero=3, hsdp=hsdp, mbs=1, recompute="full")
-        return estimate(problem.workload, config, problem.cluster, "torch")
+        return estimate(problem.workload, config, problem.cluster, get_engine("torch").traits)
 
     flat, hybrid = predicted(1), predicted(4)
     # Each replica shards over 32 ranks instead of 128: four times the sharded optimizer.

@@ -4,10 +4,12 @@ import dataclasses
 
 import pytest
 
-from autotune.engines import EngineTraits
+from autotune.engines import get_engine
 from autotune.estimate import model_states, rank_parameters
-from autotune.estimate.memory import most_parameters, stage_activation_bytes
+from autotune.estimate.activations import stage_activation_bytes
+from autotune.estimate.model_states import most_parameters
 from autotune.estimate.stages import Stages
+from autotune.estimate.traits import EngineTraits
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import load_workload
@@ -44,7 +46,9 @@ PSI = TINY.num_parameters  # fp32: 4 bytes each
     ],
 )
 def test_zero_stages_fp32(engine: str, zero: int, bytes_per_param: float) -> None:
-    states = model_states(TINY, ConfigTable.of([TrainConfig(dp=2, zero=zero)]), engine)
+    states = model_states(
+        TINY, ConfigTable.of([TrainConfig(dp=2, zero=zero)]), get_engine(engine).traits
+    )
     assert states.total == pytest.approx(PSI * bytes_per_param)
 
 
@@ -67,7 +71,9 @@ def test_deepspeed_mixed_precision_adds_its_fp32_gradient_partition() -> None:
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
     for zero, per_param in ((1, 2 + 2 + 16 / 8), (2, 2 + 18 / 8), (3, 18 / 8)):
-        states = model_states(bf16, ConfigTable.of([TrainConfig(dp=8, zero=zero)]), "deepspeed")
+        states = model_states(
+            bf16, ConfigTable.of([TrainConfig(dp=8, zero=zero)]), get_engine("deepspeed").traits
+        )
         assert states.total == pytest.approx(psi * per_param)
 
 
@@ -76,9 +82,11 @@ def test_megatron_bytes_per_parameter_match_its_own_accounting() -> None:
     distributed optimizer."""
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
-    plain = model_states(bf16, ConfigTable.of([TrainConfig(dp=8)]), "megatron")
+    plain = model_states(bf16, ConfigTable.of([TrainConfig(dp=8)]), get_engine("megatron").traits)
     assert plain.total == pytest.approx(18 * psi)
-    distributed = model_states(bf16, ConfigTable.of([TrainConfig(dp=8, zero=1)]), "megatron")
+    distributed = model_states(
+        bf16, ConfigTable.of([TrainConfig(dp=8, zero=1)]), get_engine("megatron").traits
+    )
     assert distributed.total == pytest.approx((6 + 12 / 8) * psi)
 
 
@@ -125,7 +133,9 @@ def test_context_parallel_memory_by_hand() -> None:
     assert stage_activation_bytes(SMALL, ConfigTable.of([full]), 4) == (4 * 32, 544)
     bf16 = dataclasses.replace(TINY, precision="bf16", global_batch_size=64)
     psi = rank_parameters(bf16, 1, 1)
-    sharded = model_states(bf16, ConfigTable.of([TrainConfig(dp=2, cp=2, zero=1)]), "megatron")
+    sharded = model_states(
+        bf16, ConfigTable.of([TrainConfig(dp=2, cp=2, zero=1)]), get_engine("megatron").traits
+    )
     assert sharded.total == pytest.approx((6 + 12 / 4) * psi)
 
 
@@ -140,11 +150,13 @@ def test_mixture_of_experts_memory_by_hand() -> None:
     embedding_and_head = 2 * 512 * 64 + 64
     config = TrainConfig(dp=4, ep=2, zero=1)
     held = most_parameters(
-        moe, ConfigTable.of([config]), Stages.of(moe, ConfigTable.of([config]), "megatron")
+        moe,
+        ConfigTable.of([config]),
+        Stages.of(moe, ConfigTable.of([config]), get_engine("megatron").traits),
     )
     assert held.total[0] == 4 * (dense_per_layer + experts_per_layer) + embedding_and_head
     assert held.experts[0] == 4 * experts_per_layer
-    states = model_states(moe, ConfigTable.of([config]), "megatron")
+    states = model_states(moe, ConfigTable.of([config]), get_engine("megatron").traits)
     dense = 4 * dense_per_layer + embedding_and_head
     # bf16 weights and fp32 gradients (6 bytes) everywhere; Adam's 12 over dp 4 or edp 2.
     assert states.total[0] == pytest.approx(

@@ -19,10 +19,11 @@ from unittest import mock
 
 import pytest
 
+from autotune.engines import get_engine
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration
 from autotune.estimate.commfit import CollectiveFit, Regime
 from autotune.estimate.predict import estimate, predict
 from autotune.estimate.ranking import memory_verdicts
-from autotune.estimate.steptime import DEFAULT_CALIBRATION, Calibration
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.space.enumerate import build_config
@@ -68,7 +69,7 @@ COMMBENCH = Calibration(
     ),
 )  # fmt: skip
 # Megatron's problems name the generation's calibration, which the golden file was written
-# with before Megatron had its own defaults (`ENGINE_CALIBRATION`).
+# with before Megatron had its own defaults (`EngineTraits.calibration_overrides`).
 PROBLEMS: list[tuple[str, str, str, Calibration | None]] = [
     ("megatron", "llama3-70b", "dgx-h100:128", DEFAULT_CALIBRATION["hopper"]),
     ("megatron", BLOOM, "dgx-a100:48", None),
@@ -129,7 +130,7 @@ def moe_offload_predictions() -> list[dict[str, Any]]:
 
 
 def row(problem: Problem, config: TrainConfig, cal: Calibration | None = None) -> dict[str, Any]:
-    e = estimate(problem.workload, config, problem.cluster, problem.engine.name, cal)
+    e = estimate(problem.workload, config, problem.cluster, problem.engine.traits, cal)
     return {
         "config": config.differs_from_default(),
         "step": e.step.as_dict(),
@@ -167,7 +168,13 @@ def test_a_table_predicts_what_the_per_config_model_predicted() -> None:
         mine = [r for r in rows if r["problem"] == index]
         world = problem.cluster.world_size
         configs = [build_config(r["config"], world) for r in mine]
-        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
+        table = predict(
+            problem.workload,
+            ConfigTable.of(configs),
+            problem.cluster,
+            get_engine(engine).traits,
+            cal,
+        )
         for i, golden in enumerate(mine):
             e = table.row(i)
             where = f"{engine} {Path(model).stem} {cluster} {configs[i].label()}"
@@ -191,7 +198,9 @@ def test_moe_host_wait_and_offload_predictions_equal_their_golden() -> None:
         problem = load_problem(engine, model, cluster, space)
         mine = [r for r in rows if r["problem"] == index]
         configs = [build_config(r["config"], problem.cluster.world_size) for r in mine]
-        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine)
+        table = predict(
+            problem.workload, ConfigTable.of(configs), problem.cluster, problem.engine.traits
+        )
         for i, golden in enumerate(mine):
             e, where = table.row(i), f"{engine} {model} {cluster} {configs[i].label()}"
             assert e.step.as_dict() == pytest.approx(golden["step"], rel=1e-9), where
@@ -225,9 +234,17 @@ def rows_are_each_config_alone(
         world = problem.cluster.world_size
         golden = [build_config(r["config"], world) for r in rows if r["problem"] == index]
         configs = arrange(golden, rng)
-        table = predict(problem.workload, ConfigTable.of(configs), problem.cluster, engine, cal)
+        table = predict(
+            problem.workload,
+            ConfigTable.of(configs),
+            problem.cluster,
+            get_engine(engine).traits,
+            cal,
+        )
         for i in rng.sample(range(len(configs)), 25):
-            alone = estimate(problem.workload, configs[i], problem.cluster, engine, cal)
+            alone = estimate(
+                problem.workload, configs[i], problem.cluster, get_engine(engine).traits, cal
+            )
             assert alone == table.row(i), f"{engine} {cluster} {configs[i].label()}"
 
 
@@ -256,15 +273,19 @@ def test_a_plan_ranks_each_config_as_predicted_alone() -> None:
     problem = load_problem("megatron", "mixtral-8x7b", "dgx-h100:2")
     valid = problem.enumerate().valid
     cal = DEFAULT_CALIBRATION[problem.cluster.device.generation]
-    ranked = memory_verdicts(problem, valid, cal)
+    ranked = memory_verdicts(problem.workload, problem.cluster, problem.engine.traits, valid, cal)
     rng = random.Random(5)
     for i in rng.sample(range(len(ranked)), 40):
-        alone = estimate(problem.workload, ranked[i].config, problem.cluster, "megatron", cal)
+        alone = estimate(
+            problem.workload, ranked[i].config, problem.cluster, get_engine("megatron").traits, cal
+        )
         assert alone == ranked[i]
     planned = set(ranked.configs)
     assert len(planned) + ranked.too_big == len(valid)
     for config in rng.sample(list(valid), 200):
-        alone = estimate(problem.workload, config, problem.cluster, "megatron", cal)
+        alone = estimate(
+            problem.workload, config, problem.cluster, get_engine("megatron").traits, cal
+        )
         assert alone.fits == (config in planned), config.label()
 
 

@@ -4,6 +4,7 @@ over NVLink, where the same trays as separate nodes would cross the network."""
 import dataclasses
 from pathlib import Path
 
+from autotune.engines import get_engine
 from autotune.estimate.predict import estimate
 from autotune.problem import load_problem
 from autotune.space.config import TrainConfig
@@ -15,8 +16,8 @@ def test_a_data_parallel_group_across_trays_stays_on_nvlink_in_one_rack() -> Non
     trays = dataclasses.replace(rack, nvlink_domain=None)  # the same 18 trays of 4, no NVL72
     w = load_workload("llama3-8b")
     config = TrainConfig(tp=4, dp=18, zero=1, mbs=1)
-    on_nvlink = estimate(w, config, rack, "megatron").step
-    on_network = estimate(w, config, trays, "megatron").step
+    on_nvlink = estimate(w, config, rack, get_engine("megatron").traits).step
+    on_network = estimate(w, config, trays, get_engine("megatron").traits).step
     assert on_nvlink.dp_comm_s < on_network.dp_comm_s / 3
     assert on_nvlink.compute_s == on_network.compute_s
 

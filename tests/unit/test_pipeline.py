@@ -58,17 +58,19 @@ def test_the_rule_says_why_in_the_engines_terms() -> None:
 def test_the_rank_holding_most_activations_sets_the_memory() -> None:
     """30 layers on 8 Megatron stages: 3, 4 x 6, 3. Rank 0 holds 8 micro-batches of 3 layers
     (24 layer-activations), rank 1 7 of 4 (28): rank 1 is the worst, not the first."""
-    from autotune.estimate.memory import stage_activation_bytes
+    from autotune.estimate.activations import stage_activation_bytes
     from autotune.estimate.predict import estimate
     from autotune.estimate.stages import stage_split
     from autotune.space.table import ConfigTable
 
     w = dataclasses.replace(load_workload("llama3-8b"), num_layers=30, global_batch_size=64)
     c = TrainConfig(tp=8, pp=8, dp=1, mbs=1)
-    split = stage_split(w, c.pp, c.vpp, "megatron")
+    split = stage_split(w, c.pp, c.vpp, get_engine("megatron").traits)
     assert split.rank_layers == (3, 4, 4, 4, 4, 4, 4, 3)
     per_layer, _ = stage_activation_bytes(w, ConfigTable.of([c]), 1)
-    activations = estimate(w, c, load_cluster("dgx-h100:8"), "megatron").memory.activations
+    activations = estimate(
+        w, c, load_cluster("dgx-h100:8"), get_engine("megatron").traits
+    ).memory.activations
     assert activations == pytest.approx(per_layer * 28 * (1 + 7 / 8))
 
 

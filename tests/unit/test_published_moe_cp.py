@@ -13,12 +13,9 @@ from autotune.calibration.published_moe_cp import (
     fitted_ep_overlap,
     held_out_calibrations,
 )
+from autotune.engines import get_engine
+from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration, default_calibration
 from autotune.estimate.predict import estimate
-from autotune.estimate.steptime import (
-    DEFAULT_CALIBRATION,
-    ENGINE_CALIBRATION,
-    Calibration,
-)
 
 
 def by_row() -> dict[int, MoeCpCase | str]:
@@ -46,11 +43,16 @@ def test_runs_the_model_cannot_express_say_why() -> None:
 
 
 def test_megatrons_defaults_are_the_fit_of_its_dense_runs() -> None:
-    """`ENGINE_CALIBRATION` states what fitting Megatron's compute efficiency to its
-    dense runs, and its experts' host time to its MoE runs, gives: a change to the model
-    that moves the fit fails here until the constants (scripts/fit_costmodel.py prints
-    them) follow."""
-    assert fitted_engine_defaults() == ENGINE_CALIBRATION
+    """Megatron's `EngineTraits.calibration_overrides` state what fitting its compute
+    efficiency to its dense runs, and its experts' host time to its MoE runs, gives: a change
+    to the model that moves the fit fails here until the constants (scripts/fit_costmodel.py
+    prints them) follow."""
+    megatron = get_engine("megatron").traits
+    stated = {
+        ("megatron", g): default_calibration(g, megatron)
+        for g, _ in megatron.calibration_overrides
+    }
+    assert fitted_engine_defaults() == stated
     assert {c.workload.name for c in anchors()} >= {"Llama3-8B", "Llama3-70B", "Llama3.1-405B"}
 
 
@@ -61,7 +63,9 @@ def held_out_errors() -> dict[int, float]:
     cals = held_out_calibrations(runs)
     errors = {}
     for c in runs:
-        step = estimate(c.workload, c.config, c.cluster, "megatron", cals[c.row_id]).step
+        step = estimate(
+            c.workload, c.config, c.cluster, get_engine("megatron").traits, cals[c.row_id]
+        ).step
         errors[c.row_id] = step.total_s / c.published_step_s - 1
     return errors
 
@@ -88,7 +92,9 @@ def test_the_host_time_held_out_by_source_model_or_gpu_keeps_the_median_within_1
     runs = [c for c in cases() if isinstance(c, MoeCpCase)]
     cals = held_out_calibrations(runs, by)
     errors = [
-        estimate(c.workload, c.config, c.cluster, "megatron", cals[c.row_id]).step.total_s
+        estimate(
+            c.workload, c.config, c.cluster, get_engine("megatron").traits, cals[c.row_id]
+        ).step.total_s
         / c.published_step_s
         - 1
         for c in runs
@@ -106,7 +112,11 @@ def test_megatrons_own_defaults_predict_its_held_out_context_parallel_runs() -> 
     for c in cases():
         if isinstance(c, MoeCpCase) and c.cluster.device.generation == "hopper":
             before = estimate(
-                c.workload, c.config, c.cluster, "megatron", DEFAULT_CALIBRATION["hopper"]
+                c.workload,
+                c.config,
+                c.cluster,
+                get_engine("megatron").traits,
+                DEFAULT_CALIBRATION["hopper"],
             ).step.total_s
             errors[c.row_id] = (held_out[c.row_id], before / c.published_step_s - 1)
     assert statistics.median(abs(e[0]) for e in errors.values()) < 0.15
@@ -127,7 +137,7 @@ def test_runs_say_when_megatron_overlaps_the_experts_exchanges() -> None:
     assert isinstance(graphed, MoeCpCase) and isinstance(partial, MoeCpCase)
     assert graphed.graphs_whole_step and graphed.config.ep_comm_overlap
     assert not partial.graphs_whole_step and not partial.config.ep_comm_overlap
-    host = ENGINE_CALIBRATION[("megatron", "blackwell")]
+    host = default_calibration("blackwell", get_engine("megatron").traits)
     assert (
         graphed.calibrated(host).moe_expert_host_s
         == 0

@@ -4,16 +4,14 @@ import dataclasses
 
 import pytest
 
+from autotune.engines import get_engine
+from autotune.estimate.activations import layer_activation_bytes
+from autotune.estimate.calibration import Calibration, default_calibration
 from autotune.estimate.comm import Group, seconds
-from autotune.estimate.memory import layer_activation_bytes
+from autotune.estimate.compute import achievable_flops
 from autotune.estimate.predict import estimate
 from autotune.estimate.stages import head_forward_flops, layer_forward_flops
-from autotune.estimate.steptime import (
-    Calibration,
-    StepTime,
-    achievable_flops,
-    default_calibration,
-)
+from autotune.estimate.steptime import StepTime
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
 from autotune.specs import Cluster, Workload, load_cluster, load_workload
@@ -30,7 +28,7 @@ def test_forward_flops_add_up_to_megatrons_formula() -> None:
 
 def test_pipeline_bubble_and_p2p_by_hand() -> None:
     c = TrainConfig(pp=2, vpp=2, dp=4, mbs=2)  # 4 layers: one per chunk
-    st = estimate(W, c, C8, "torch", CAL).step
+    st = estimate(W, c, C8, get_engine("torch").traits, CAL).step
     micro = 32 // (2 * 4)
     per_micro = (st.compute_s + st.tp_comm_s) / micro
     assert st.pp_bubble_s == pytest.approx((2 - 1) / 2 * per_micro)
@@ -45,16 +43,22 @@ def test_tensor_parallel_collectives_per_layer() -> None:
     c = TrainConfig(tp=2, dp=4, zero=3, mbs=1)
     ar = seconds("all_reduce", W.seq_length * W.hidden_size * 4, Group(2, 1), C8)
     micro = 32 // 4
-    assert estimate(W, c, C8, "torch", CAL).step.tp_comm_s == pytest.approx(4 * 4 * micro * ar)
+    assert estimate(W, c, C8, get_engine("torch").traits, CAL).step.tp_comm_s == pytest.approx(
+        4 * 4 * micro * ar
+    )
     full = dataclasses.replace(c, recompute="full")
-    assert estimate(W, full, C8, "torch", CAL).step.tp_comm_s == pytest.approx(6 * 4 * micro * ar)
+    assert estimate(W, full, C8, get_engine("torch").traits, CAL).step.tp_comm_s == pytest.approx(
+        6 * 4 * micro * ar
+    )
 
 
 def test_full_recompute_adds_one_forward_of_the_layers() -> None:
     c = TrainConfig(dp=8, mbs=1)
     rate = achievable_flops(W, ConfigTable.of([c]), C8, CAL)
-    plain = estimate(W, c, C8, "deepspeed", CAL).step
-    full = estimate(W, dataclasses.replace(c, recompute="full"), C8, "deepspeed", CAL).step
+    plain = estimate(W, c, C8, get_engine("deepspeed").traits, CAL).step
+    full = estimate(
+        W, dataclasses.replace(c, recompute="full"), C8, get_engine("deepspeed").traits, CAL
+    ).step
     extra = 4 * W.num_layers * layer_forward_flops(W, 1) / rate
     assert full.compute_s - plain.compute_s == pytest.approx(extra)
     assert full.recompute_s == pytest.approx(extra)
@@ -62,7 +66,7 @@ def test_full_recompute_adds_one_forward_of_the_layers() -> None:
 
 def test_deepspeed_stage0_all_reduce_is_fully_exposed_in_buckets() -> None:
     c = TrainConfig(dp=8, mbs=4, reduce_bucket=20_000)
-    st = estimate(W, c, C8, "deepspeed", CAL).step
+    st = estimate(W, c, C8, get_engine("deepspeed").traits, CAL).step
     grad_bytes = W.num_parameters * 4
     buckets = -(-grad_bytes // (20_000 * 4))
     one = seconds("all_reduce", grad_bytes / buckets, Group(8, 1), C8)
@@ -72,12 +76,14 @@ def test_deepspeed_stage0_all_reduce_is_fully_exposed_in_buckets() -> None:
 
 def test_ddp_overlap_hides_all_but_the_last_bucket_behind_backward() -> None:
     wide = dataclasses.replace(W, hidden_size=256, ffn_hidden_size=1024)
-    st = estimate(wide, TrainConfig(dp=8, mbs=4, ddp_bucket_mb=1), C8, "torch", CAL).step
+    st = estimate(
+        wide, TrainConfig(dp=8, mbs=4, ddp_bucket_mb=1), C8, get_engine("torch").traits, CAL
+    ).step
     buckets = -(-wide.num_parameters * 4 // 2**20)
     assert buckets > 1
     assert st.dp_comm_s / buckets <= st.dp_exposed_s < st.dp_comm_s
     # No bucket splitting: one bucket is the whole reduction, all of it exposed.
-    one = estimate(W, TrainConfig(dp=8, mbs=4), C8, "torch", CAL).step
+    one = estimate(W, TrainConfig(dp=8, mbs=4), C8, get_engine("torch").traits, CAL).step
     assert one.dp_exposed_s == one.dp_comm_s
 
 
@@ -98,7 +104,7 @@ def test_activation_memory_terms_by_hand() -> None:
         2 * s * b * h * scale
     )
     logits = b * s * W.vocab_size / 2 * 4
-    assert estimate(W, none, C8, "torch").memory.activations == pytest.approx(
+    assert estimate(W, none, C8, get_engine("torch").traits).memory.activations == pytest.approx(
         W.num_layers * layer_activation_bytes(W, ConfigTable.of([none])) + logits
     )
 
@@ -107,7 +113,9 @@ def test_pipeline_first_stage_holds_micro_batches_in_flight() -> None:
     c = TrainConfig(pp=4, dp=2, mbs=1)
     per_layer = layer_activation_bytes(W, ConfigTable.of([c]))
     first = per_layer * (W.num_layers / 4) * 4 * (1 + 3 / 4)
-    assert estimate(W, c, C8, "torch").memory.activations == pytest.approx(first)
+    assert estimate(W, c, C8, get_engine("torch").traits).memory.activations == pytest.approx(
+        first
+    )
 
 
 def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> None:
@@ -120,8 +128,8 @@ def test_the_pipeline_bubble_waits_on_the_context_parallel_exchange_too() -> Non
     slow = dataclasses.replace(fast, intra_link=link)
     for cp, grows in ((2, True), (1, False)):
         c = TrainConfig(pp=2, cp=cp, dp=4 // cp, mbs=1)
-        before = estimate(w, c, fast, "megatron").step.pp_bubble_s
-        after = estimate(w, c, slow, "megatron").step.pp_bubble_s
+        before = estimate(w, c, fast, get_engine("megatron").traits).step.pp_bubble_s
+        after = estimate(w, c, slow, get_engine("megatron").traits).step.pp_bubble_s
         assert (after > before * 1.01) is grows, (cp, before, after)
 
 
@@ -134,8 +142,10 @@ def test_tp_comm_overlap_hides_the_collectives_behind_the_gemms_they_feed() -> N
     for model, ep, hidden_all in (("llama3-70b", 1, True), ("mixtral-8x7b", 8, False)):
         w = load_workload(model)
         c = TrainConfig(tp=8, dp=1, ep=ep, sp=True, mbs=1)
-        plain = estimate(w, c, cluster, "megatron").step
-        overlapped = estimate(w, dataclasses.replace(c, tp_comm_overlap=True), cluster, "megatron")
+        plain = estimate(w, c, cluster, get_engine("megatron").traits).step
+        overlapped = estimate(
+            w, dataclasses.replace(c, tp_comm_overlap=True), cluster, get_engine("megatron").traits
+        )
         assert overlapped.step.compute_s == pytest.approx(plain.compute_s)
         assert overlapped.step.total_s < plain.total_s
         if hidden_all:
@@ -156,8 +166,8 @@ def test_narrow_experts_run_further_from_peak_than_wide_ones_of_the_same_flops()
     )
     assert wide.model_flops_per_step() == pytest.approx(narrow.model_flops_per_step())
     c, cluster = TrainConfig(dp=8, ep=8, zero=1, mbs=1), load_cluster("dgx-h100:1")
-    narrow_s = estimate(narrow, c, cluster, "megatron").step.compute_s
-    wide_s = estimate(wide, c, cluster, "megatron").step.compute_s
+    narrow_s = estimate(narrow, c, cluster, get_engine("megatron").traits).step.compute_s
+    wide_s = estimate(wide, c, cluster, get_engine("megatron").traits).step.compute_s
     assert narrow_s > 1.05 * wide_s
 
 
@@ -170,15 +180,25 @@ def test_many_experts_per_rank_at_micro_batch_one_wait_on_the_host() -> None:
     cluster = load_cluster("dgx-b200:1")
     qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), global_batch_size=512)
     one, four = (
-        estimate(qwen, TrainConfig(dp=8, ep=8, mbs=mbs), cluster, "megatron").step
+        estimate(
+            qwen, TrainConfig(dp=8, ep=8, mbs=mbs), cluster, get_engine("megatron").traits
+        ).step
         for mbs in (1, 4)
     )
     assert one.total_s > 2 * four.total_s
     assert one.dominant() == "host_wait" and one.host_wait_s > four.host_wait_s
     mixtral = dataclasses.replace(load_workload("mixtral-8x7b"), global_batch_size=64)
     dense = load_workload("llama3-8b")
-    assert estimate(mixtral, TrainConfig(dp=8, ep=8), cluster, "megatron").step.host_wait_s == 0
-    assert estimate(dense, TrainConfig(dp=8), cluster, "megatron").step.host_wait_s == 0
+    assert (
+        estimate(
+            mixtral, TrainConfig(dp=8, ep=8), cluster, get_engine("megatron").traits
+        ).step.host_wait_s
+        == 0
+    )
+    assert (
+        estimate(dense, TrainConfig(dp=8), cluster, get_engine("megatron").traits).step.host_wait_s
+        == 0
+    )
 
 
 def test_megatrons_expert_parallel_overlap_hides_the_exchanges_of_paired_micro_batches() -> None:
@@ -191,14 +211,15 @@ def test_megatrons_expert_parallel_overlap_hides_the_exchanges_of_paired_micro_b
     which have no partner, keep their exchanges; with one micro-batch a step nothing pairs,
     and the overlap changes nothing."""
     qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), fp8="none", global_batch_size=1024)
-    base = default_calibration("hopper", "megatron")
+    traits = get_engine("megatron").traits
+    base = default_calibration("hopper", traits)
 
     def steps(
         w: Workload, c: TrainConfig, cluster: Cluster, share: float = base.ep_overlap
     ) -> list[StepTime[float]]:
         cal = dataclasses.replace(base, ep_overlap=share)
         return [
-            estimate(w, dataclasses.replace(c, ep_comm_overlap=on), cluster, "megatron", cal).step
+            estimate(w, dataclasses.replace(c, ep_comm_overlap=on), cluster, traits, cal).step
             for on in (False, True)
         ]
 
@@ -227,7 +248,12 @@ def test_the_experts_overlap_never_slows_a_host_bound_step_and_costs_a_micro_bat
     cluster = load_cluster("dgx-h100:1")
     qwen = dataclasses.replace(load_workload("qwen3-30b-a3b"), global_batch_size=64)
     plain, overlapped = (
-        estimate(qwen, TrainConfig(dp=8, ep=8, ep_comm_overlap=on), cluster, "megatron")
+        estimate(
+            qwen,
+            TrainConfig(dp=8, ep=8, ep_comm_overlap=on),
+            cluster,
+            get_engine("megatron").traits,
+        )
         for on in (False, True)
     )
     assert plain.step.dominant() == "host_wait"

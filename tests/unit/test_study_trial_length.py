@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.estimate.steptime import DEFAULT_CALIBRATION
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import load_problem
 from autotune.space import config_key

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autotune.engines import get_engine
 from autotune.engines.torch.exports import parallel_settings
 from autotune.engines.torch.worker import refuse_context_parallel_off_cuda
 from autotune.estimate.predict import estimate
@@ -73,6 +74,10 @@ def test_torch_waits_on_its_gathered_keys_and_values_where_megatron_hides_its_ri
     a ring behind attention; torch's context_parallel all-gathers them repeated to the 32
     query heads before attention, so its step waits on them."""
     w, cluster = load_workload("llama3-8b"), load_cluster("dgx-h100:1")
-    torch_step = estimate(w, TrainConfig(cp=2, dp=4, zero=3), cluster, "torch").step
-    megatron_step = estimate(w, TrainConfig(cp=2, dp=4, zero=1), cluster, "megatron").step
+    torch_step = estimate(
+        w, TrainConfig(cp=2, dp=4, zero=3), cluster, get_engine("torch").traits
+    ).step
+    megatron_step = estimate(
+        w, TrainConfig(cp=2, dp=4, zero=1), cluster, get_engine("megatron").traits
+    ).step
     assert megatron_step.cp_comm_s == 0.0 < torch_step.cp_comm_s

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines import ENGINES, Engine, EngineTraits
+from autotune.engines import ENGINES, Engine, get_engine
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS
 from autotune.estimate import model_states
+from autotune.estimate.traits import EngineTraits
 from autotune.problem import load_problem
 from autotune.space import Rule, TrainConfig
 from autotune.space.table import ConfigTable
@@ -74,8 +75,8 @@ def test_the_estimator_reads_the_toy_engines_traits(toy: Path) -> None:
     parameter in the optimizer than PyTorch's, whose master copy is for mixed precision."""
     workload = load_problem("toy", "tiny", "local:2", str(toy)).workload
     config = TrainConfig(dp=2)
-    toy_states = model_states(workload, ConfigTable.of([config]), "toy")
-    torch_states = model_states(workload, ConfigTable.of([config]), "torch")
+    toy_states = model_states(workload, ConfigTable.of([config]), get_engine("toy").traits)
+    torch_states = model_states(workload, ConfigTable.of([config]), get_engine("torch").traits)
     assert toy_states.optimizer - torch_states.optimizer == pytest.approx(
         4 * workload.num_parameters
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
 from autotune.engines.deepspeed.exports import DS_CONFIG_FILE, ds_config
 from autotune.engines.deepspeed.jobs import DeepSpeedScript, HuggingFaceTrainer
-from autotune.engines.traits import EngineTraits
+from autotune.estimate.traits import EngineTraits
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster
 from autotune.trial.spec import PoolKind, TrialSpec

@@ -8,7 +8,7 @@ from pathlib import Path
 from autotune.engines.base import NCCL_KNOBS, NCCL_MEANINGS, RECOMPUTE_MEANING, Engine
 from autotune.engines.torch.exports import write_parallel_file
 from autotune.engines.torch.jobs import StepHelper, Torchtitan
-from autotune.engines.traits import EngineTraits
+from autotune.estimate.traits import EngineTraits
 from autotune.space import Rule, TrainConfig
 from autotune.specs import Cluster, Workload
 from autotune.trial.spec import TrialSpec

@@ -1,8 +1,9 @@
 """What the estimator and the exports need to know of an engine, declared once per engine
 beside its rules (`Engine.traits`): how its ZeRO levels hold model states, which buffers it
-allocates for communication, how it buckets and overlaps gradient reduction, and how its
-exported config plugs into a user's own script. estimate/ and export/ read these and never
-an engine's name, so a new engine declares its traits here and touches nothing else there."""
+allocates for communication, how it buckets and overlaps gradient reduction, its own default
+calibration where its kernels differ, and how its exported config plugs into a user's own
+script. estimate/ and export/ read these and never an engine's name, so a new engine declares
+its traits and touches nothing else there."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Literal
 
 FP32Master = Literal["mixed", "mixed_or_partitioned", "always"]
 Overlap = Literal["always", "overlap_comm_from_zero1", "per_flag"]
+CalibrationOverrides = tuple[tuple[str, tuple[tuple[str, float], ...]], ...]
+"""Per GPU generation, `Calibration` fields and the values that replace the generation's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,3 +62,6 @@ class EngineTraits:
     """How layers that pp·vpp does not divide are placed (space/pipeline.py): contiguous
     chunks, the first ones a layer longer (DeepSpeed's PipelineModule, the torch worker), or
     Megatron's embedding-and-loss accounting or first/last stage counts."""
+    calibration_overrides: CalibrationOverrides = ()
+    """Per GPU generation, the calibration fields this engine's kernels set apart from the
+    generation's defaults (`estimate/calibration.default_calibration`)."""
