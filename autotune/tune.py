@@ -122,7 +122,9 @@ def _checked_launcher(
             "local or slurm"
         )
     calibration, _ = load_calibration(settings.results, problem.cluster, problem.engine.name)
-    launch = dataclasses.replace(settings.launch, calibration=calibration)
+    launch = dataclasses.replace(
+        settings.launch, calibration=calibration, traits=problem.engine.traits
+    )
     launcher = get_launcher(settings.launcher, launch)
     problem = launcher.narrow(problem)
     if launcher.source == "measured":

@@ -14,6 +14,7 @@ from autotune.trial.spec import TRIAL_FILE, Outcome, PoolKind, read_json
 
 if TYPE_CHECKING:
     from autotune.estimate.calibration import Calibration
+    from autotune.estimate.traits import EngineTraits
     from autotune.problem import Problem
 
 LOG_FILE = "log.txt"
@@ -22,10 +23,11 @@ LOG_FILE = "log.txt"
 @dataclass(frozen=True, kw_only=True)
 class LaunchSettings:
     """What launchers are built from, each taking the part it needs: the simulate launcher
-    its model's calibration, the slurm launcher where its jobs go and whether they take
-    GPUs, the replay launcher its recorded sweep."""
+    its model's calibration and the engine's traits, the slurm launcher where its jobs go and
+    whether they take GPUs, the replay launcher its recorded sweep."""
 
     calibration: Calibration | None = None
+    traits: EngineTraits | None = None
     slurm: SlurmSettings | None = None
     gpus: bool = False
     table: Path | None = None

@@ -8,11 +8,13 @@ from __future__ import annotations
 import sys
 import time
 
-from autotune.engines import get_engine
+from autotune.errors import LaunchError
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import estimate
 from autotune.estimate.ranking import memory_reason
+from autotune.estimate.traits import EngineTraits
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
+from autotune.problem import Problem
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
@@ -21,12 +23,21 @@ class SimulateLauncher(Launcher):
     name = "simulate"
     source = "simulated"
 
-    def __init__(self, calibration: Calibration | None = None) -> None:
+    def __init__(
+        self, calibration: Calibration | None = None, traits: EngineTraits | None = None
+    ) -> None:
         self.calibration = calibration
+        self.traits = traits
 
     @classmethod
     def build(cls, settings: LaunchSettings) -> SimulateLauncher:
-        return cls(settings.calibration)
+        return cls(settings.calibration, settings.traits)
+
+    def narrow(self, problem: Problem) -> Problem:
+        """The engine whose model predicts the trials, where the settings named none."""
+        if self.traits is None:
+            self.traits = problem.engine.traits
+        return problem
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [sys.executable, "-m", "autotune", "estimate", "--trial-file", TRIAL_FILE]
@@ -34,8 +45,9 @@ class SimulateLauncher(Launcher):
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         start = time.monotonic()
         spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
-        traits = get_engine(spec.engine).traits
-        e = estimate(spec.workload, spec.config, spec.cluster, traits, self.calibration)
+        if self.traits is None:
+            raise LaunchError("the simulate launcher was given no engine's traits to predict with")
+        e = estimate(spec.workload, spec.config, spec.cluster, self.traits, self.calibration)
         if not e.fits:
             return LaunchOutcome(
                 kind="oom",

@@ -47,7 +47,7 @@ def search(  # type: ignore[no-untyped-def]
         problem,
         study,
         ref=StudyRef("t", "memory", tmp_path),
-        launcher=SimulateLauncher(CAL),
+        launcher=SimulateLauncher(CAL, problem.engine.traits),
         progress=Quiet(),
         settings=SearchSettings(
             budget=Budget(trials=trials), seed=seed, calibration=CAL, strategy=strategy

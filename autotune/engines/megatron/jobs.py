@@ -153,6 +153,12 @@ def workload_from_command(argv: Sequence[str], name: str) -> Workload:
     heads = _int_flag(argv, "--num-attention-heads")
     swiglu = has_flag(argv, "--swiglu")
     default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+    if flag_value(argv, "--vocab-size") is None and flag_value(argv, "--tokenizer-type") != (
+        "GPT2BPETokenizer"
+    ):
+        raise InputError(
+            "the Megatron-LM command must give --vocab-size (or use GPT2BPETokenizer)"
+        )
     kv_channels = _int_flag(argv, "--kv-channels", 0)
     if hidden % heads and not kv_channels:
         raise InputError(
@@ -195,12 +201,6 @@ def _refuse_what_autotune_does_not_tune(argv: Sequence[str]) -> None:
         raise InputError(
             "--no-overlap-p2p-communication: autotune tunes vpp with Megatron-LM's default "
             "p2p overlap, which runs interleaving on two stages too; drop it from the command"
-        )
-    if flag_value(argv, "--vocab-size") is None and flag_value(argv, "--tokenizer-type") != (
-        "GPT2BPETokenizer"
-    ):
-        raise InputError(
-            "the Megatron-LM command must give --vocab-size (or use GPT2BPETokenizer)"
         )
 
 
