@@ -9,7 +9,7 @@ Megatron's own compute efficiency (its `EngineTraits.calibration_overrides`) to 
 published_moe_cp_runs.csv (calibration/published_moe_cp.py), and the share its
 expert-parallel overlap saves of the shorter of exchanges and compute (`Calibration.ep_overlap`)
 to those runs that differ only in it. With --check it exits 1 when
-the code's constants differ from the fit (tests/unit/test_costmodel_fit.py and, for
+the code's constants differ from the fit (tests/calibration/test_costmodel_fit.py and, for
 Megatron's, test_published_moe_cp.py run the same check). scripts/validate_costmodel.py
 reports the fit's error per source, and held out by source.
 

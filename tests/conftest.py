@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
 DURATIONS_ENV = "AUTOTUNE_TEST_DURATIONS"
 """Where the slowest tests' durations are written (default: test-durations.md here)."""
 SLOWEST = 30

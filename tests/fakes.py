@@ -60,3 +60,13 @@ def measured_study(
     for config, tokens_per_s in trials:
         add_measured(study, tokens_per_s, config, **attrs)
     return study
+
+
+class Quiet:
+    """A study's progress that prints nothing."""
+
+    def started(self, *args: object) -> None:
+        pass
+
+    def finished(self, *args: object) -> None:
+        pass

@@ -3,7 +3,7 @@ shared/data/published_runs_public.csv, whose README gives each source) read as o
 of the step-time model, and the GPU defaults fitted to them.
 
 `DEFAULT_CALIBRATION` in estimate/calibration.py holds what `fitted_defaults()` gives, rounded
-(`rounded`): scripts/fit_costmodel.py prints it and tests/unit/test_costmodel_fit.py checks
+(`rounded`): scripts/fit_costmodel.py prints it and tests/calibration/test_costmodel_fit.py checks
 it, so a change to the model that moves the fit shows up there.
 """
 

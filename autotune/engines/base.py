@@ -46,7 +46,7 @@ class Engine(ABC):
     warm_pool: ClassVar[bool] = False
     """Its worker module has a `SESSION` that a warm pool's ranks build trial after trial
     (rank/warm_pool.py): set only where building an engine twice in one process is
-    shown to leave no state behind (tests/integration/test_warm_pool.py)."""
+    shown to leave no state behind (tests/launchers/test_warm_pool.py)."""
     knob_meanings: ClassVar[dict[str, str]] = {}
     """Each knob in this engine's own words and units (its config keys or flags): `zero=1`
     or a bucket size means different things to DeepSpeed, Megatron-LM and PyTorch."""

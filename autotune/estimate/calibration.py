@@ -62,7 +62,7 @@ class Calibration:
 
 
 # GPU defaults: what scripts/fit_costmodel.py fits to the published runs
-# (calibration/published.py; tests/unit/test_costmodel_fit.py checks these are its output,
+# (calibration/published.py; tests/calibration/test_costmodel_fit.py checks these are its output,
 # scripts/validate_costmodel.py reports the error held out by source); the CPU default is a
 # first guess for gloo hosts.
 DEFAULT_CALIBRATION = {

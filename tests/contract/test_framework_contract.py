@@ -21,9 +21,10 @@ from autotune.launchers.base import LaunchSettings
 from autotune.problem import Problem, load_problem
 from autotune.runner import prepare
 from autotune.trial.spec import COMMAND_FILE, StepPlan, read_command
-from tests.unit.test_framework_jobs import PRETRAIN
+from tests.engines.test_megatron_and_torchtitan_jobs import PRETRAIN
+from tests.paths import TESTS
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "user_scripts"
+SCRIPTS = TESTS / "data" / "user_scripts"
 TITAN_TOML = (
     "[training]\nlocal_batch_size = 2\nglobal_batch_size = 32\nseq_len = 2048\nsteps = 1000\n"
     "[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 1\n"

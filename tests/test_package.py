@@ -1,0 +1,166 @@
+"""The package's shape: its modules import each other without cycles."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+
+PACKAGE = REPO / "autotune"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_at_load(path: Path, modules: set[str]) -> set[str]:
+    """autotune modules a module imports when it is loaded: its top-level imports, not
+    those inside functions or under `if TYPE_CHECKING` (`from package import module`
+    counts as the module, as `import package.module` does)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [m if m in modules else node.module for m in submodules]
+        else:
+            continue
+        found |= {name for name in names if name in modules}
+    return found - {module_name(path)}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: imports_at_load(path, set(files)) for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_modules_import_each_other_without_cycles() -> None:
+    graph = import_graph()
+    assert "autotune.engines.command" in graph["autotune.problem"]  # the graph sees imports
+    assert cycles(graph) == []
+
+
+def test_a_cycle_would_be_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def every_import(path: Path, modules: set[str]) -> set[str]:
+    """autotune modules a module imports anywhere (in functions too), but under
+    `if TYPE_CHECKING`."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [m if m in modules else node.module for m in submodules]
+        else:
+            continue
+        found |= {name for name in names if name in modules}
+    return found
+
+
+def part_of(module: str) -> str:
+    """The subpackage a module belongs to (`autotune.study.loop` -> `study`), or the
+    top-level module itself (`autotune.problem` -> `problem`)."""
+    return module.split(".")[1] if "." in module else module
+
+
+def subpackage_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {part_of(m): set() for m in files if m != "autotune"}
+    for module, path in files.items():
+        if module == "autotune":
+            continue
+        for target in every_import(path, set(files)) - {"autotune"}:
+            if part_of(target) != part_of(module):
+                graph[part_of(module)].add(part_of(target))
+    return graph
+
+
+def test_subpackages_import_each_other_without_cycles() -> None:
+    """Counting imports inside functions too: study/ never imports report/, trial/ neither
+    engines/ nor launchers/, and so on for every pair."""
+    graph = subpackage_graph()
+    assert "engines" in graph["problem"] and "study" in graph["report"]  # it sees imports
+    assert cycles(graph) == []
+
+
+@pytest.mark.parametrize(
+    ("part", "never"),
+    [
+        ("estimate", {"engines", "problem", "launchers", "study"}),
+        ("trial", {"engines", "launchers"}),
+        ("launchers", {"engines"}),
+        ("rank", {"engines", "study", "launchers"}),
+        ("study", {"report"}),
+    ],
+)
+def test_parts_import_only_what_the_design_lets_them(part: str, never: set[str]) -> None:
+    assert subpackage_graph()[part] & never == set()
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_modules_and_functions_stay_short() -> None:
+    """No module over 400 lines and no function over 60, so each has one job a reader can
+    hold in mind."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long.append(f"{path}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{path}:{node.lineno} {node.name}: {length} lines")
+    assert long == []

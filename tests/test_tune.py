@@ -1,0 +1,36 @@
+"""`tune`, the function behind `autotune run`, called from a script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import InputError
+from autotune.problem import load_problem
+from autotune.study import Budget
+from autotune.tune import TuneSettings, tune
+from tests.fakes import Quiet
+
+
+def test_a_script_tunes_a_simulated_cluster_and_gets_launch_files(tmp_path: Path) -> None:
+    lines: list[str] = []
+    tuned = tune(
+        load_problem("deepspeed", "tiny", "local:2"),
+        TuneSettings(budget=Budget(trials=4), launcher="simulate", results=tmp_path, seed=0),
+        Quiet(),
+        lines.append,
+    )
+    assert tuned.outcome.ran >= 4 and tuned.ref.folder == tmp_path / tuned.ref.name
+    assert {p.name for p in tuned.exported} >= {"train.sh", "train.sbatch", "nccl.env"}
+    assert tuned.report is not None and tuned.report.exists()
+    assert lines and "tiny" in lines[0]
+
+
+def test_a_users_command_is_refused_by_a_launcher_that_runs_nothing(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import deepspeed\n")
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 16}')
+    command = (str(tmp_path / "train.py"), "--deepspeed_config", str(tmp_path / "ds.json"))
+    problem = load_problem("deepspeed", "tiny", "local:2", None, command)
+    with pytest.raises(InputError, match="does not run anything"):
+        tune(problem, TuneSettings(budget=Budget(), launcher="simulate"), Quiet())
