@@ -1,7 +1,7 @@
 """Launchers start a trial's processes, enforce its time limit and classify the outcome.
 
 A launcher is registered here, by its `name`; `autotune run --launcher NAME` and the
-contract tests (tests/unit/test_launcher_contract.py) find it in `LAUNCHERS`."""
+contract tests (tests/contract/test_launcher_contract.py) find it in `LAUNCHERS`."""
 
 from autotune.errors import InputError
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
