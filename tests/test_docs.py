@@ -5,17 +5,19 @@ builds with warnings as errors, every CLI command in its reference page."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO as ROOT
 
 
-def _headline_script():  # type: ignore[no-untyped-def]
+def _headline_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "readme_headline", ROOT / "scripts" / "readme_headline.py"
     )
@@ -41,8 +43,6 @@ def test_the_readme_runs_what_ci_runs_and_stays_short() -> None:
 
 
 def test_the_readme_links_to_pages_that_exist() -> None:
-    import re
-
     readme = (ROOT / "README.md").read_text()
     targets = re.findall(r"\]\(([^)#]+)\)", readme)
     assert targets
