@@ -29,8 +29,20 @@ CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
 """Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`
 (`--deepspeed_config FILE`; its `--deepspeed` alone is a switch), or Hugging Face's
 `TrainingArguments` (`--deepspeed FILE`)."""
-HF_BATCH = (("--per_device_train_batch_size", "8"), ("--gradient_accumulation_steps", "1"))
-"""Hugging Face TrainingArguments' batch flags and their defaults."""
+
+
+def hf_flag(field: str) -> tuple[str, str]:
+    """A `TrainingArguments` field's option strings, as `HfArgumentParser` gives them
+    (transformers/hf_argparser.py, `_parse_dataclass_field`): `--field_name` and, where the
+    name has an underscore, `--field-name`."""
+    return f"--{field}", f"--{field.replace('_', '-')}"
+
+
+HF_MBS = hf_flag("per_device_train_batch_size")
+HF_ACCUM = hf_flag("gradient_accumulation_steps")
+HF_BATCH = ((HF_MBS, "8"), (HF_ACCUM, "1"))
+"""Hugging Face TrainingArguments' batch flags (every spelling) and their defaults
+(transformers/training_args.py)."""
 DEEPSPEED_KNOBS = frozenset(
     {"zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm", "nccl_algo", "nccl_proto"}
     | {"offload_optimizer", "offload_param"}
@@ -85,7 +97,7 @@ def global_batch(job: UserJob, world_size: int) -> int:
     if isinstance(mbs, int) and isinstance(accum, int) and mbs > 0 and accum > 0:
         return mbs * accum * world_size
     if is_hugging_face(job.command, job.config_index):  # "auto": the Trainer's flags decide
-        given = {flag: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
+        given = {flag[0]: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
         try:
             numbers = [int(value) for value in given.values()]
         except ValueError:
@@ -126,7 +138,7 @@ def users_knobs(job: UserJob) -> dict[str, Any]:
         for offload in ("offload_optimizer", "offload_param"):
             found[offload] = _offloads_to_cpu(zero.get(offload))
     if not isinstance(found["mbs"], int) and is_hugging_face(job.command, job.config_index):
-        found["mbs"] = flag_value(job.command, HF_BATCH[0][0]) or HF_BATCH[0][1]
+        found["mbs"] = flag_value(job.command, HF_MBS) or HF_BATCH[0][1]
     knobs: dict[str, Any] = {}
     for name, value in found.items():
         if name in ("overlap_comm", "offload_optimizer", "offload_param"):
@@ -188,9 +200,8 @@ def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
     argv = job.argv_with_config(config_path)
     if is_hugging_face(job.command, job.config_index):
         accum = spec.config.grad_accum(spec.workload.global_batch_size)
-        (mbs_flag, _), (accum_flag, _) = HF_BATCH
-        argv = with_flag(argv, mbs_flag, str(spec.config.mbs))
-        argv = with_flag(argv, accum_flag, str(accum))
+        argv = with_flag(argv, HF_MBS, str(spec.config.mbs))  # the user's, where given
+        argv = with_flag(argv, HF_ACCUM, str(accum))
     return argv
 
 

@@ -21,7 +21,7 @@ from autotune.export.best import job_command
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.trial.spec import TrialSpec
+from autotune.trial.spec import TrialSpec, UserJob
 from tests.conftest import autotune
 
 USER_CONFIG = {
@@ -251,3 +251,45 @@ def test_a_config_that_offloads_keeps_offloading_in_every_trial(
     assert problem.space.values["offload_optimizer"] == (True,)
     valid = problem.enumerate().valid
     assert len(valid) and all(c.offload_optimizer and c.zero >= 1 for c in valid)
+
+
+def test_hugging_face_batch_flags_are_read_and_rewritten_in_every_spelling(
+    workdir: Path,
+) -> None:
+    """HfArgumentParser gives each field `--a_b` and `--a-b`, each as `--f v` or `--f=v`;
+    the last one given wins. The trial rewrites the user's flag where it stands."""
+    (workdir / "ds.json").write_text(json.dumps({"train_batch_size": "auto"}))
+
+    def job(*flags: str) -> UserJob:
+        return parse_job(["train.py", *flags, "--deepspeed", "ds.json"], workdir, "deepspeed")
+
+    hyphens = job("--per-device-train-batch-size", "2", "--gradient-accumulation-steps=3")
+    assert global_batch(hyphens, world_size=8) == 48
+    last = job("--per_device_train_batch_size", "4", "--per-device-train-batch-size=2")
+    assert global_batch(last, world_size=8) == 2 * 1 * 8
+    assert users_knobs(last)["mbs"] == 2
+    spec = TrialSpec(
+        engine="deepspeed",
+        workload=dataclasses.replace(load_workload("tiny"), global_batch_size=32),
+        cluster=load_cluster("local:2"),
+        config=TrainConfig(dp=2, mbs=4),
+        job=hyphens,
+    )
+    assert trial_argv(spec, "/t/ds.json") == [
+        "train.py",
+        "--per-device-train-batch-size",
+        "4",
+        "--gradient-accumulation-steps=4",
+        "--deepspeed",
+        "/t/ds.json",
+    ]
+    assert trial_argv(dataclasses.replace(spec, job=last), "/t/ds.json") == [
+        "train.py",
+        "--per_device_train_batch_size",
+        "4",
+        "--per-device-train-batch-size=4",
+        "--deepspeed",
+        "/t/ds.json",
+        "--gradient_accumulation_steps",
+        "4",
+    ]
