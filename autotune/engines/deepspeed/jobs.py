@@ -161,6 +161,13 @@ def _offloads_to_cpu(section: object) -> bool | None:
     return isinstance(section, dict) and section.get("device") == "cpu"
 
 
+def _offloads_to_nvme(section: object) -> bool:
+    """A ds_config offload section that sends states to NVMe (ZeRO-Infinity, DeepSpeed's
+    `OffloadDeviceEnum.nvme` in runtime/zero/offload_config.py): kept as given in every trial
+    and the export, and not modelled."""
+    return isinstance(section, dict) and section.get("device") == "nvme"
+
+
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
     """The user's config with the trial's knobs: the global batch stays the user's and the
     micro-batch is the trial's; DeepSpeed derives the accumulation from the two and the data
@@ -185,6 +192,8 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
         ("offload_optimizer", config.offload_optimizer),
         ("offload_param", config.offload_param),
     ):
+        if _offloads_to_nvme(zero.get(offload)):
+            continue  # kept as the user wrote it: the offload knobs are CPU offload
         if on:  # the user's own settings (pinning, buffers) kept, the device the trial's
             zero[offload] = {**(zero.get(offload) or {}), "device": "cpu"}
         else:
@@ -211,12 +220,21 @@ def _job(spec: TrialSpec) -> UserJob:
     return spec.job
 
 
-def _users_offload(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
+def _users_offload(space: SearchSpace, job: UserJob) -> SearchSpace:
     """A ds_config that offloads keeps offloading in every trial unless the space file
-    lists the knob: a model that fits only offloaded must not be tried without it."""
+    lists the knob: a model that fits only offloaded must not be tried without it. One that
+    offloads to NVMe keeps its section as written (`trial_ds_config`) and the knob, which
+    means CPU offload, is held off."""
+    users = users_knobs(job)
+    zero = job.base_config.get("zero_optimization")
     values, origins = dict(space.values), dict(space.origins)
     for knob in ("offload_optimizer", "offload_param"):
-        if users.get(knob) and knob not in values:
+        if isinstance(zero, dict) and _offloads_to_nvme(zero.get(knob)):
+            values[knob] = (False,)
+            origins[knob] = (
+                "your ds_config offloads it to NVMe: kept as given in every trial, not modelled"
+            )
+        elif users.get(knob) and knob not in values:
             values[knob] = (True,)
             origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
     return dataclasses.replace(space, values=values, origins=origins)
@@ -265,7 +283,7 @@ class DeepSpeedScript(Framework):
         narrowed = with_workload(problem, workload, DEEPSPEED_KNOBS)
         return dataclasses.replace(
             narrowed,
-            space=_users_offload(narrowed.space, users_knobs(job)),
+            space=_users_offload(narrowed.space, job),
             reads_model=not problem.model_given,
         )
 

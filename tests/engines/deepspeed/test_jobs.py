@@ -293,3 +293,26 @@ def test_hugging_face_batch_flags_are_read_and_rewritten_in_every_spelling(
         "--gradient_accumulation_steps",
         "4",
     ]
+
+
+def test_an_nvme_offload_is_kept_as_given_in_every_trial_and_the_export(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvme = {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": True}
+    zero = {"stage": 3, "offload_optimizer": nvme, "offload_param": dict(nvme)}
+    (workdir / "ds.json").write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero})
+    )
+    monkeypatch.chdir(workdir)
+    command = ["train.py", "--deepspeed_config", "ds.json"]
+    problem = load_problem("deepspeed", "tiny", "local:2", command=command)
+    for knob in ("offload_optimizer", "offload_param"):
+        assert problem.space.values[knob] == (False,)
+        assert "NVMe" in problem.space.origins[knob]
+    assert problem.job is not None
+    for config in problem.enumerate().valid:
+        written = trial_ds_config(problem.job, problem.workload, config)["zero_optimization"]
+        assert written["offload_optimizer"] == nvme and written["offload_param"] == nvme
+    on = TrainConfig(dp=2, zero=3, offload_optimizer=True, offload_param=True)
+    written = trial_ds_config(problem.job, problem.workload, on)["zero_optimization"]
+    assert written["offload_optimizer"] == nvme and written["offload_param"] == nvme
