@@ -121,43 +121,88 @@ def ds_precision(job: UserJob) -> Precision:
     return "fp32"
 
 
-def users_knobs(job: UserJob) -> dict[str, Any]:
-    """The knobs the user's own DeepSpeed config sets (its ZeRO stage, micro-batch, buckets
-    and overlap; the Trainer's micro-batch flag where the file says "auto"): the config they
-    run today, which a study measures first. Unset or "auto" values are left out."""
+DS_BUCKET = 500_000_000
+"""DeepSpeed's reduce_bucket_size and allgather_bucket_size when a ds_config leaves them out
+(`DeepSpeedZeroConfig` in deepspeed/runtime/zero/config.py)."""
+
+
+def _whole(value: object) -> int | None:
+    """A ds_config number as DeepSpeed's pydantic config takes it (5e8 in the JSON: a float)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def zero_section(base: dict[str, Any]) -> dict[str, Any]:
+    """The ds_config's ZeRO settings as DeepSpeed reads them (`get_zero_config`,
+    deepspeed/runtime/zero/config.py): `"zero_optimization": true` is the deprecated form,
+    stage 1 with the top-level `allgather_size` (`read_zero_config_deprecated`)."""
+    zero = base.get("zero_optimization")
+    if isinstance(zero, bool):
+        if not zero:
+            return {"stage": 0}
+        return {"stage": 1, "allgather_bucket_size": base.get("allgather_size", DS_BUCKET)}
+    return zero if isinstance(zero, dict) else {}
+
+
+def _users_mbs(job: UserJob, world_size: int) -> int | None:
+    """The micro-batch the user's job runs: the file's; else the Trainer's flag (its
+    `trainer_config_process` fills "auto" from --per_device_train_batch_size); else as
+    DeepSpeed derives it from train_batch_size and gradient_accumulation_steps over the
+    data-parallel ranks (`DeepSpeedConfig._set_batch_related_parameters`,
+    deepspeed/runtime/config.py; a script without a pipeline: every rank)."""
     base = job.base_config
-    zero = base.get("zero_optimization") or {}
-    found: dict[str, Any] = {
-        "zero": zero.get("stage", 0) if isinstance(zero, dict) else None,
-        "mbs": base.get("train_micro_batch_size_per_gpu"),
+    mbs = _whole(base.get("train_micro_batch_size_per_gpu"))
+    if mbs is not None:
+        return mbs
+    if is_hugging_face(job.command, job.config_index):
+        return _whole(flag_value(job.command, HF_MBS) or HF_BATCH[0][1])
+    batch = _whole(base.get("train_batch_size"))
+    accum = _whole(base.get("gradient_accumulation_steps")) or 1
+    if batch is None or batch < world_size * accum:
+        return None
+    return batch // world_size // accum
+
+
+def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, Any]:
+    """The knobs of the config the user's command runs today, as DeepSpeed runs it (a study
+    measures it first): what the file sets, and DeepSpeed's own defaults for what it leaves
+    out (`DeepSpeedZeroConfig`: stage 0, buckets of 5e8, overlap_comm true at stage 3 and
+    false below (its `overlap_comm_valid`), no offload). Where the Trainer runs it, its
+    "auto" values as transformers fills them (integrations/deepspeed.py): the micro-batch from
+    its flag (`trainer_config_process`), reduce_bucket_size = hidden_size² of the model
+    (`trainer_config_finalize`; `workload`'s). Values DeepSpeed would not take are left out.
+    NVMe offload is no CPU offload."""
+    zero = zero_section(job.base_config)
+    stage = _whole(zero.get("stage", 0))
+    reduce = zero.get("reduce_bucket_size", DS_BUCKET)
+    if reduce == "auto" and is_hugging_face(job.command, job.config_index):
+        reduce = workload.hidden_size * workload.hidden_size
+    found: dict[str, int | None] = {
+        "zero": stage,
+        "mbs": _users_mbs(job, world_size),
+        "reduce_bucket": _whole(reduce),
+        "allgather_bucket": _whole(zero.get("allgather_bucket_size", DS_BUCKET)),
     }
-    if isinstance(zero, dict):
-        found["reduce_bucket"] = zero.get("reduce_bucket_size")
-        found["allgather_bucket"] = zero.get("allgather_bucket_size")
-        found["overlap_comm"] = zero.get("overlap_comm")
-        for offload in ("offload_optimizer", "offload_param"):
-            found[offload] = _offloads_to_cpu(zero.get(offload))
-    if not isinstance(found["mbs"], int) and is_hugging_face(job.command, job.config_index):
-        found["mbs"] = flag_value(job.command, HF_MBS) or HF_BATCH[0][1]
-    knobs: dict[str, Any] = {}
-    for name, value in found.items():
-        if name in ("overlap_comm", "offload_optimizer", "offload_param"):
-            if isinstance(value, bool):
-                knobs[name] = value
-        elif isinstance(value, int) and not isinstance(value, bool):
-            knobs[name] = value
-        elif (isinstance(value, float) and value.is_integer()) or (  # 5e8 in the JSON
-            isinstance(value, str) and value.isdigit()
-        ):
-            knobs[name] = int(value)
+    knobs: dict[str, Any] = {k: v for k, v in found.items() if v is not None}
+    overlap = zero.get("overlap_comm")
+    overlap = stage == 3 if overlap is None else overlap
+    if isinstance(overlap, bool):
+        knobs["overlap_comm"] = overlap
+    for offload in ("offload_optimizer", "offload_param"):
+        knobs[offload] = _offloads_to_cpu(zero.get(offload))
     return knobs
 
 
-def _offloads_to_cpu(section: object) -> bool | None:
-    """Whether a ds_config offload section sends states to the CPU (None: not stated; NVMe
-    offload is not modelled and reads as no CPU offload)."""
-    if section is None:
-        return None
+def _offloads_to_cpu(section: object) -> bool:
+    """Whether a ds_config offload section sends states to the CPU (none given: no offload;
+    NVMe offload is not modelled and reads as no CPU offload)."""
     return isinstance(section, dict) and section.get("device") == "cpu"
 
 
@@ -180,7 +225,7 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
         merged["gradient_accumulation_steps"] = config.grad_accum(workload.global_batch_size)
     else:
         merged.pop("gradient_accumulation_steps", None)
-    zero = dict(merged.get("zero_optimization") or {})
+    zero = dict(zero_section(merged))
     zero["stage"] = config.zero
     zero["reduce_bucket_size"] = config.reduce_bucket
     zero["overlap_comm"] = config.overlap_comm
@@ -225,16 +270,15 @@ def _users_offload(space: SearchSpace, job: UserJob) -> SearchSpace:
     lists the knob: a model that fits only offloaded must not be tried without it. One that
     offloads to NVMe keeps its section as written (`trial_ds_config`) and the knob, which
     means CPU offload, is held off."""
-    users = users_knobs(job)
-    zero = job.base_config.get("zero_optimization")
+    zero = zero_section(job.base_config)
     values, origins = dict(space.values), dict(space.origins)
     for knob in ("offload_optimizer", "offload_param"):
-        if isinstance(zero, dict) and _offloads_to_nvme(zero.get(knob)):
+        if _offloads_to_nvme(zero.get(knob)):
             values[knob] = (False,)
             origins[knob] = (
                 "your ds_config offloads it to NVMe: kept as given in every trial, not modelled"
             )
-        elif users.get(knob) and knob not in values:
+        elif _offloads_to_cpu(zero.get(knob)) and knob not in values:
             values[knob] = (True,)
             origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
     return dataclasses.replace(space, values=values, origins=origins)
@@ -287,8 +331,10 @@ class DeepSpeedScript(Framework):
             reads_model=not problem.model_given,
         )
 
-    def users_knobs(self, job: UserJob) -> dict[str, Any] | None:
-        return users_knobs(job)
+    def users_knobs(
+        self, job: UserJob, workload: Workload, world_size: int
+    ) -> dict[str, Any] | None:
+        return users_knobs(job, workload, world_size)
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         path = folder / DS_CONFIG_FILE

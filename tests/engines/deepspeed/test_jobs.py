@@ -214,22 +214,46 @@ def test_run_refuses_a_launcher_word_in_one_line(tmp_path: Path) -> None:
 def test_the_users_own_config_is_read_from_their_file_and_flags(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    tiny = load_workload("tiny")
+
     def users(config: dict[str, object], *flags: str) -> tuple[dict[str, object], str]:
         (workdir / "ds.json").write_text(json.dumps(config))
         job = parse_job(["train.py", *flags, "--deepspeed", "ds.json"], workdir, "deepspeed")
-        return users_knobs(job), ds_precision(job)
+        return users_knobs(job, tiny, 2), ds_precision(job)
 
+    plain = {"reduce_bucket": 500_000_000, "allgather_bucket": 500_000_000}  # DeepSpeed's
+    no_offload = {"offload_optimizer": False, "offload_param": False}
     # the Trainer's flag where the file says "auto"; bf16 "auto" follows --bf16
     assert users(USER_CONFIG, "--per_device_train_batch_size", "2", "--bf16") == (
-        {"zero": 3, "mbs": 2, "offload_optimizer": True},
+        {"zero": 3, "mbs": 2, **plain, "overlap_comm": True}  # on at stage 3
+        | {"offload_optimizer": True, "offload_param": False},
         "bf16",
     )
     assert users(USER_CONFIG)[1] == "fp32"
     zero = {"stage": 2, "reduce_bucket_size": 5e7, "overlap_comm": True}  # 5e7: a float
     knobs, precision = users({"train_micro_batch_size_per_gpu": 4, "zero_optimization": zero})
-    assert knobs == {"zero": 2, "mbs": 4, "reduce_bucket": 50_000_000, "overlap_comm": True}
+    assert (
+        knobs
+        == {
+            "zero": 2,
+            "mbs": 4,
+            "reduce_bucket": 50_000_000,
+            "allgather_bucket": 500_000_000,
+            "overlap_comm": True,
+        }
+        | no_offload
+    )
     assert precision == "fp32"
-    assert users({"fp16": {"enabled": True}})[0] == {"zero": 0, "mbs": 8}  # HF's default 8
+    assert (
+        users({"fp16": {"enabled": True}})[0]
+        == {  # HF's default 8
+            "zero": 0,
+            "mbs": 8,
+            **plain,
+            "overlap_comm": False,
+        }
+        | no_offload
+    )
     monkeypatch.chdir(workdir)
     problem = load_problem(
         "deepspeed", "tiny", "local:2", command=["train.py", "--deepspeed", "ds.json"]
@@ -238,7 +262,33 @@ def test_the_users_own_config_is_read_from_their_file_and_flags(
     assert first is not None and (first.zero, first.mbs) == (0, 8)
     offloading = {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": None}
     offloaded = users({"train_micro_batch_size_per_gpu": 4, "zero_optimization": offloading})
-    assert offloaded[0] == {"zero": 3, "mbs": 4, "offload_optimizer": True}
+    assert offloaded[0] == {"zero": 3, "mbs": 4, **plain, "overlap_comm": True} | {
+        "offload_optimizer": True,
+        "offload_param": False,
+    }
+
+
+def test_the_users_config_is_filled_as_deepspeed_and_the_trainer_fill_it(workdir: Path) -> None:
+    """DeepSpeed's defaults where the file is silent (overlap_comm true at stage 3 only,
+    buckets of 5e8, the micro-batch from train_batch_size over the ranks); the Trainer's
+    "auto" reduce_bucket_size is the model's hidden_size squared."""
+    llama = load_workload("llama3-8b")
+
+    def users(config: dict[str, object], *command: str) -> dict[str, object]:
+        (workdir / "ds.json").write_text(json.dumps(config))
+        return users_knobs(parse_job(["train.py", *command], workdir, "deepspeed"), llama, 4)
+
+    plain = ("--deepspeed_config", "ds.json")
+    stage3 = users({"train_batch_size": 32, "zero_optimization": {"stage": 3}}, *plain)
+    assert stage3["overlap_comm"] is True and stage3["mbs"] == 8  # 32 over 4 ranks
+    assert stage3["reduce_bucket"] == 500_000_000
+    accum = {"train_batch_size": 32, "gradient_accumulation_steps": 2}
+    stage2 = users({**accum, "zero_optimization": {"stage": 2}}, *plain)
+    assert stage2["overlap_comm"] is False and stage2["mbs"] == 4
+    assert users({"train_batch_size": 8, "zero_optimization": True}, *plain)["zero"] == 1
+    auto = {"stage": 3, "reduce_bucket_size": "auto", "overlap_comm": False}
+    hf = users({"zero_optimization": auto}, "--deepspeed", "ds.json")
+    assert hf["reduce_bucket"] == llama.hidden_size**2 and hf["overlap_comm"] is False
 
 
 def test_a_config_that_offloads_keeps_offloading_in_every_trial(
@@ -267,7 +317,7 @@ def test_hugging_face_batch_flags_are_read_and_rewritten_in_every_spelling(
     assert global_batch(hyphens, world_size=8) == 48
     last = job("--per_device_train_batch_size", "4", "--per-device-train-batch-size=2")
     assert global_batch(last, world_size=8) == 2 * 1 * 8
-    assert users_knobs(last)["mbs"] == 2
+    assert users_knobs(last, load_workload("tiny"), 8)["mbs"] == 2
     spec = TrialSpec(
         engine="deepspeed",
         workload=dataclasses.replace(load_workload("tiny"), global_batch_size=32),
