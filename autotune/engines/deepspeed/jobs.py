@@ -284,6 +284,25 @@ def _users_offload(space: SearchSpace, job: UserJob) -> SearchSpace:
     return dataclasses.replace(space, values=values, origins=origins)
 
 
+def with_users_values(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
+    """`space` with each of the user's own knob values (`users_knobs`) among its knob's
+    candidates, so that the config the user runs today is a trial the study can measure
+    (Hugging Face's documented ZeRO-2 file has 2e8 buckets, which a space of 5e7 and 5e8
+    would leave out). A knob the space does not list is held at the user's value rather
+    than autotune's default. The offload knobs `_users_offload` holds are the user's
+    already."""
+    defaults = TrainConfig()
+    for knob, value in users.items():
+        held = space.values.get(knob)
+        if held is None:
+            if value != getattr(defaults, knob):
+                space = space.offering(knob, (value,), "your ds_config (the space lists none)")
+        elif value not in held:
+            why = space.origins.get(knob) or space.source
+            space = space.offering(knob, (*held, value), f"{why}, and your ds_config's {value}")
+    return space
+
+
 class DeepSpeedScript(Framework):
     """A script that calls `deepspeed.initialize` with the config its command names
     (`--deepspeed_config FILE`); a hook around DeepSpeed's step measures it."""
@@ -325,9 +344,11 @@ class DeepSpeedScript(Framework):
         batch = global_batch(job, problem.cluster.world_size)
         workload = dataclasses.replace(problem.workload, global_batch_size=batch)
         narrowed = with_workload(problem, workload, DEEPSPEED_KNOBS)
+        space = _users_offload(narrowed.space, job)
+        users = users_knobs(job, workload, problem.cluster.world_size)
         return dataclasses.replace(
             narrowed,
-            space=_users_offload(narrowed.space, job),
+            space=with_users_values(space, users),
             reads_model=not problem.model_given,
         )
 

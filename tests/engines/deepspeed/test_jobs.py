@@ -183,7 +183,8 @@ def test_a_scripts_space_holds_only_what_its_config_sets(
         load_problem("torch", "tiny", "local:2", command=command)
     (workdir / "space.yaml").write_text("engine: deepspeed\nknobs:\n  zero: [0, 1]\n")
     narrowed = load_problem("deepspeed", "tiny", "local:2", "space.yaml", command=command)
-    assert narrowed.space.values["zero"] == (0, 1)  # what it lists; pp is not derived for it
+    # what it lists, and the user's own stage 3; pp is not derived for it
+    assert narrowed.space.values["zero"] == (0, 1, 3)
     (workdir / "space.yaml").write_text("engine: deepspeed\nknobs:\n  pp: [1, 2]\n  zero: [0]\n")
     with pytest.raises(InputError, match="sets pp in its own code"):
         load_problem("deepspeed", "tiny", "local:2", "space.yaml", command=command)
@@ -366,3 +367,41 @@ def test_an_nvme_offload_is_kept_as_given_in_every_trial_and_the_export(
     on = TrainConfig(dp=2, zero=3, offload_optimizer=True, offload_param=True)
     written = trial_ds_config(problem.job, problem.workload, on)["zero_optimization"]
     assert written["offload_optimizer"] == nvme and written["offload_param"] == nvme
+
+
+HF_ZERO2 = {
+    "fp16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+    "zero_optimization": {
+        "stage": 2,
+        "allgather_partitions": True,
+        "allgather_bucket_size": 2e8,
+        "overlap_comm": True,
+        "reduce_scatter": True,
+        "reduce_bucket_size": 2e8,
+        "contiguous_gradients": True,
+    },
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+}
+"""Hugging Face's documented ZeRO-2 config (docs: DeepSpeed integration, "ZeRO-2 config")."""
+
+
+def test_the_users_config_is_a_trial_when_its_values_are_not_in_the_space(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workdir / "ds.json").write_text(json.dumps(HF_ZERO2))
+    monkeypatch.chdir(workdir)
+    command = ["train.py", "--per_device_train_batch_size", "4", "--deepspeed", "ds.json"]
+    problem = load_problem("deepspeed", "tiny", "local:2", command=command)
+    users = problem.users_config()
+    assert users is not None
+    assert (users.zero, users.mbs, users.overlap_comm) == (2, 4, True)
+    assert (users.reduce_bucket, users.allgather_bucket) == (200_000_000, 200_000_000)
+    assert 200_000_000 in problem.space.values["reduce_bucket"]
+    assert 500_000_000 in problem.space.values["reduce_bucket"]  # the space's kept
+    assert "your ds_config" in problem.space.origins["reduce_bucket"]
+    assert problem.space.values["allgather_bucket"] == (200_000_000,)  # no space value: yours
+    assert users in problem.enumerate().valid
