@@ -17,6 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines.argv import flag_positions, flag_value, with_flag
+from autotune.engines.deepspeed.ds_config import (
+    DS_BUCKET,
+    offloads_to_cpu,
+    offloads_to_nvme,
+    read_ds_config,
+    whole,
+    zero_section,
+)
 from autotune.engines.deepspeed.exports import DS_CONFIG_FILE
 from autotune.engines.framework import Framework, JobProblem, with_workload
 from autotune.errors import InputError
@@ -63,18 +71,6 @@ def find_config_argument(argv: Sequence[str]) -> int | None:
     return None
 
 
-def read_ds_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"DeepSpeed config {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"DeepSpeed config {path}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"DeepSpeed config {path}: expected a JSON object")
-    return data
-
-
 def is_hugging_face(command: Sequence[str], config_index: int | None) -> bool:
     """The command hands its config to Hugging Face's Trainer (`--deepspeed FILE`), which
     takes the micro-batch and accumulation from its own flags and checks the file against
@@ -86,17 +82,47 @@ def is_hugging_face(command: Sequence[str], config_index: int | None) -> bool:
     return argument.startswith("--deepspeed=") or before == "--deepspeed"
 
 
+def script_source(job: UserJob) -> str:
+    """The text of the user's script (`-m MODULE`: its file under the workdir, where it
+    lies there); "" where it cannot be read."""
+    workdir = Path(job.workdir)
+    if job.command[0] == "-m":
+        if len(job.command) < 2:
+            return ""
+        base = workdir / job.command[1].replace(".", "/")
+        paths = [base.with_suffix(".py"), base / "__main__.py"]
+    else:
+        paths = [workdir / job.command[0]]
+    for path in paths:
+        try:
+            return path.read_text(errors="replace")
+        except OSError:
+            continue
+    return ""
+
+
 def global_batch(job: UserJob, world_size: int) -> int:
-    """Sequences per optimizer step the user's job asks for; trials keep it."""
+    """Sequences per optimizer step the user's job asks for; trials keep it. A DeepSpeed
+    script with a pipeline (its source mentions `PipelineModule`) must give train_batch_size:
+    DeepSpeed counts its micro-batches over the data-parallel ranks, world / pp
+    (`DeepSpeedConfig._set_batch_related_parameters`, deepspeed/runtime/config.py), and the
+    pipeline degree is in the script's code, where autotune cannot read it."""
     base = job.base_config
     batch = base.get("train_batch_size")
     if isinstance(batch, int) and batch > 0:
         return batch
+    hugging_face = is_hugging_face(job.command, job.config_index)
+    if not hugging_face and "PipelineModule" in script_source(job):
+        raise InputError(
+            "your script builds a DeepSpeed PipelineModule and its ds_config gives no "
+            "train_batch_size: give train_batch_size, autotune cannot read the pipeline "
+            "degree from code"
+        )
     mbs = base.get("train_micro_batch_size_per_gpu")
     accum = base.get("gradient_accumulation_steps", 1)
     if isinstance(mbs, int) and isinstance(accum, int) and mbs > 0 and accum > 0:
         return mbs * accum * world_size
-    if is_hugging_face(job.command, job.config_index):  # "auto": the Trainer's flags decide
+    if hugging_face:  # "auto": the Trainer's flags decide
         given = {flag[0]: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
         try:
             numbers = [int(value) for value in given.values()]
@@ -121,36 +147,6 @@ def ds_precision(job: UserJob) -> Precision:
     return "fp32"
 
 
-DS_BUCKET = 500_000_000
-"""DeepSpeed's reduce_bucket_size and allgather_bucket_size when a ds_config leaves them out
-(`DeepSpeedZeroConfig` in deepspeed/runtime/zero/config.py)."""
-
-
-def _whole(value: object) -> int | None:
-    """A ds_config number as DeepSpeed's pydantic config takes it (5e8 in the JSON: a float)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
-def zero_section(base: dict[str, Any]) -> dict[str, Any]:
-    """The ds_config's ZeRO settings as DeepSpeed reads them (`get_zero_config`,
-    deepspeed/runtime/zero/config.py): `"zero_optimization": true` is the deprecated form,
-    stage 1 with the top-level `allgather_size` (`read_zero_config_deprecated`)."""
-    zero = base.get("zero_optimization")
-    if isinstance(zero, bool):
-        if not zero:
-            return {"stage": 0}
-        return {"stage": 1, "allgather_bucket_size": base.get("allgather_size", DS_BUCKET)}
-    return zero if isinstance(zero, dict) else {}
-
-
 def _users_mbs(job: UserJob, world_size: int) -> int | None:
     """The micro-batch the user's job runs: the file's; else the Trainer's flag (its
     `trainer_config_process` fills "auto" from --per_device_train_batch_size); else as
@@ -158,13 +154,13 @@ def _users_mbs(job: UserJob, world_size: int) -> int | None:
     data-parallel ranks (`DeepSpeedConfig._set_batch_related_parameters`,
     deepspeed/runtime/config.py; a script without a pipeline: every rank)."""
     base = job.base_config
-    mbs = _whole(base.get("train_micro_batch_size_per_gpu"))
+    mbs = whole(base.get("train_micro_batch_size_per_gpu"))
     if mbs is not None:
         return mbs
     if is_hugging_face(job.command, job.config_index):
-        return _whole(flag_value(job.command, HF_MBS) or HF_BATCH[0][1])
-    batch = _whole(base.get("train_batch_size"))
-    accum = _whole(base.get("gradient_accumulation_steps")) or 1
+        return whole(flag_value(job.command, HF_MBS) or HF_BATCH[0][1])
+    batch = whole(base.get("train_batch_size"))
+    accum = whole(base.get("gradient_accumulation_steps")) or 1
     if batch is None or batch < world_size * accum:
         return None
     return batch // world_size // accum
@@ -180,15 +176,15 @@ def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, 
     (`trainer_config_finalize`; `workload`'s). Values DeepSpeed would not take are left out.
     NVMe offload is no CPU offload."""
     zero = zero_section(job.base_config)
-    stage = _whole(zero.get("stage", 0))
+    stage = whole(zero.get("stage", 0))
     reduce = zero.get("reduce_bucket_size", DS_BUCKET)
     if reduce == "auto" and is_hugging_face(job.command, job.config_index):
         reduce = workload.hidden_size * workload.hidden_size
     found: dict[str, int | None] = {
         "zero": stage,
         "mbs": _users_mbs(job, world_size),
-        "reduce_bucket": _whole(reduce),
-        "allgather_bucket": _whole(zero.get("allgather_bucket_size", DS_BUCKET)),
+        "reduce_bucket": whole(reduce),
+        "allgather_bucket": whole(zero.get("allgather_bucket_size", DS_BUCKET)),
     }
     knobs: dict[str, Any] = {k: v for k, v in found.items() if v is not None}
     overlap = zero.get("overlap_comm")
@@ -196,21 +192,8 @@ def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, 
     if isinstance(overlap, bool):
         knobs["overlap_comm"] = overlap
     for offload in ("offload_optimizer", "offload_param"):
-        knobs[offload] = _offloads_to_cpu(zero.get(offload))
+        knobs[offload] = offloads_to_cpu(zero.get(offload))
     return knobs
-
-
-def _offloads_to_cpu(section: object) -> bool:
-    """Whether a ds_config offload section sends states to the CPU (none given: no offload;
-    NVMe offload is not modelled and reads as no CPU offload)."""
-    return isinstance(section, dict) and section.get("device") == "cpu"
-
-
-def _offloads_to_nvme(section: object) -> bool:
-    """A ds_config offload section that sends states to NVMe (ZeRO-Infinity, DeepSpeed's
-    `OffloadDeviceEnum.nvme` in runtime/zero/offload_config.py): kept as given in every trial
-    and the export, and not modelled."""
-    return isinstance(section, dict) and section.get("device") == "nvme"
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
@@ -237,7 +220,7 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
         ("offload_optimizer", config.offload_optimizer),
         ("offload_param", config.offload_param),
     ):
-        if _offloads_to_nvme(zero.get(offload)):
+        if offloads_to_nvme(zero.get(offload)):
             continue  # kept as the user wrote it: the offload knobs are CPU offload
         if on:  # the user's own settings (pinning, buffers) kept, the device the trial's
             zero[offload] = {**(zero.get(offload) or {}), "device": "cpu"}
@@ -273,12 +256,12 @@ def _users_offload(space: SearchSpace, job: UserJob) -> SearchSpace:
     zero = zero_section(job.base_config)
     values, origins = dict(space.values), dict(space.origins)
     for knob in ("offload_optimizer", "offload_param"):
-        if _offloads_to_nvme(zero.get(knob)):
+        if offloads_to_nvme(zero.get(knob)):
             values[knob] = (False,)
             origins[knob] = (
                 "your ds_config offloads it to NVMe: kept as given in every trial, not modelled"
             )
-        elif _offloads_to_cpu(zero.get(knob)) and knob not in values:
+        elif offloads_to_cpu(zero.get(knob)) and knob not in values:
             values[knob] = (True,)
             origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
     return dataclasses.replace(space, values=values, origins=origins)

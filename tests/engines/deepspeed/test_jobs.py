@@ -405,3 +405,17 @@ def test_the_users_config_is_a_trial_when_its_values_are_not_in_the_space(
     assert "your ds_config" in problem.space.origins["reduce_bucket"]
     assert problem.space.values["allgather_bucket"] == (200_000_000,)  # no space value: yours
     assert users in problem.enumerate().valid
+
+
+def test_a_pipeline_script_without_train_batch_size_is_refused_before_any_trial(
+    workdir: Path,
+) -> None:
+    (workdir / "pipe.py").write_text("from deepspeed.pipe import PipelineModule\n")
+    (workdir / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2}))
+    job = parse_job(["pipe.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed")
+    with pytest.raises(InputError, match="give train_batch_size, autotune cannot read the pi"):
+        global_batch(job, world_size=8)
+    assert global_batch(parse_job(["train.py", *job.command[1:]], workdir, "deepspeed"), 8) == 16
+    (workdir / "ds.json").write_text(json.dumps({"train_batch_size": 64}))
+    given = parse_job(["pipe.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed")
+    assert global_batch(given, world_size=8) == 64
