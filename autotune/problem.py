@@ -67,7 +67,7 @@ class Problem:
         not know it, or when it breaks a rule here."""
         if self.job is None or self.framework is None:
             return None
-        knobs = self.framework.users_knobs(self.job)
+        knobs = self.framework.users_knobs(self.job, self.workload, self.cluster.world_size)
         if knobs is None:
             return None
         try:

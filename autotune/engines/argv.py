@@ -1,27 +1,40 @@
 """Reading and rewriting `--flag VALUE` / `--flag=VALUE` in a user's command. Pure.
 
-One rule everywhere, as argparse has it: a flag given twice takes its last value.
+One rule everywhere, as argparse has it: a flag given twice takes its last value. A flag may
+have several spellings (`Flag`: a tuple of them), as one argparse option has several option
+strings (Hugging Face's `HfArgumentParser._parse_dataclass_field` gives each field
+`--name_with_underscores` and `--name-with-hyphens`): any of them sets it, the last one
+given wins, and a flag is rewritten in the spelling the command gave it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+Flag = str | tuple[str, ...]
+"""A flag's one spelling, or all of them (the first is the one appended)."""
 
-def flag_positions(argv: Sequence[str], flag: str) -> list[tuple[int, int | None]]:
-    """Every place `flag` is given: (index of the flag, index of its value or None for a
-    `--flag=VALUE` or a switch at the end)."""
+
+def spellings(flag: Flag) -> tuple[str, ...]:
+    return (flag,) if isinstance(flag, str) else flag
+
+
+def flag_positions(argv: Sequence[str], flag: Flag) -> list[tuple[int, int | None]]:
+    """Every place `flag` is given, in any of its spellings: (index of the flag, index of
+    its value or None for a `--flag=VALUE` or a switch at the end)."""
+    names = spellings(flag)
     found: list[tuple[int, int | None]] = []
     for i, arg in enumerate(argv):
-        if arg.startswith(flag + "="):
+        if arg.partition("=")[0] in names and "=" in arg:
             found.append((i, None))
-        elif arg == flag:
+        elif arg in names:
             found.append((i, i + 1 if i + 1 < len(argv) else None))
     return found
 
 
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag VALUE` or `--flag=VALUE` (the last one given wins)."""
+def flag_value(argv: Sequence[str], flag: Flag) -> str | None:
+    """The value of `--flag VALUE` or `--flag=VALUE`, in any spelling (the last one given
+    wins)."""
     positions = flag_positions(argv, flag)
     if not positions:
         return None
@@ -31,19 +44,20 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
     return argv[value]
 
 
-def has_flag(argv: Sequence[str], flag: str) -> bool:
+def has_flag(argv: Sequence[str], flag: Flag) -> bool:
     return bool(flag_positions(argv, flag))
 
 
-def with_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
-    """`argv` with `flag` set to `value`: where it was last given, else appended."""
+def with_flag(argv: Sequence[str], flag: Flag, value: str) -> list[str]:
+    """`argv` with `flag` set to `value`: where it was last given, in the spelling given
+    there, else appended in its first spelling."""
     out = list(argv)
     positions = flag_positions(out, flag)
     if not positions:
-        return [*out, flag, value]
+        return [*out, spellings(flag)[0], value]
     at, value_at = positions[-1]
     if value_at is None:
-        out[at] = f"{flag}={value}"
+        out[at] = f"{out[at].partition('=')[0]}={value}"
     else:
         out[value_at] = value
     return out

@@ -82,9 +82,13 @@ class Framework(ABC):
         the space restricted to what the job takes from a trial; InputError for a job autotune
         cannot tune faithfully."""
 
-    def users_knobs(self, job: UserJob) -> dict[str, Any] | None:
-        """The knobs of the config the user's command runs today (None: not known), which a
-        study measures first."""
+    def users_knobs(
+        self, job: UserJob, workload: Workload, world_size: int
+    ) -> dict[str, Any] | None:
+        """The knobs of the config the user's command runs today, exactly as its framework
+        runs it: the framework's own defaults for what the job leaves out, and values it
+        derives from the model (`workload`, e.g. the Trainer's "auto" buckets from the hidden
+        size) or the ranks (`world_size`). None: not known. A study measures it first."""
         return None
 
     @abstractmethod

@@ -469,3 +469,26 @@ def test_a_torchtitan_study_takes_model_batch_and_space_from_the_command(
     assert 1 not in problem.space.values["zero"]
     assert {c.pp for c in problem.enumerate().valid} == {1}
     assert problem.job is not None and problem.job.framework == "torchtitan"
+
+
+def test_a_torchtitan_pipeline_and_hsdp_are_kept_in_trials_and_export(
+    titan_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pp and HSDP replicas are the command's own (TOML or flags, as torchtitan reads them):
+    the space holds them, and every trial and the export run them."""
+    monkeypatch.chdir(titan_dir)
+    (titan_dir / "llama3_8b.toml").write_text(
+        (titan_dir / "llama3_8b.toml").read_text() + "[model]\nname = 'llama3'\nflavor = '8B'\n"
+    )
+    command = [*TITAN, "--parallelism.pipeline-parallel-degree=2"]
+    command += ["--parallelism.data_parallel_replicate_degree", "2"]
+    problem = load_problem("torch", "tiny", "dgx-h100:2", command=command)
+    assert problem.space.values["pp"] == (2,) and problem.space.values["hsdp"] == (2,)
+    valid = problem.enumerate().valid
+    assert valid and {(c.pp, c.hsdp, c.dp * c.tp) for c in valid} == {(2, 2, 8)}
+    spec = problem.trial_spec(valid[0], StepPlan(max_warmup=2, measured_steps=2))
+    for argv in (torchtitan_job.trial_argv(spec), torchtitan_job.export_argv(spec)):
+        assert argv[argv.index("--parallelism.pipeline_parallel_degree") + 1] == "2"
+        assert argv[argv.index("--parallelism.data_parallel_replicate_degree") + 1] == "2"
+        shard = argv[argv.index("--parallelism.data_parallel_shard_degree") + 1]
+        assert int(shard) == valid[0].dp // 2

@@ -22,19 +22,84 @@ from autotune.rank.model_shape import read_shape, token_ids
 from autotune.trial.spec import TrialSpec
 
 
-def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
-    """The script must run with the config it was given, or no trial of it means anything."""
-    running = {
+def _on_cpu(section: object) -> bool:
+    """An offload section of DeepSpeed's zero config (`DeepSpeedZeroOffloadOptimizerConfig`,
+    `DeepSpeedZeroOffloadParamConfig`; None when absent) that sends states to the CPU, as
+    `DeepSpeedEngine.zero_cpu_offload` reads it (NVMe is not CPU offload)."""
+    device = getattr(section, "device", None)
+    return getattr(device, "value", device) == "cpu"
+
+
+def running_config(engine: Any) -> dict[str, object]:
+    """What the DeepSpeed engine holds after `deepspeed.initialize` (runtime/engine.py:
+    `train_batch_size`, `gradient_accumulation_steps`, ...; the ZeRO settings from its
+    `_config.zero_config`, a `DeepSpeedZeroConfig`), by autotune's knob names."""
+    zero = engine._config.zero_config
+    return {
         "mbs": engine.train_micro_batch_size_per_gpu(),
-        "zero": engine.zero_optimization_stage(),
+        "zero": int(engine.zero_optimization_stage()),
+        "train_batch_size": engine.train_batch_size(),
+        "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+        "reduce_bucket": int(zero.reduce_bucket_size),
+        "allgather_bucket": int(zero.allgather_bucket_size),
+        "overlap_comm": bool(zero.overlap_comm),
+        "offload_optimizer": _on_cpu(zero.offload_optimizer),
+        "offload_param": _on_cpu(zero.offload_param),
     }
-    for knob, value in running.items():
-        wanted = getattr(spec.config, knob)
-        if value != wanted:
-            raise failures.ConfigIgnoredError(
-                f"the script runs with {knob}={value} but the trial's DeepSpeed config sets "
-                f"{knob}={wanted}: it does not take its config from the file it was given"
+
+
+def trials_config(spec: TrialSpec) -> dict[str, object]:
+    """What the trial's ds_config (`jobs.trial_ds_config`) makes DeepSpeed hold, by the same
+    names as `running_config`: the allgather bucket only at ZeRO 1 and 2, where it is
+    written."""
+    c, batch = spec.config, spec.workload.global_batch_size
+    wanted: dict[str, object] = {
+        "mbs": c.mbs,
+        "zero": c.zero,
+        "train_batch_size": batch,
+        "gradient_accumulation_steps": c.grad_accum(batch),
+        "reduce_bucket": c.reduce_bucket,
+        "allgather_bucket": c.allgather_bucket,
+        "overlap_comm": c.overlap_comm,
+        "offload_optimizer": c.offload_optimizer,
+        "offload_param": c.offload_param,
+    }
+    if c.zero not in (1, 2):
+        del wanted["allgather_bucket"]
+    return wanted
+
+
+def ignored_knob(running: dict[str, object], spec: TrialSpec) -> str | None:
+    """The first setting the running engine holds otherwise than the trial's ds_config sets
+    it, told in one line; None when it runs the trial's config. Pure."""
+    wanted = trials_config(spec)
+    for knob, value in wanted.items():
+        if knob not in running or running[knob] == value:
+            continue
+        line = (
+            f"the script runs with {knob}={running[knob]} but the trial's DeepSpeed config "
+            f"sets {knob}={value}"
+        )
+        if (
+            knob == "gradient_accumulation_steps"
+        ):  # DeepSpeed divides train_batch_size by its dp ranks
+            line += (
+                f" (train_batch_size={wanted['train_batch_size']} over "
+                f"{spec.config.dp} data-parallel ranks: does the script's own model or "
+                "pipeline parallelism take ranks from data parallelism?)"
             )
+        return line
+    return None
+
+
+def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
+    """The script must run with the config it was given, or no trial of it means anything:
+    a knob its code overrides fails the trial as config_ignored."""
+    line = ignored_knob(running_config(engine), spec)
+    if line is not None:
+        raise failures.ConfigIgnoredError(
+            f"{line}: it does not take its config from the file it was given"
+        )
 
 
 def install(hook: StepHook) -> None:

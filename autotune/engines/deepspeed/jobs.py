@@ -17,6 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.engines.argv import flag_positions, flag_value, with_flag
+from autotune.engines.deepspeed.ds_config import (
+    DS_BUCKET,
+    offloads_to_cpu,
+    offloads_to_nvme,
+    read_ds_config,
+    whole,
+    zero_section,
+)
 from autotune.engines.deepspeed.exports import DS_CONFIG_FILE
 from autotune.engines.framework import Framework, JobProblem, with_workload
 from autotune.errors import InputError
@@ -29,8 +37,20 @@ CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
 """Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`
 (`--deepspeed_config FILE`; its `--deepspeed` alone is a switch), or Hugging Face's
 `TrainingArguments` (`--deepspeed FILE`)."""
-HF_BATCH = (("--per_device_train_batch_size", "8"), ("--gradient_accumulation_steps", "1"))
-"""Hugging Face TrainingArguments' batch flags and their defaults."""
+
+
+def hf_flag(field: str) -> tuple[str, str]:
+    """A `TrainingArguments` field's option strings, as `HfArgumentParser` gives them
+    (transformers/hf_argparser.py, `_parse_dataclass_field`): `--field_name` and, where the
+    name has an underscore, `--field-name`."""
+    return f"--{field}", f"--{field.replace('_', '-')}"
+
+
+HF_MBS = hf_flag("per_device_train_batch_size")
+HF_ACCUM = hf_flag("gradient_accumulation_steps")
+HF_BATCH = ((HF_MBS, "8"), (HF_ACCUM, "1"))
+"""Hugging Face TrainingArguments' batch flags (every spelling) and their defaults
+(transformers/training_args.py)."""
 DEEPSPEED_KNOBS = frozenset(
     {"zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm", "nccl_algo", "nccl_proto"}
     | {"offload_optimizer", "offload_param"}
@@ -51,18 +71,6 @@ def find_config_argument(argv: Sequence[str]) -> int | None:
     return None
 
 
-def read_ds_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"DeepSpeed config {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"DeepSpeed config {path}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"DeepSpeed config {path}: expected a JSON object")
-    return data
-
-
 def is_hugging_face(command: Sequence[str], config_index: int | None) -> bool:
     """The command hands its config to Hugging Face's Trainer (`--deepspeed FILE`), which
     takes the micro-batch and accumulation from its own flags and checks the file against
@@ -74,18 +82,48 @@ def is_hugging_face(command: Sequence[str], config_index: int | None) -> bool:
     return argument.startswith("--deepspeed=") or before == "--deepspeed"
 
 
+def script_source(job: UserJob) -> str:
+    """The text of the user's script (`-m MODULE`: its file under the workdir, where it
+    lies there); "" where it cannot be read."""
+    workdir = Path(job.workdir)
+    if job.command[0] == "-m":
+        if len(job.command) < 2:
+            return ""
+        base = workdir / job.command[1].replace(".", "/")
+        paths = [base.with_suffix(".py"), base / "__main__.py"]
+    else:
+        paths = [workdir / job.command[0]]
+    for path in paths:
+        try:
+            return path.read_text(errors="replace")
+        except OSError:
+            continue
+    return ""
+
+
 def global_batch(job: UserJob, world_size: int) -> int:
-    """Sequences per optimizer step the user's job asks for; trials keep it."""
+    """Sequences per optimizer step the user's job asks for; trials keep it. A DeepSpeed
+    script with a pipeline (its source mentions `PipelineModule`) must give train_batch_size:
+    DeepSpeed counts its micro-batches over the data-parallel ranks, world / pp
+    (`DeepSpeedConfig._set_batch_related_parameters`, deepspeed/runtime/config.py), and the
+    pipeline degree is in the script's code, where autotune cannot read it."""
     base = job.base_config
     batch = base.get("train_batch_size")
     if isinstance(batch, int) and batch > 0:
         return batch
+    hugging_face = is_hugging_face(job.command, job.config_index)
+    if not hugging_face and "PipelineModule" in script_source(job):
+        raise InputError(
+            "your script builds a DeepSpeed PipelineModule and its ds_config gives no "
+            "train_batch_size: give train_batch_size, autotune cannot read the pipeline "
+            "degree from code"
+        )
     mbs = base.get("train_micro_batch_size_per_gpu")
     accum = base.get("gradient_accumulation_steps", 1)
     if isinstance(mbs, int) and isinstance(accum, int) and mbs > 0 and accum > 0:
         return mbs * accum * world_size
-    if is_hugging_face(job.command, job.config_index):  # "auto": the Trainer's flags decide
-        given = {flag: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
+    if hugging_face:  # "auto": the Trainer's flags decide
+        given = {flag[0]: flag_value(job.command, flag) or default for flag, default in HF_BATCH}
         try:
             numbers = [int(value) for value in given.values()]
         except ValueError:
@@ -109,44 +147,53 @@ def ds_precision(job: UserJob) -> Precision:
     return "fp32"
 
 
-def users_knobs(job: UserJob) -> dict[str, Any]:
-    """The knobs the user's own DeepSpeed config sets (its ZeRO stage, micro-batch, buckets
-    and overlap; the Trainer's micro-batch flag where the file says "auto"): the config they
-    run today, which a study measures first. Unset or "auto" values are left out."""
+def _users_mbs(job: UserJob, world_size: int) -> int | None:
+    """The micro-batch the user's job runs: the file's; else the Trainer's flag (its
+    `trainer_config_process` fills "auto" from --per_device_train_batch_size); else as
+    DeepSpeed derives it from train_batch_size and gradient_accumulation_steps over the
+    data-parallel ranks (`DeepSpeedConfig._set_batch_related_parameters`,
+    deepspeed/runtime/config.py; a script without a pipeline: every rank)."""
     base = job.base_config
-    zero = base.get("zero_optimization") or {}
-    found: dict[str, Any] = {
-        "zero": zero.get("stage", 0) if isinstance(zero, dict) else None,
-        "mbs": base.get("train_micro_batch_size_per_gpu"),
-    }
-    if isinstance(zero, dict):
-        found["reduce_bucket"] = zero.get("reduce_bucket_size")
-        found["allgather_bucket"] = zero.get("allgather_bucket_size")
-        found["overlap_comm"] = zero.get("overlap_comm")
-        for offload in ("offload_optimizer", "offload_param"):
-            found[offload] = _offloads_to_cpu(zero.get(offload))
-    if not isinstance(found["mbs"], int) and is_hugging_face(job.command, job.config_index):
-        found["mbs"] = flag_value(job.command, HF_BATCH[0][0]) or HF_BATCH[0][1]
-    knobs: dict[str, Any] = {}
-    for name, value in found.items():
-        if name in ("overlap_comm", "offload_optimizer", "offload_param"):
-            if isinstance(value, bool):
-                knobs[name] = value
-        elif isinstance(value, int) and not isinstance(value, bool):
-            knobs[name] = value
-        elif (isinstance(value, float) and value.is_integer()) or (  # 5e8 in the JSON
-            isinstance(value, str) and value.isdigit()
-        ):
-            knobs[name] = int(value)
-    return knobs
-
-
-def _offloads_to_cpu(section: object) -> bool | None:
-    """Whether a ds_config offload section sends states to the CPU (None: not stated; NVMe
-    offload is not modelled and reads as no CPU offload)."""
-    if section is None:
+    mbs = whole(base.get("train_micro_batch_size_per_gpu"))
+    if mbs is not None:
+        return mbs
+    if is_hugging_face(job.command, job.config_index):
+        return whole(flag_value(job.command, HF_MBS) or HF_BATCH[0][1])
+    batch = whole(base.get("train_batch_size"))
+    accum = whole(base.get("gradient_accumulation_steps")) or 1
+    if batch is None or batch < world_size * accum:
         return None
-    return isinstance(section, dict) and section.get("device") == "cpu"
+    return batch // world_size // accum
+
+
+def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, Any]:
+    """The knobs of the config the user's command runs today, as DeepSpeed runs it (a study
+    measures it first): what the file sets, and DeepSpeed's own defaults for what it leaves
+    out (`DeepSpeedZeroConfig`: stage 0, buckets of 5e8, overlap_comm true at stage 3 and
+    false below (its `overlap_comm_valid`), no offload). Where the Trainer runs it, its
+    "auto" values as transformers fills them (integrations/deepspeed.py): the micro-batch from
+    its flag (`trainer_config_process`), reduce_bucket_size = hidden_size² of the model
+    (`trainer_config_finalize`; `workload`'s). Values DeepSpeed would not take are left out.
+    NVMe offload is no CPU offload."""
+    zero = zero_section(job.base_config)
+    stage = whole(zero.get("stage", 0))
+    reduce = zero.get("reduce_bucket_size", DS_BUCKET)
+    if reduce == "auto" and is_hugging_face(job.command, job.config_index):
+        reduce = workload.hidden_size * workload.hidden_size
+    found: dict[str, int | None] = {
+        "zero": stage,
+        "mbs": _users_mbs(job, world_size),
+        "reduce_bucket": whole(reduce),
+        "allgather_bucket": whole(zero.get("allgather_bucket_size", DS_BUCKET)),
+    }
+    knobs: dict[str, Any] = {k: v for k, v in found.items() if v is not None}
+    overlap = zero.get("overlap_comm")
+    overlap = stage == 3 if overlap is None else overlap
+    if isinstance(overlap, bool):
+        knobs["overlap_comm"] = overlap
+    for offload in ("offload_optimizer", "offload_param"):
+        knobs[offload] = offloads_to_cpu(zero.get(offload))
+    return knobs
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
@@ -161,7 +208,7 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
         merged["gradient_accumulation_steps"] = config.grad_accum(workload.global_batch_size)
     else:
         merged.pop("gradient_accumulation_steps", None)
-    zero = dict(merged.get("zero_optimization") or {})
+    zero = dict(zero_section(merged))
     zero["stage"] = config.zero
     zero["reduce_bucket_size"] = config.reduce_bucket
     zero["overlap_comm"] = config.overlap_comm
@@ -173,6 +220,8 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
         ("offload_optimizer", config.offload_optimizer),
         ("offload_param", config.offload_param),
     ):
+        if offloads_to_nvme(zero.get(offload)):
+            continue  # kept as the user wrote it: the offload knobs are CPU offload
         if on:  # the user's own settings (pinning, buffers) kept, the device the trial's
             zero[offload] = {**(zero.get(offload) or {}), "device": "cpu"}
         else:
@@ -188,9 +237,8 @@ def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
     argv = job.argv_with_config(config_path)
     if is_hugging_face(job.command, job.config_index):
         accum = spec.config.grad_accum(spec.workload.global_batch_size)
-        (mbs_flag, _), (accum_flag, _) = HF_BATCH
-        argv = with_flag(argv, mbs_flag, str(spec.config.mbs))
-        argv = with_flag(argv, accum_flag, str(accum))
+        argv = with_flag(argv, HF_MBS, str(spec.config.mbs))  # the user's, where given
+        argv = with_flag(argv, HF_ACCUM, str(accum))
     return argv
 
 
@@ -200,15 +248,42 @@ def _job(spec: TrialSpec) -> UserJob:
     return spec.job
 
 
-def _users_offload(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
+def _users_offload(space: SearchSpace, job: UserJob) -> SearchSpace:
     """A ds_config that offloads keeps offloading in every trial unless the space file
-    lists the knob: a model that fits only offloaded must not be tried without it."""
+    lists the knob: a model that fits only offloaded must not be tried without it. One that
+    offloads to NVMe keeps its section as written (`trial_ds_config`) and the knob, which
+    means CPU offload, is held off."""
+    zero = zero_section(job.base_config)
     values, origins = dict(space.values), dict(space.origins)
     for knob in ("offload_optimizer", "offload_param"):
-        if users.get(knob) and knob not in values:
+        if offloads_to_nvme(zero.get(knob)):
+            values[knob] = (False,)
+            origins[knob] = (
+                "your ds_config offloads it to NVMe: kept as given in every trial, not modelled"
+            )
+        elif offloads_to_cpu(zero.get(knob)) and knob not in values:
             values[knob] = (True,)
             origins[knob] = "your ds_config offloads it (list it in --space to tune it)"
     return dataclasses.replace(space, values=values, origins=origins)
+
+
+def with_users_values(space: SearchSpace, users: dict[str, Any]) -> SearchSpace:
+    """`space` with each of the user's own knob values (`users_knobs`) among its knob's
+    candidates, so that the config the user runs today is a trial the study can measure
+    (Hugging Face's documented ZeRO-2 file has 2e8 buckets, which a space of 5e7 and 5e8
+    would leave out). A knob the space does not list is held at the user's value rather
+    than autotune's default. The offload knobs `_users_offload` holds are the user's
+    already."""
+    defaults = TrainConfig()
+    for knob, value in users.items():
+        held = space.values.get(knob)
+        if held is None:
+            if value != getattr(defaults, knob):
+                space = space.offering(knob, (value,), "your ds_config (the space lists none)")
+        elif value not in held:
+            why = space.origins.get(knob) or space.source
+            space = space.offering(knob, (*held, value), f"{why}, and your ds_config's {value}")
+    return space
 
 
 class DeepSpeedScript(Framework):
@@ -252,14 +327,18 @@ class DeepSpeedScript(Framework):
         batch = global_batch(job, problem.cluster.world_size)
         workload = dataclasses.replace(problem.workload, global_batch_size=batch)
         narrowed = with_workload(problem, workload, DEEPSPEED_KNOBS)
+        space = _users_offload(narrowed.space, job)
+        users = users_knobs(job, workload, problem.cluster.world_size)
         return dataclasses.replace(
             narrowed,
-            space=_users_offload(narrowed.space, users_knobs(job)),
+            space=with_users_values(space, users),
             reads_model=not problem.model_given,
         )
 
-    def users_knobs(self, job: UserJob) -> dict[str, Any] | None:
-        return users_knobs(job)
+    def users_knobs(
+        self, job: UserJob, workload: Workload, world_size: int
+    ) -> dict[str, Any] | None:
+        return users_knobs(job, workload, world_size)
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         path = folder / DS_CONFIG_FILE

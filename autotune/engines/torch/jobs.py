@@ -45,7 +45,15 @@ class Torchtitan(Framework):
         batch, seq = torchtitan.batch_and_sequence(job.command, workdir, world)
         workload = dataclasses.replace(workload, global_batch_size=batch, seq_length=seq)
         narrowed = with_workload(problem, workload, torchtitan.KNOBS)
-        return dataclasses.replace(narrowed, space=torchtitan.without_zero1(narrowed.space))
+        space = torchtitan.with_users_layout(
+            torchtitan.without_zero1(narrowed.space),
+            job.command,
+            workdir,
+            world,
+            batch,
+            derive_mbs=not problem.space_given,
+        )
+        return dataclasses.replace(narrowed, space=space)
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         return [write_parallel_file(spec, folder)]

@@ -5,7 +5,8 @@ flags (`--section.field VALUE`). The trial's tensor-parallel degree, data-parall
 (DDP: `data_parallel_replicate_degree`; FSDP2: `data_parallel_shard_degree` with
 `fsdp_reshard_after_forward` never for zero 2, always for zero 3; HSDP: both, the replicas
 `hsdp`), local batch and activation
-checkpointing are flags added after the user's own; the global batch stays the user's. A
+checkpointing are flags added after the user's own; the global batch, the pipeline degree and
+the HSDP replicas stay the user's (`with_users_layout` pins them in the space). A
 trial runs a fixed number of steps, each logged, without checkpoints or validation.
 
 Steps are read from the metrics line of `MetricsProcessor.log` in
@@ -164,6 +165,55 @@ def batch_and_sequence(argv: Sequence[str], workdir: Path, world_size: int) -> t
     for degree in ("tensor_parallel_degree", "pipeline_parallel_degree"):
         model_parallel *= _whole(settings, f"parallelism.{degree}", 1)
     return local * max(1, world_size // model_parallel), seq
+
+
+def users_layout(argv: Sequence[str], workdir: Path) -> tuple[int, int, int]:
+    """The pipeline degree, HSDP replicas and pipeline micro-batch the command runs with, as
+    torchtitan reads them (`Parallelism` in config/job_config.py: TOML, then flags; defaults
+    pipeline 1, replicate 1, shard -1 "the ranks left", micro-batch 1). Replicas are HSDP
+    only beside sharding (shard degree -1 or over 1); replicas over unsharded ranks are DDP,
+    which the trial's zero 0 chooses."""
+    settings = _training_settings(canonical(argv), workdir)
+    pp = _whole(settings, "parallelism.pipeline_parallel_degree", 1)
+    replicate = _whole(settings, "parallelism.data_parallel_replicate_degree", 1)
+    shard = _whole(settings, "parallelism.data_parallel_shard_degree", -1)
+    microbatch = _whole(settings, "parallelism.pipeline_parallel_microbatch_size", 1)
+    for name, value in (("pipeline_parallel_degree", pp), ("replicate_degree", replicate)):
+        if value < 1:
+            raise InputError(f"torchtitan {name} = {value}: expected 1 or more")
+    return pp, replicate if shard != 1 else 1, max(1, microbatch)
+
+
+def with_users_layout(
+    space: SearchSpace,
+    argv: Sequence[str],
+    workdir: Path,
+    world_size: int,
+    batch: int,
+    derive_mbs: bool,
+) -> SearchSpace:
+    """`space` with pp and hsdp pinned to the command's own (autotune does not tune them in a
+    torchtitan command, whose pipeline has a schedule of its own), so the model plans the
+    layout that runs (dp = world / (tp·pp)). With a pipeline, the micro-batch candidates
+    (with `derive_mbs`, the divisors of each data-parallel rank's share of the batch over
+    world / pp ranks; else the space file's) are those that divide by the pipeline's
+    micro-batch (`build_pipeline_schedule`
+    in distributed/pipeline_parallel.py refuses a local batch that does not)."""
+    pp, hsdp, microbatch = users_layout(argv, workdir)
+    given = "your torchtitan command's {} (kept as given; not tuned)"
+    if pp != 1:
+        space = space.offering("pp", (pp,), given.format("pipeline_parallel_degree"))
+        mbs = space.values.get("mbs", (1,))
+        if derive_mbs:
+            per_rank = max(1, batch // max(1, world_size // pp))
+            mbs = tuple(m for m in range(1, per_rank + 1) if per_rank % m == 0)
+        kept = tuple(m for m in mbs if m % microbatch == 0) or (microbatch,)
+        space = space.offering(
+            "mbs", kept, f"multiples of the pipeline's micro-batch ({microbatch}) in {mbs}"
+        )
+    if hsdp != 1:
+        space = space.offering("hsdp", (hsdp,), given.format("data_parallel_replicate_degree"))
+    return space
 
 
 def without_zero1(space: SearchSpace) -> SearchSpace:
