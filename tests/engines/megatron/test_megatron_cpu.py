@@ -31,7 +31,7 @@ def _torchrun(probe: str, out: Path) -> subprocess.CompletedProcess[str]:
             "--standalone",
             "--nproc-per-node",
             "4",
-            str(REPO / "tests" / "integration" / probe),
+            str(Path(__file__).with_name(probe)),
             str(out),
         ],
         capture_output=True,
