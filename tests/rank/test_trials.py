@@ -100,7 +100,9 @@ def test_real_trial_measures_and_matches_predicted_model_states(
     overrides = parse_overrides(config)
     tp, pp = overrides.get("tp", 1), overrides.get("pp", 1)
     predicted = model_states(
-        TINY, ConfigTable.of([TrainConfig(**{**overrides, "dp": world // (tp * pp)})]), engine
+        TINY,
+        ConfigTable.of([TrainConfig(**{**overrides, "dp": world // (tp * pp)})]),
+        get_engine(engine).traits,
     )
     assert r["model_state_bytes"] == pytest.approx(predicted.total, rel=0.05)
     folder = Path(record["folder"])
