@@ -14,9 +14,9 @@ NCCL_KEEP_ONE_SIDED_PROBABILITY = 0.99
 """How sure a forced NCCL setting must be to beat NCCL's own choice before the export keeps
 it (export/nccl_verdict). Stricter than naming a winner: NCCL's default adapts to every size
 and version, a forced setting is a liability wherever it is not a gain, and the winner's
-repeats are themselves the ones that made it lead the confirmation; at 0.95, up to 2 of 20
-simulated studies exported a setting that only tied the default
-(scripts/bench_nccl_refinement.py)."""
+repeats are themselves the ones that made it lead the confirmation; a laxer level lets
+simulated studies export a setting that only ties the default
+(scripts/bench_nccl_refinement.py counts how often)."""
 
 SLOWER_ONE_SIDED_PROBABILITY = 0.9975
 """How sure a trial must be that it is slower than the step time to beat before it stops

@@ -7,7 +7,7 @@ every trial's worker import that revision's code (with this checkout's packages)
 
     .venv/bin/python scripts/bench_default_run.py [--base 4b9f294] [--repeats 3]
 
-Writes results/bench/default_run.md. About 10 minutes on 2 cores.
+Writes results/bench/default_run.md. Runs for several minutes.
 """
 
 from __future__ import annotations

@@ -11,14 +11,14 @@ search trials and with the search run until it has converged.
 
 Per noise level, over the seeds: how often the winner's true throughput is within 2% of the
 world's best, as the study names it (its standing: the mean over the trial and repeats) and
-as the best single trial would (no confirmation: what autotune named before repeats); how
+as the best single trial would (no confirmation: one launch per config); how
 often the world's best config, run by the search, had a trial stopped early as slower, with
 the study's noise-aware margin (`noise.early_stop_margin`) and, on the same step draws, with
 a fixed 10% margin; and the trials each verdict costs. Each with the default budget (8 search
 trials) and with none (`--trials 0`: the search runs until it has converged), so that what a
 guarantee costs stands beside what the default spends; with --thorough, also the effort of
-`autotune run --thorough` (study/effort.py), whose settings were chosen on seeds 0-39, so
---first-seed 40 reports it on seeds it was not tuned on. Writes results/bench/noisy_worlds.md.
+`autotune run --thorough` (study/effort.py), whose settings are tuned on seeds 0-39, so
+--first-seed 40 reports it on seeds it is not tuned on. Writes results/bench/noisy_worlds.md.
 
     .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--first-seed 0]
         [--noise 0,0.05,0.1,0.2] [--trials 8,0] [--thorough]
@@ -59,7 +59,7 @@ WORLD = ("torch", "llama3-8b", "dgx-h100:4")
 WITHIN = 0.02
 """Jitter of one step around its launch's level."""
 FIXED_MARGIN = 0.10
-"""Early stopping's margin before it took the between-trial noise into account."""
+"""A fixed early-stopping margin that ignores the between-trial noise, for comparison."""
 WARMUP_STEPS = 5
 OVERHEAD_S = 90.0
 """Launch, imports and initialisation of a real large-model trial (as bench_search)."""

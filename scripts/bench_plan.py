@@ -3,7 +3,7 @@ predicting them (the model), in-process after imports, and the whole command end
 how long a guided search takes per proposal (refit, predict, choose) among a million
 candidates.
 
-The enumeration is timed beside the flat walk it replaced (every combination built and
+The enumeration is timed beside a flat walk (every combination built and
 checked against every rule), and the table model beside predicting one config at a time
 (`estimate`, the same model on a table of one, on a sample), on the same space in the same
 run, as ratios. Writes results/bench/plan_speed.md.
@@ -43,7 +43,7 @@ WIDE = str(REPO / "scripts/spaces/megatron_wide.yaml")
 PER_CONFIG_SAMPLE = 2000
 """Configs predicted one at a time, to time the per-config path without waiting minutes."""
 REPEATS = 3
-"""In-process repeats of each plan: this machine is shared and noisy."""
+"""In-process repeats of each plan: a shared machine is noisy."""
 PROPOSALS = 6
 MEASURED_FIRST = 4
 CASES = [
@@ -54,7 +54,7 @@ CASES = [
     ("torch", "gpt3-175b", "dgx-a100:64"),
     ("torch", "llama3-8b", "dgx-h100:4"),
     ("megatron", "gpt3-175b", "dgx-h100:1024"),
-    # the new dimensions: expert parallelism (ep, etp) beside tp, pp, vpp and the rest
+    # expert parallelism's dimensions (ep, etp) beside tp, pp, vpp and the rest
     ("megatron", "mixtral-8x7b", "dgx-h100:8"),
     ("megatron", "qwen3-30b-a3b", "dgx-h100:128"),
 ]
@@ -69,7 +69,7 @@ def cold_caches() -> None:
 
 
 def flat_enumeration(problem: Problem) -> int:
-    """The walk before this one: every combination built and checked; the valid count."""
+    """The flat walk: every combination built and checked by every rule; the valid count."""
     names = list(problem.space.values)
     valid = 0
     for combo in itertools.product(*problem.space.values.values()):

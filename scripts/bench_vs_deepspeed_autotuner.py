@@ -11,7 +11,7 @@ a third of DeepSpeed's wall time are re-measured by the same harness (autotune's
 the script, 20 measured steps), interleaved A B C A B C ... with the order rotated each
 round, and compared by median step time and round by round.
 
-Writes results/bench/vs_deepspeed_autotuner.md. About 25 minutes on 2 cores.
+Writes results/bench/vs_deepspeed_autotuner.md. Runs for tens of minutes.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def run_autotune(work: Path, users: dict[str, object], options: tuple[str, ...])
 
 def remeasure(work: Path, configs: list[str], repeats: int) -> dict[str, list[float]]:
     """Each config's step times, measured by autotune's hook, interleaved, the order rotated
-    each round (on this machine a round's first trial can run apart from the rest), each
+    each round (a round's first trial can run apart from the rest), each
     trial in a pool of its own that is closed before the next."""
     os.chdir(work)
     command = ["ds_train.py", *SHAPE, "--deepspeed_config", "ds_config.json"]

@@ -204,7 +204,7 @@ def moe_cp_report() -> str:
     """The Megatron runs with expert or context parallelism (`published_moe_cp`), predicted
     with Megatron's default calibration, fitted to the dense runs of the same pages and to
     none of these, its MoE host time refitted without the run's release; beside them the
-    generation's default, which Megatron used before."""
+    generation's default, without Megatron's own overrides."""
     runs, skipped = [], {}
     for c in published_moe_cp.cases():
         if isinstance(c, MoeCpCase):

@@ -63,8 +63,9 @@ CUDA graphs (scripts/performance/configs/qwen/qwen3_workload_base_configs.py at 
 `moe_a2a_overlap=True, cuda_graph_impl="full_iteration"` for FP8_MX, commit 55443cbfb; the
 same at 26.08 through `_enable_hybridep_full_iteration_mxfp8`). The performance pages do not
 say; earlier releases ran partial graphs (router and dispatch preprocessing) without it.
-megatron-core 0.16.1, installed here, refuses graphs other than Transformer Engine's with the
-overlap: the recipes run a later megatron-core, read from Megatron-Bridge, not run here."""
+megatron-core 0.16.1, which this project installs, refuses graphs other than Transformer
+Engine's with the overlap: the recipes run a later megatron-core, read from Megatron-Bridge,
+not run here."""
 FIRST_OVERLAPPED_RELEASE = (26, 6)
 CLUSTERS = {
     "H100": "dgx-h100",

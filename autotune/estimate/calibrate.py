@@ -1,10 +1,9 @@
 """Fitting the model's free parameters to measured step times.
 
 A coordinate search on a log grid minimises the squared log error of predicted step time:
-a handful of parameters and at most a few hundred observations, so this takes well under a
-second:
-the observations of one workload, cluster and engine are predicted as one table, whose step
-parts are computed once per fit.
+a handful of parameters and at most a few hundred observations, so a plain search is cheap,
+the more so as the observations of one workload, cluster and engine are predicted as one
+table, whose step parts are computed once per fit.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ def rank_words(worker_module: str) -> list[str]:
 def python_bin_first(path: str) -> str:
     """PATH with this Python's scripts folder first, so every trial, local or in a SLURM
     step, compiles engine ops with the same tools (DeepSpeed's ninja from its own
-    dependencies, not the system's): ninja versions hash commands differently, and
-    alternating them rebuilt DeepSpeed's CPU ops (2 minutes on 2 cores) at each switch."""
+    dependencies, not the system's): ninja versions hash commands differently, so
+    alternating them would rebuild DeepSpeed's CPU ops (minutes of compiling) at each
+    switch."""
     return os.pathsep.join(filter(None, [str(Path(sys.executable).parent), path]))
 
 

@@ -44,7 +44,7 @@ def main(args: list[str], started: float) -> None:
     harness.clear_stale_build_locks()
     name, address = args
     module = importlib.import_module(name)
-    import torch._dynamo  # noqa: F401  torch.optim's first optimizer imports it: 1.2 s a trial
+    import torch._dynamo  # noqa: F401  torch.optim's first optimizer imports it, slowly
 
     if (preload := getattr(module, "preload", None)) is not None:
         preload()

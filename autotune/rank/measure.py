@@ -219,7 +219,8 @@ step before may still have been warming up)."""
 def _warmup_end(times: list[float], plan: StepPlan) -> int:
     """Warm-up is a falling transient (first steps slow: allocation, tracing, caches): it is
     over once the last step is no longer faster than the steps before it. Asking two noisy
-    steps to agree instead spent several steady-state steps per trial on a noisy host."""
+    steps to agree instead would spend several steady-state steps per trial on a noisy
+    host."""
     if len(times) < plan.min_warmup:
         return NOT_YET
     before = times[-plan.settle_window : -1]
@@ -300,7 +301,7 @@ def profile_summary(prof: torch.profiler.profile, wall: float) -> dict[str, floa
     """Time inside collectives (the union of their spans) against the rest of a step.
 
     Read from the profiler's raw events: building its event tree (`prof.events()`) takes
-    0.1-0.3 s for a tiny model's step here, more than the step itself."""
+    longer than a tiny model's step itself."""
     results = prof.profiler.kineto_results if prof.profiler is not None else None
     events = results.events() if results is not None else []
     spans = sorted(

@@ -102,11 +102,11 @@ so what an engine let go of late is not kept for the pool's life."""
 def _release_memory(device: torch.device, thorough: bool) -> None:
     """Give back what the trial's engine held, so the next trial's peak starts low. What
     survives is frozen, so the collections during the next trial's initialisation skip it
-    (DeepSpeed ZeRO-3 initialises in 0.08 s instead of 0.2 s here). A thorough collection
+    (DeepSpeed ZeRO-3's initialisation is quicker by far for it). A thorough collection
     walks the frozen objects too (an engine's module globals may have let go of an earlier
-    trial's state only now); it takes about 0.3 s, so a rank makes it while the tuner takes in
-    the result, and only a collection of the trial's own objects when the next trial is
-    already waiting (trials sent back to back)."""
+    trial's state only now); it costs what a short trial would notice, so a rank makes it
+    while the tuner takes in the result, and only a collection of the trial's own objects
+    when the next trial is already waiting (trials sent back to back)."""
     if thorough:
         gc.unfreeze()
     gc.collect()

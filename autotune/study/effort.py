@@ -2,10 +2,10 @@
 
 The default stops the guided search once no single unmeasured config could beat the best
 at 98%, and re-measures up to 8 leaders 6 times each. Where launches of one config differ
-by 10% and the model is wrong config by config, that names a config within 2% of the best
-in about three seeds of four (results/bench/noisy_worlds.md): with hundreds of configs
-each unlikely to win, one of them usually does, and six repeats cannot part leaders a few
-percent apart. `THOROUGH` bounds the expected number of configs left that could win, and
+by 10% and the model is wrong config by config, that misses a config within 2% of the best
+in a fair share of seeds (results/bench/noisy_worlds.md): with hundreds of configs each
+unlikely to win, one of them usually does, and six repeats cannot part leaders a few percent
+apart. `THOROUGH` bounds the expected number of configs left that could win, and
 repeats more leaders more often, for several times the trials.
 """
 
@@ -31,17 +31,17 @@ class Effort:
 
 STANDARD = Effort(stop_risk=None, contenders=8, repeats=6, repeats_per_trial=2)
 """Caps tuned on simulated noisy worlds (scripts/bench_noisy_worlds.py, 10% noise, searched
-to convergence): three contenders named the best in 16 of 20 seeds, eight in 18; four
-launches cannot part configs 5% apart in 10% noise, seven mostly can; one repeat per search
-trial named the best in 14 of 20, two in 17-18. A quiet cluster settles its leaders long
-before them."""
+to convergence; results/bench/noisy_worlds.md): fewer contenders, or fewer repeats per search
+trial, name the best less often; four launches cannot part configs 5% apart in 10% noise,
+seven mostly can. A quiet cluster settles its leaders long before the caps."""
 THOROUGH = Effort(stop_risk=0.03, contenders=16, repeats=40, repeats_per_trial=6)
-"""Chosen on seeds 0-39 of the same worlds at 10% noise, searched until the stop rule says so
-(seeds 40-79 held out for results/bench/noisy_worlds.md): a risk of 0.1 left the world's
-best unmeasured in 4 of 40 seeds, 0.03 in none; with it, up to 20 repeats each (4 per search
-trial) named a config within 2% of the best in 36 of 40, up to 40 (6 per trial) in 39."""
+"""Tuned on seeds 0-39 of the same worlds at 10% noise, searched until the stop rule says so
+(seeds 40-79 are held out for results/bench/noisy_worlds.md): a stop risk of 0.1 leaves the
+world's best unmeasured in some seeds, where 0.03 hardly ever does; with it, up to 40 repeats
+each (6 per search trial) name a config within 2% of the best more often than 20 (4 per
+trial)."""
 THOROUGH_TRIALS = 200
 """A thorough study's trial budget unless --trials says otherwise (half for a user's command,
 each trial of which relaunches their job): its stop rule sums over every config left, so in a
 space of many thousands it may not stop before the space is spent. In the noisy worlds its
-studies stopped by the rule after a median of 91 trials."""
+rule stops well within this budget (results/bench/noisy_worlds.md)."""

@@ -40,8 +40,8 @@ from autotune.study.noise import NOISE_FLOOR
 from autotune.study.trial_attrs import TrialAttrs
 
 PRIOR_SPREAD = 0.15
-"""The model's relative error before measurements say otherwise (its held-out error on
-published runs is 6-9%; a new cluster may be worse)."""
+"""The model's relative error before measurements say otherwise (above its held-out error on
+published runs, results/bench/costmodel_validation.md: a new cluster may be worse)."""
 PRIOR_WEIGHT = 3
 """The prior counts as this many residuals when the spread is estimated from trials."""
 MIN_SPREAD = 0.03
@@ -52,9 +52,10 @@ NOVELTY_WEIGHT = 0.5
 """Extra uncertainty, in model spreads, for a config one knob from a measured one where that
 knob takes a value no trial has run (a ZeRO stage, a micro-batch): the model's error for the
 value is unknown, not merely one knob away. On CPU gloo the model ranks ZeRO 1-2 a little
-above ZeRO 0 and measurement says the reverse; without this, eight trials never ran ZeRO 0
-(results/bench/default_run.md). Only one knob away: a bonus for any untried value made the
-search chase configs unlike any measured, which cost trials in bench_search's worlds."""
+above ZeRO 0 and measurement says the reverse; without this, the default search can spend its
+trials without running ZeRO 0 (results/bench/default_run.md). Only one knob away: a bonus for
+any untried value makes the search chase configs unlike any measured, which costs trials in
+scripts/bench_search.py's worlds."""
 NCCL_SPREAD = 0.3
 """How far NCCL's own choice may be from the best forced setting, as a share of the exposed
 collective time: forcing an algorithm or protocol moves busbw by tens of percent at some

@@ -24,8 +24,9 @@ from autotune.study.trial_attrs import NOISE_PRIOR, TrialAttrs
 NOISE_FLOOR = 0.02
 """Differences under 2% are noise on any shared machine, whatever the trials' own spread."""
 UNKNOWN_BETWEEN = 0.05
-"""A measured trial's between-trial spread before any repeat says otherwise: about what this
-shared machine shows (results/bench/repeatability.md); a trial's own spread is far smaller."""
+"""A measured trial's between-trial spread before any repeat says otherwise: about what a
+shared machine shows (results/bench/repeatability.md measures one); a trial's own spread is
+far smaller."""
 LENGTH_DOF = 4
 """Degrees of freedom of the between-trial spread before trial lengths follow it alone."""
 PRIOR_DOF = 20

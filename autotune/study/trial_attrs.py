@@ -63,8 +63,9 @@ class Pruned(StrEnum):
     CLAIMED = "claimed"
     """Not run: another worker holds the config (or took the queued trial)."""
     STOPPED_EARLY = "stopped_early"
-    """Ran, and was stopped once clearly slower than the best: studies from before trials
-    measured their own length (now such a trial completes with `STOPPED_FOR` slower)."""
+    """Ran, and was stopped once clearly slower than the best: only in studies stored by a
+    version whose trials did not measure their own length (such a trial completes, with
+    `STOPPED_FOR` slower)."""
 
 
 @dataclass(frozen=True)

@@ -145,9 +145,9 @@ def install(hook: StepHook) -> None:
 def preload() -> None:
     """What DeepSpeed loads in every trial on a CPU, loaded once in a forked pool's rank
     (rank/fork_pool.py): its op loader reads the CPU's flags and checks each op's
-    build with ninja, about 3 s a trial here, where a loaded op is kept in the process; and
+    build with ninja, seconds of every trial, where a loaded op is kept in the process; and
     ZeRO's optimizer check imports its Muon optimizer, whose torch.compile decorators import
-    Inductor (1.3 s), as DeepSpeed does, only where it is installed. What fails here is left
+    Inductor (slow), as DeepSpeed does, only where it is installed. What fails here is left
     for the trial, as DeepSpeed would meet it there."""
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator

@@ -48,7 +48,7 @@ class MegatronEngine(Engine):
         script_hint="megatron_args.txt holds the same config as Megatron-LM pretrain_gpt.py "
         "flags, megatron_core.py as megatron-core config objects",
         # Transformer Engine reaches far more of the peak than the kernels Hopper's defaults
-        # were fitted on (llm-foundry's): compute efficiency fitted to Megatron's published
+        # are fitted on (llm-foundry's): compute efficiency fitted to Megatron's published
         # dense runs, all FP8, so FP8's share of its peak stays the bf16/FP8 pairs' fit; the
         # experts' host time fitted to its MoE runs (`calibration/published_moe_cp.
         # fitted_engine_defaults`, checked by a test; scripts/validate_costmodel.py holds its
