@@ -5,6 +5,7 @@ knobs as users write them. No scientific notation. Exports and JSON keep the raw
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -79,10 +80,10 @@ def plain_number(value: float, digits: int = 4) -> str:
 
 def knob_text(name: str, value: Any) -> str:
     """One knob's value as users write it: buckets as 50M, booleans as true/false."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy's from a table
         return str(value).lower()
-    if name in COUNT_KNOBS and isinstance(value, int | float):
-        return human_count(value)
+    if name in COUNT_KNOBS and isinstance(value, numbers.Real):
+        return human_count(float(value))
     return str(value)
 
 
@@ -105,6 +106,25 @@ def label_items(config: Any) -> dict[str, str]:
         name, _, value = part.partition("=")
         items[name] = knob_text(name, _stored_value(name, value))
     return items
+
+
+def column_text(key: str, value: Any) -> str:
+    """A cell of a trial table (`report.table`'s columns and knobs) on one line."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if key == "tokens_per_s":
+        return f"{value:,.0f}"
+    if key in ("mfu", "interval"):
+        return f"{value:.1%}"
+    if key == "step_time_s":
+        return human_ms(value)
+    if key == "measured_steps":
+        return str(int(value))
+    if key.endswith("_bytes"):
+        return human_bytes(value)
+    if isinstance(value, float) and not value.is_integer():
+        return plain_number(value)
+    return " ".join(knob_text(key, value).split())  # one line: no newline of an error
 
 
 def _stored_value(name: str, text: str) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -17,10 +16,9 @@ from autotune.runner import TrialRecord
 from autotune.space import Enumeration
 from autotune.trial.result import TrialResult
 from autotune.units import (
-    COUNT_KNOBS,
+    column_text,
     display_label,
     human_bytes,
-    human_count,
     human_duration,
     human_ms,
     knob_text,
@@ -167,7 +165,9 @@ def trial_table(console: Console, frame: pd.DataFrame, engine: str | None = None
     """The terminal view, one line per trial: the config as its display label showing the
     knobs that differ between the rows; columns the same in every row are said once above
     the table instead (CSV and JSON keep every column, a column per knob, raw numbers)."""
-    rows = [{k: _cell(k, row.get(k)) for k in TABLE_COLUMNS} for row in frame.to_dict("records")]
+    rows = [
+        {k: column_text(k, row.get(k)) for k in TABLE_COLUMNS} for row in frame.to_dict("records")
+    ]
     labels = [label_items(row.get("label")) for row in frame.to_dict("records")]
     shared = _shared_knobs(labels) if len(rows) > 1 else {}
     for row, items in zip(rows, labels, strict=True):
@@ -204,26 +204,6 @@ def _shared_knobs(labels: list[dict[str, str]]) -> dict[str, str]:
 def _varies(rows: list[dict[str, str]], key: str) -> bool:
     """Whether a column differs between rows (every column shows when there is one row)."""
     return len(rows) < 2 or len({row[key] for row in rows}) > 1
-
-
-def _cell(key: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if key == "tokens_per_s":
-        return f"{value:,.0f}"
-    if key == "mfu":
-        return f"{value:.1%}"
-    if key == "step_time_s":
-        return human_ms(value)
-    if key == "interval":
-        return f"{value:.1%}"
-    if key == "measured_steps":
-        return str(int(value))
-    if key.endswith("_bytes"):
-        return human_bytes(value)
-    if key in COUNT_KNOBS:
-        return human_count(value)
-    return " ".join(str(value).split())  # one line: no newline of an error message
 
 
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
