@@ -14,7 +14,7 @@ COUNT_KNOBS = frozenset({"reduce_bucket", "allgather_bucket"})
 """Knobs counted in elements, shown and accepted as users write them: 50M, 5e8, 500000000."""
 
 _SUFFIXES = (("T", 10**12), ("G", 10**9), ("M", 10**6), ("K", 10**3))
-_COUNT = re.compile(r"\s*(\d+(?:\.\d*)?(?:e[+-]?\d+)?)\s*([kmgt]?)\s*", re.IGNORECASE)
+_COUNT = re.compile(r"\s*([-+]?\d+(?:\.\d*)?(?:e[+-]?\d+)?)\s*([kmgt]?)\s*", re.IGNORECASE)
 
 
 def human_bytes(n: float | None) -> str:

@@ -184,7 +184,12 @@ def trial_table(console: Console, frame: pd.DataFrame, engine: str | None = None
         console.print("all trials: " + ", ".join(common))
     table = Table(title="trials, best first")
     for name in columns:
-        table.add_column(HEADERS.get(name, name), no_wrap=name != "error", overflow="ellipsis")
+        table.add_column(
+            HEADERS.get(name, name),
+            justify="right" if name in RIGHT else "left",
+            no_wrap=name != "error",  # only the reason narrows, each cell ending in "…"
+            overflow="ellipsis",
+        )
     for row in rows:
         table.add_row(
             *[

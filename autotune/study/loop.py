@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import optuna
@@ -245,7 +246,9 @@ class _Search:
         """Ask one config; skip it with its reason or run it. Every pass ends by re-reading
         every worker's verdicts, so a config another worker has just measured is known
         instead of proposed, refused as claimed, and proposed again."""
-        trial = self.study.ask(self.space.distributions)
+        with warnings.catch_warnings():  # heartbeats outside Study.optimize: ours, by design
+            warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+            trial = self.study.ask(self.space.distributions)
         config = self.space.config(trial.params, self.problem.cluster.world_size)
         key = config_key(config)
         why = self.rejection(config, key)
