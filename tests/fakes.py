@@ -7,6 +7,7 @@ from typing import Any
 import optuna
 
 from autotune.space import TrainConfig
+from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE
 
 
@@ -91,6 +92,7 @@ def units_study(storage: str | None = None, name: str = "units") -> optuna.Study
     study = optuna.create_study(direction="maximize", storage=storage, study_name=name)
     study.set_user_attr("choices", UNITS_CHOICES)
     study.set_user_attr("engine", "deepspeed")
+    study.set_user_attr(SCHEMA_ATTR, SCHEMA_VERSION)
     distributions = {k: CategoricalDistribution(v) for k, v in UNITS_CHOICES.items()}
     runs = [  # zero, mbs, reduce_bucket, tokens/s, peak memory
         (2, 4, 50_000_000, 40_213.4, 466_059_123),
