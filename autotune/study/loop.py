@@ -51,6 +51,7 @@ from autotune.study.trial_attrs import (
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
 from autotune.study.verdicts import best_value, claim, verdicts
 from autotune.trial.spec import StepPlan
+from autotune.units import human_duration
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
@@ -319,7 +320,7 @@ class _Search:
         if b.trials is not None and done >= b.trials:
             return f"trial budget reached ({done} trials)"
         if b.max_time_s is not None and time.monotonic() - self.start >= b.max_time_s:
-            return f"time budget reached ({b.max_time_s:.0f} s)"
+            return f"time budget reached ({human_duration(b.max_time_s)})"
         if done >= len(self.ranked):
             n = len(self.ranked)
             return f"search space exhausted: all {n} valid configs that fit were measured"
