@@ -7,6 +7,7 @@ from typing import Any
 import optuna
 
 from autotune.space import TrainConfig
+from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE
 
 
@@ -70,3 +71,57 @@ class Quiet:
 
     def finished(self, *args: object) -> None:
         pass
+
+
+UNITS_CHOICES: dict[str, list[Any]] = {
+    "tp": [1],
+    "zero": [1, 2, 3],
+    "mbs": [4, 8],
+    "reduce_bucket": [50_000_000, 500_000_000],
+}
+"""The knobs of `units_study`: tp holds one value, mbs varies only in its failed trial."""
+LONG_ERROR = "CUDA out of memory. Tried to allocate 2.00 GiB\n" + "while gathering " * 20
+
+
+def units_study(storage: str | None = None, name: str = "units") -> optuna.Study:
+    """A DeepSpeed study as a person reads it: four completed trials with large byte counts
+    and bucket sizes, one failed with a long two-line error, one stopped early."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    study = optuna.create_study(direction="maximize", storage=storage, study_name=name)
+    study.set_user_attr("choices", UNITS_CHOICES)
+    study.set_user_attr("engine", "deepspeed")
+    study.set_user_attr(SCHEMA_ATTR, SCHEMA_VERSION)
+    distributions = {k: CategoricalDistribution(v) for k, v in UNITS_CHOICES.items()}
+    runs = [  # zero, mbs, reduce_bucket, tokens/s, peak memory
+        (2, 4, 50_000_000, 40_213.4, 466_059_123),
+        (1, 4, 500_000_000, 38_002.9, 51_200_000_000),
+        (3, 4, 50_000_000, 35_117.0, 21_474_836_480),
+        (3, 4, 500_000_000, 31_544.2, 9_663_676_416),
+        (1, 8, 500_000_000, None, None),
+        (2, 4, 500_000_000, None, None),
+    ]
+    for i, (zero, mbs, bucket, tokens, memory) in enumerate(runs):
+        config = TrainConfig(dp=8, zero=zero, mbs=mbs, reduce_bucket=bucket)
+        params = {"tp": 1, "zero": zero, "mbs": mbs, "reduce_bucket": bucket}
+        attrs = measured_attrs(config, step_time_s=0.0123 + i / 1000, label=True)
+        state, value = TrialState.COMPLETE, tokens
+        if tokens is not None:
+            attrs |= {"kind": "ok", "mfu": tokens / 1e5, "peak_memory_bytes": memory}
+            attrs |= {"model_state_bytes": memory // 3, "measured_steps": 12, "interval": 0.01}
+        elif mbs == 8:
+            state, attrs = TrialState.FAIL, attrs | {"kind": "oom", "error": LONG_ERROR}
+        else:
+            state = TrialState.PRUNED
+            attrs |= {"pruned_as": "stopped_early", "pruned_reason": "surely slower than trial 0"}
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                value=value,
+                params=params,
+                distributions=distributions,
+                user_attrs=attrs,
+            )
+        )
+    return study

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,21 @@ def test_a_script_tunes_a_simulated_cluster_and_gets_launch_files(tmp_path: Path
     assert {p.name for p in tuned.exported} >= {"train.sh", "train.sbatch", "nccl.env"}
     assert tuned.report is not None and tuned.report.exists()
     assert lines and "tiny" in lines[0]
+
+
+def test_a_simulated_run_warns_of_nothing(tmp_path: Path) -> None:
+    """Optuna's notices about how autotune drives it (heartbeats outside Study.optimize,
+    experimental storage features, importances of few trials) are no user's business: a
+    script calling `tune` sees no warning either, not only the CLI."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tune(
+            load_problem("deepspeed", "tiny", "local:2"),
+            TuneSettings(budget=Budget(trials=6), launcher="simulate", results=tmp_path, seed=0),
+            Quiet(),
+            lambda line: None,
+        )
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
 
 
 def test_a_users_command_is_refused_by_a_launcher_that_runs_nothing(tmp_path: Path) -> None:

@@ -13,13 +13,13 @@ from autotune.errors import AutotuneError, InputError
 
 
 def _quiet_optuna() -> None:
-    """autotune prints its own progress; Optuna's info log and its warnings about running
-    heartbeats outside Study.optimize (which ask-and-tell needs) are noise here."""
+    """autotune prints its own progress: Optuna's info log is noise here, as are its
+    experimental-feature notices. The warnings autotune's own calls would raise are silenced
+    where it makes them (study.loop, study.storage, report.html), not here."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

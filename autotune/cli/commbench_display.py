@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from autotune.units import human_bytes
+
 if TYPE_CHECKING:  # pandas only where a sweep is shown
     import pandas as pd
 
@@ -50,7 +52,7 @@ def _sweep_table(winners: pd.DataFrame, nccl_version: str | None) -> Table:
         table.add_row(
             w.op,
             w.group,
-            f"{w.bytes:,}",
+            human_bytes(w.bytes),
             f"{w.algo}/{w.proto}",
             f"{w.time_s * 1e6:,.1f} us",
             f"{w.default_s * 1e6:,.1f} us",
@@ -72,7 +74,7 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
             r["op"],
             f"{r['group']} ({r['ranks']})",
             "default" if r["algo"] == "default" else f"{r['algo']}/{r['proto']}",
-            f"{r['bytes']:,}",
+            human_bytes(r["bytes"]),
             f"{r['time_s'] * 1e6:,.1f} us",
             *(
                 (f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}")
@@ -103,7 +105,7 @@ def commbench(console: Console, report: dict[str, Any]) -> None:
     for r in report["rows"]:
         if r["bytes"] == largest and r["algo"] == "default" and r["busbw_gbps"] is not None:
             console.print(
-                f"{r['op']} at {largest / 2**20:.0f} MiB: busbw {r['busbw_gbps']:.2f} GB/s = "
+                f"{r['op']} at {human_bytes(largest)}: busbw {r['busbw_gbps']:.2f} GB/s = "
                 f"{r['busbw_gbps'] / memcpy:.2f}x a memory copy ({memcpy:.2f} GB/s, same run)"
             )
     console.print(f"files: {report['folder']}")

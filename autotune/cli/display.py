@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.runner import TrialRecord
 from autotune.space import Enumeration
 from autotune.trial.result import TrialResult
+from autotune.units import (
+    column_text,
+    display_label,
+    human_bytes,
+    human_duration,
+    human_ms,
+    knob_text,
+    label_items,
+    plain_number,
+)
 
 if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, scipy)
     import optuna
@@ -22,16 +32,6 @@ if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, scipy)
 
     from autotune.calibration.from_study import CalibrationReport
     from autotune.study.confirm import Standing
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def space_summary(console: Console, problem: Problem, found: Enumeration, sample: int) -> None:
@@ -45,7 +45,7 @@ def space_summary(console: Console, problem: Problem, found: Enumeration, sample
     for knob, values in problem.space.values.items():
         meaning = problem.engine.knob_meanings.get(knob, "")
         origin = problem.space.origins.get(knob, problem.space.source)
-        knobs.add_row(knob, ", ".join(map(str, values)), meaning, origin)
+        knobs.add_row(knob, ", ".join(knob_text(knob, v) for v in values), meaning, origin)
     console.print(knobs)
     if found.removed:
         rules = {r.name: r.reason for r in problem.rules}
@@ -54,7 +54,7 @@ def space_summary(console: Console, problem: Problem, found: Enumeration, sample
             table.add_row(name, str(count), rules.get(name, ""))
         console.print(table)
     for config in found.valid[:sample]:
-        console.print(f"  {config.label()}")
+        console.print(f"  {display_label(config)}")
 
 
 def measured_how(r: TrialResult) -> str:
@@ -76,7 +76,7 @@ def trial_record(console: Console, record: TrialRecord) -> None:
     rows = [
         (
             "step time (median)",
-            f"{r.step_time_s * 1e3:.1f} ms (min {low * 1e3:.1f}, max {high * 1e3:.1f})",
+            f"{human_ms(r.step_time_s)} (min {human_ms(low)}, max {human_ms(high)})",
         ),
         ("tokens/s", f"{r.tokens_per_s:,.0f}"),
         ("TFLOP/s per device", f"{r.tflops_per_device:.3f}"),
@@ -90,7 +90,7 @@ def trial_record(console: Console, record: TrialRecord) -> None:
         rows.append(
             (
                 "profiled step: comm / rest",
-                f"{p['comm_s'] * 1e3:.1f} ms / {p['compute_s'] * 1e3:.1f} ms",
+                f"{human_ms(p['comm_s'])} / {human_ms(p['compute_s'])}",
             )
         )
     for name, value in rows:
@@ -106,7 +106,7 @@ class RichProgress:
         self.console = console
 
     def started(self, number: int, label: str) -> None:
-        self.console.print(f"trial {number:>3} [dim]running[/]  {label}")
+        self.console.print(f"trial {number:>3} [dim]running[/]  {_shown(label)}")
 
     def finished(self, number: int, label: str, record: TrialRecord, best: float | None) -> None:
         best_text = f"best {best:,.0f} tok/s" if best else "no success yet"
@@ -114,14 +114,22 @@ class RichProgress:
             r = record.result
             mark = " [green]★[/]" if best is not None and r.tokens_per_s >= best else ""
             self.console.print(
-                f"trial {number:>3} [green]ok[/]       {label}  "
+                f"trial {number:>3} [green]ok[/]       {_shown(label)}  "
                 f"{r.tokens_per_s:,.0f} tok/s{mark}{measured_how(r)}  "
-                f"({best_text}, {record.wall_s:.0f} s)"
+                f"({best_text}, {human_duration(record.wall_s)})"
             )
         else:
             self.console.print(
-                f"trial {number:>3} [red]{record.kind}[/]  {label}  {record.error}  ({best_text})"
+                f"trial {number:>3} [red]{record.kind}[/]  {_shown(label)}  {record.error}  "
+                f"({best_text})"
             )
+
+
+def _shown(label: str) -> str:
+    """A progress label (`TrainConfig.label()`, perhaps with a note after a space) as users
+    write the config."""
+    config, space, note = label.partition(" ")
+    return display_label(config) + space + note
 
 
 HEADERS = {
@@ -134,7 +142,9 @@ HEADERS = {
     "measured_steps": "steps",
     "stopped_for": "stopped",
     "peak_memory_bytes": "peak mem",
+    "error": "reason",
 }
+RIGHT = ("tokens_per_s", "mfu", "step_time_s", "interval", "measured_steps", "peak_memory_bytes")
 TABLE_COLUMNS = (
     "number",
     "label",
@@ -151,36 +161,54 @@ TABLE_COLUMNS = (
 )
 
 
-def trial_table(console: Console, frame: pd.DataFrame) -> None:
-    """The terminal view: the config as its label (CSV and JSON keep a column per knob)."""
+def trial_table(console: Console, frame: pd.DataFrame, engine: str | None = None) -> None:
+    """The terminal view, one line per trial: the config as its display label showing the
+    knobs that differ between the rows; columns the same in every row are said once above
+    the table instead (CSV and JSON keep every column, a column per knob, raw numbers)."""
+    rows = [
+        {k: column_text(k, row.get(k)) for k in TABLE_COLUMNS} for row in frame.to_dict("records")
+    ]
+    labels = [label_items(row.get("label")) for row in frame.to_dict("records")]
+    shared = _shared_knobs(labels) if len(rows) > 1 else {}
+    for row, items in zip(rows, labels, strict=True):
+        row["label"] = ",".join(f"{k}={v}" for k, v in items.items() if k not in shared) or "-"
+    columns = [k for k in TABLE_COLUMNS if k == "number" or _varies(rows, k)]
+    common = [f"engine {engine}"] if engine else []
+    common += [f"{k}={v}" for k, v in shared.items()]
+    common += [
+        f"{HEADERS.get(k, k)} {rows[0][k]}"
+        for k in TABLE_COLUMNS
+        if k not in columns and k != "label" and rows and rows[0][k] != "-"
+    ]
+    if common and len(rows) > 1:
+        console.print("all trials: " + ", ".join(common))
     table = Table(title="trials, best first")
-    for name in TABLE_COLUMNS:
+    for name in columns:
         table.add_column(
             HEADERS.get(name, name),
-            overflow="fold",
-            max_width=40 if name in ("label", "error") else None,
+            justify="right" if name in RIGHT else "left",
+            no_wrap=name != "error",  # only the reason narrows, each cell ending in "…"
+            overflow="ellipsis",
         )
-    for row in frame.to_dict("records"):
-        table.add_row(*[_cell(k, row.get(k)) for k in TABLE_COLUMNS])
+    for row in rows:
+        table.add_row(
+            *[
+                Text(row[k], no_wrap=True, overflow="ellipsis") if k == "error" else row[k]
+                for k in columns
+            ]
+        )
     console.print(table)
 
 
-def _cell(key: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if key == "tokens_per_s":
-        return f"{value:,.0f}"
-    if key == "mfu":
-        return f"{value:.1%}"
-    if key == "step_time_s":
-        return f"{value * 1e3:.1f} ms"
-    if key == "interval":
-        return f"{value:.1%}"
-    if key == "measured_steps":
-        return str(int(value))
-    if key.endswith("_bytes"):
-        return human_bytes(value)
-    return str(value)
+def _shared_knobs(labels: list[dict[str, str]]) -> dict[str, str]:
+    """Knobs every label sets to the same value."""
+    first = labels[0] if labels else {}
+    return {k: v for k, v in first.items() if all(items.get(k) == v for items in labels)}
+
+
+def _varies(rows: list[dict[str, str]], key: str) -> bool:
+    """Whether a column differs between rows (every column shows when there is one row)."""
+    return len(rows) < 2 or len({row[key] for row in rows}) > 1
 
 
 def study_summary(console: Console, study: optuna.Study, ref: Any, exported: list[Any]) -> None:
@@ -204,7 +232,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         if (yours := users_config_trial(study)) is not None:
             console.print(
                 f"  {ranked[0].tokens_per_s / yours.tokens_per_s:.2f}x your own config "
-                f"({TrialAttrs.of(yours.trial).label}, trial {yours.first}: "
+                f"({display_label(TrialAttrs.of(yours.trial).label)}, trial {yours.first}: "
                 f"{yours.tokens_per_s:,.0f} tok/s)"
             )
     if not failed.empty:
@@ -231,19 +259,19 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
 
 def estimate(console: Console, problem: Problem, e: Estimate, calibration: str) -> None:
     console.print(
-        f"[bold]predicted[/] {problem.engine.name} {e.config.label()} on "
+        f"[bold]predicted[/] {problem.engine.name} {display_label(e.config)} on "
         f"{problem.workload.name} / {problem.cluster.name} (calibration: {calibration})"
     )
-    step = Table("step time", "seconds", "share", title="where the time goes")
+    step = Table("step time", "time", "share", title="where the time goes")
     total = e.step.total_s
     for name, value in e.step.as_dict().items():
         if name != "total_s":
             step.add_row(
                 name.removesuffix("_s"),
-                f"{value:.4g}",
+                human_ms(value),
                 f"{value / total:.0%}" if name not in ("dp_comm_s", "recompute_s") else "",
             )
-    step.add_row("[bold]total[/]", f"{total:.4g}", "")
+    step.add_row("[bold]total[/]", human_ms(total), "")
     memory = Table("memory per rank", "size", title="worst rank")
     for name, value in e.memory.as_dict().items():
         memory.add_row(name, human_bytes(value))
@@ -280,10 +308,10 @@ def plan(
     for i, e in enumerate(shown, 1):
         table.add_row(
             str(i),
-            e.config.label(),
+            display_label(e.config),
             f"{e.tokens_per_s:,.0f}",
             f"{e.mfu:.1%}" if e.mfu is not None else "-",
-            f"{e.step.total_s:.3g} s",
+            human_ms(e.step.total_s),
             human_bytes(e.memory.total),
             e.step.dominant(),
         )
@@ -294,7 +322,9 @@ def calibration(console: Console, report: CalibrationReport) -> None:
     table = Table("parameter", "before", "after", title=f"fitted to {report.trials} trials")
     for name in ("compute_efficiency", "gemm_half_size", "bandwidth_scale", "overlap"):
         table.add_row(
-            name, f"{getattr(report.before, name):.4g}", f"{getattr(report.after, name):.4g}"
+            name,
+            plain_number(getattr(report.before, name)),
+            plain_number(getattr(report.after, name)),
         )
     console.print(table)
     if report.held_out_before is not None:
@@ -327,7 +357,8 @@ def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standin
     )
     mfu = f", MFU {row['mfu'] * best.tokens_per_s / row['tokens_per_s']:.1%}" if row["mfu"] else ""
     console.print(
-        f"[bold]best[/]: trial {best.first}  {row['label']}  {best.tokens_per_s:,.0f} tok/s"
+        f"[bold]best[/]: trial {best.first}  {display_label(row['label'])}  "
+        f"{best.tokens_per_s:,.0f} tok/s"
         f"{how}{mfu} ({row['source']})"
     )
     if len(ranked) > 1:
@@ -335,7 +366,7 @@ def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standin
         apart = f" (95% interval {low:.2f}x-{high:.2f}x)" if measured else ""
         console.print(
             f"  {ratio:.2f}x the runner-up{apart}, trial {ranked[1].first} "
-            f"{TrialAttrs.of(ranked[1].trial).label}"
+            f"{display_label(TrialAttrs.of(ranked[1].trial).label)}"
         )
     means = [s.tokens_per_s for s in ranked]
     console.print(

@@ -259,7 +259,7 @@ def trials_command(study_name: str, storage: str | None, results: Path, fmt: str
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2))
     else:
-        display.trial_table(console, frame)
+        display.trial_table(console, frame, study.user_attrs.get("engine"))
 
 
 @cli.command()

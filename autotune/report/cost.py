@@ -9,6 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.study.trial_attrs import TrialAttrs
+from autotune.units import human_duration
 
 PHASE_NAMES = {
     "started": "launch",
@@ -75,6 +76,6 @@ def cost_line(cost: StudyCost) -> str:
         f"{name} {seconds / cost.total_s:.0%}" for name, seconds in cost.seconds.items() if seconds
     )
     return (
-        f"time in {cost.trials} measured trial(s): {cost.total_s:.0f} s ({shares}); "
-        f"measuring {cost.measured_share:.0%}; idle between trials {cost.idle_s:.0f} s"
+        f"time in {cost.trials} measured trial(s): {human_duration(cost.total_s)} ({shares}); "
+        f"measuring {cost.measured_share:.0%}; idle between trials {human_duration(cost.idle_s)}"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ from autotune.report.table import best_standing, trial_table
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
+from autotune.units import column_text, display_label, knob_text
+
+_RATE = "%{y:,.0f} tok/s"
+"""Hover text of a throughput: thousands separated, never in scientific notation."""
 
 
 def write_report(study: optuna.Study, out: Path) -> Path:
@@ -36,7 +41,7 @@ def write_report(study: optuna.Study, out: Path) -> Path:
             _best_so_far(frame, trials, source),
             _all_trials(frame, source),
             _knobs(frame, study, source),
-            _importances(study, source),
+            _importances(frame, study, source),
             _memory(frame, source),
             _predicted(frame, trials, source),
             _time_split(frame, trials, source),
@@ -87,7 +92,7 @@ def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         tokens = winner.tokens_per_s
         lines.append(
             f"<p>Winner: trial {winner.first}, "
-            f"<code>{html.escape(TrialAttrs.of(winner.trial).label or '')}</code>, "
+            f"<code>{html.escape(display_label(TrialAttrs.of(winner.trial).label))}</code>, "
             f"{tokens:,.0f} tokens/s (the mean of {len(winner.values)} trial(s)), "
             f"{tokens / median:.2f}x the median trial.</p>"
         )
@@ -106,6 +111,7 @@ def _best_so_far(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go
         mode="lines+markers",
         name="by trial number",
         line_shape="hv",
+        hovertemplate="trial %{x}: " + _RATE,
     )
     done_at = [trials[n].datetime_complete for n in ok["number"]]
     if all(done_at):
@@ -116,10 +122,13 @@ def _best_so_far(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go
             name="by wall time",
             xaxis="x2",
             line_shape="hv",
+            hovertemplate="%{x}: " + _RATE,
         )
         fig.update_layout(xaxis2={"overlaying": "x", "side": "top", "title": "wall time"})
     fig.update_layout(
-        title=_titled("Best tokens/s so far", source), xaxis_title="trial", yaxis_title="tokens/s"
+        title=_titled("Best tokens/s so far", source),
+        xaxis_title="trial",
+        yaxis={"title": "tokens/s", "tickformat": ","},
     )
     return fig
 
@@ -128,7 +137,11 @@ def _all_trials(frame: pd.DataFrame, source: str) -> go.Figure:
     fig = go.Figure()
     ok = frame[frame["status"] == "complete"]
     fig.add_bar(
-        x=[f"#{n}" for n in ok["number"]], y=ok["tokens_per_s"], name="ok", hovertext=ok["label"]
+        x=[f"#{n}" for n in ok["number"]],
+        y=ok["tokens_per_s"],
+        name="ok",
+        hovertext=[display_label(label) for label in ok["label"]],
+        hovertemplate="%{x} %{hovertext}<br>" + _RATE + "<extra></extra>",
     )
     for kind, part in frame[frame["status"] != "complete"].groupby("kind"):
         fig.add_bar(
@@ -139,7 +152,7 @@ def _all_trials(frame: pd.DataFrame, source: str) -> go.Figure:
         )
     fig.update_layout(
         title=_titled("Every trial's tokens/s, best first; failures by kind", source),
-        yaxis_title="tokens/s",
+        yaxis={"title": "tokens/s", "tickformat": ","},
         barmode="overlay",
     )
     return fig
@@ -152,17 +165,18 @@ def _knobs(frame: pd.DataFrame, study: optuna.Study, source: str) -> go.Figure |
         return None
     dims = []
     for knob in knobs:
-        values = [str(v) for v in study.user_attrs[CHOICES_ATTR][knob]]
+        choices = study.user_attrs[CHOICES_ATTR][knob]
+        values = [str(v) for v in choices]
         codes = [values.index(str(v)) if str(v) in values else 0 for v in ok[knob]]
         dims.append(
             {
                 "label": knob,
                 "values": codes,
                 "tickvals": list(range(len(values))),
-                "ticktext": values,
+                "ticktext": [knob_text(knob, v) for v in choices],
             }
         )
-    dims.append({"label": "tokens/s", "values": ok["tokens_per_s"]})
+    dims.append({"label": "tokens/s", "values": ok["tokens_per_s"], "tickformat": ","})
     fig = go.Figure(
         go.Parcoords(dimensions=dims, line={"color": ok["tokens_per_s"], "colorscale": "Viridis"})
     )
@@ -171,17 +185,33 @@ def _knobs(frame: pd.DataFrame, study: optuna.Study, source: str) -> go.Figure |
     return fig
 
 
-def _importances(study: optuna.Study, source: str) -> go.Figure | None:
+def _importances(frame: pd.DataFrame, study: optuna.Study, source: str) -> go.Figure | None:
+    """Optuna's importances of the knobs that varied among completed trials (a knob held at
+    one value explains nothing; Optuna would still list it)."""
+    ok = frame[frame["status"] == "complete"]
+    varied = [k for k in study.user_attrs.get(CHOICES_ATTR, {}) if ok[k].astype(str).nunique() > 1]
+    if not varied:
+        return None
     try:
-        importances = optuna.importance.get_param_importances(study)
+        with warnings.catch_warnings():  # few trials: "quantiles select the same set of trials"
+            warnings.filterwarnings("ignore", "Target and region quantiles", UserWarning)
+            importances = optuna.importance.get_param_importances(study, params=varied)
     except (RuntimeError, ValueError):
-        return None  # too few completed trials, or a single value per knob
+        return None  # too few completed trials
     if not importances:
         return None
     names = list(importances)[::-1]
-    fig = go.Figure(go.Bar(x=[importances[n] for n in names], y=names, orientation="h"))
+    fig = go.Figure(
+        go.Bar(
+            x=[importances[n] for n in names],
+            y=names,
+            orientation="h",
+            hovertemplate="%{y}: %{x:.2f}<extra></extra>",
+        )
+    )
     fig.update_layout(
-        title=_titled("Parameter importances (Optuna's fANOVA)", source), xaxis_title="importance"
+        title=_titled("Importance of the knobs that varied (Optuna)", source),
+        xaxis_title="importance",
     )
     return fig
 
@@ -198,7 +228,12 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
             best = tps
     fig = go.Figure()
     fig.add_scatter(
-        x=gib, y=ok["tokens_per_s"], mode="markers", name="trials", hovertext=ok["label"]
+        x=gib,
+        y=ok["tokens_per_s"],
+        mode="markers",
+        name="trials",
+        hovertext=[display_label(label) for label in ok["label"]],
+        hovertemplate="%{hovertext}<br>%{x:.1f} GiB, " + _RATE + "<extra></extra>",
     )
     fig.add_scatter(
         x=[m for m, _ in front],
@@ -206,11 +241,12 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
         mode="lines+markers",
         name="Pareto front",
         line_shape="hv",
+        hovertemplate="%{x:.1f} GiB, " + _RATE,
     )
     fig.update_layout(
         title=_titled("Throughput against peak memory", source),
-        xaxis_title="peak memory per rank (GiB)",
-        yaxis_title="tokens/s",
+        xaxis={"title": "peak memory per rank (GiB)", "ticksuffix": " GiB"},
+        yaxis={"title": "tokens/s", "tickformat": ","},
     )
     return fig
 
@@ -220,7 +256,7 @@ def _predicted(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.F
     for n, measured in zip(frame["number"], frame["step_time_s"], strict=True):
         prediction = TrialAttrs.of(trials[n]).predicted
         if measured and prediction is not None:
-            rows.append((n, prediction.step_time_s, measured))
+            rows.append((n, prediction.step_time_s * 1e3, float(measured) * 1e3))
     if not rows:
         return None
     errors = [f"#{n}: {p / m - 1:+.0%}" for n, p, m in rows]
@@ -230,6 +266,7 @@ def _predicted(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.F
         y=[p for _, p, _ in rows],
         mode="markers",
         hovertext=errors,
+        hovertemplate="%{hovertext}: measured %{x:,.1f} ms, predicted %{y:,.1f} ms<extra></extra>",
         name="trials",
     )
     top = max(max(p, m) for _, p, m in rows)
@@ -237,8 +274,8 @@ def _predicted(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.F
     median = sorted(abs(p / m - 1) for _, p, m in rows)[len(rows) // 2]
     fig.update_layout(
         title=_titled(f"Predicted against measured step time (median error {median:.0%})", source),
-        xaxis_title="measured step time (s)",
-        yaxis_title="predicted (s)",
+        xaxis={"title": "measured step time (ms)", "tickformat": ","},
+        yaxis={"title": "predicted (ms)", "tickformat": ","},
     )
     return fig
 
@@ -267,10 +304,15 @@ def _time_split(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.
         return None
     fig = go.Figure()
     for i, name in enumerate(("compute", "exposed communication", "pipeline bubble"), 1):
-        fig.add_bar(x=[r[0] for r in rows], y=[r[i] for r in rows], name=name)
+        fig.add_bar(
+            x=[r[0] for r in rows],
+            y=[float(r[i]) * 1e3 for r in rows],
+            name=name,
+            hovertemplate="%{x}: %{y:,.1f} ms",
+        )
     fig.update_layout(
         barmode="stack",
-        yaxis_title="seconds per step",
+        yaxis={"title": "ms per step", "tickformat": ","},
         title=_titled(
             "Time per step: compute, exposed communication, bubble (profiled vs model)", source
         ),
@@ -279,10 +321,43 @@ def _time_split(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.
 
 
 def _table(frame: pd.DataFrame) -> str:
+    """Every trial, a cell per column in the units the rest of the page uses; a cell whose
+    text is not its value sorts by its value (`data-sort`)."""
     shown = frame.drop(columns=["label"]).rename(columns={"number": "trial"})
-    return "<h2>All trials</h2><p>Click a column to sort.</p>" + shown.to_html(
-        index=False, na_rep="-", classes="sortable", border=0, float_format=lambda v: f"{v:,.4g}"
+    head = "".join(f"<th>{html.escape(_HEADERS.get(c, c))}</th>" for c in shown.columns)
+    rows = []
+    for record in shown.to_dict("records"):
+        cells = []
+        for column, value in record.items():
+            text = column_text(str(column), value)
+            raw = _sort_key(value)
+            sort = f" data-sort='{html.escape(raw)}'" if text not in ("-", raw) else ""
+            cells.append(f"<td{sort}>{html.escape(text)}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        "<h2>All trials</h2><p>Click a column to sort.</p>"
+        f"<table class='sortable'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def _sort_key(value: Any) -> str:
+    """A cell's value for sorting, in plain digits (no exponent)."""
+    if isinstance(value, float):
+        return f"{value:.12f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+_HEADERS = {
+    "tokens_per_s": "tokens/s",
+    "mfu": "MFU",
+    "step_time_s": "step",
+    "interval": "±",
+    "measured_steps": "steps",
+    "stopped_for": "stopped",
+    "peak_memory_bytes": "peak memory",
+    "model_state_bytes": "model states",
+}
 
 
 _PAGE = """<!doctype html>
@@ -300,7 +375,8 @@ document.querySelectorAll("table.sortable th").forEach((th, col) => {{
   th.addEventListener("click", () => {{
     const body = th.closest("table").tBodies[0];
     const rows = Array.from(body.rows);
-    const key = r => {{ const t = r.cells[col].innerText.replace(/,/g, "");
+    const key = r => {{ const c = r.cells[col];
+                        const t = (c.dataset.sort ?? c.innerText).replace(/,/g, "");
                         const n = parseFloat(t); return isNaN(n) ? t : n; }};
     const dir = th.dataset.dir === "asc" ? -1 : 1; th.dataset.dir = dir === 1 ? "asc" : "desc";
     rows.sort((a, b) => (key(a) > key(b) ? dir : key(a) < key(b) ? -dir : 0));

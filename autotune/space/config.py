@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from autotune.errors import InputError
+from autotune.units import parse_count
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
@@ -126,10 +127,9 @@ def coerce_knob(name: str, value: Any, where: str) -> Any:
             return False
         raise InputError(f"{where}: knob {name} takes true or false, not {text!r}")
     if kind is int:
-        try:
-            number = float(text)
-        except ValueError:
-            raise InputError(f"{where}: knob {name} takes an integer, not {text!r}") from None
+        number = parse_count(text)  # 500000000, 5e8 or 500M, as the tables show counts
+        if number is None:
+            raise InputError(f"{where}: knob {name} takes an integer, not {text!r}")
         if number != int(number) or number < 0:
             raise InputError(f"{where}: knob {name} takes a non-negative integer, not {text!r}")
         return int(number)

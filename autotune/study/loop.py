@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import optuna
@@ -50,6 +51,7 @@ from autotune.study.trial_attrs import (
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
 from autotune.study.verdicts import best_value, claim, verdicts
 from autotune.trial.spec import StepPlan
+from autotune.units import human_duration
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
@@ -245,7 +247,9 @@ class _Search:
         """Ask one config; skip it with its reason or run it. Every pass ends by re-reading
         every worker's verdicts, so a config another worker has just measured is known
         instead of proposed, refused as claimed, and proposed again."""
-        trial = self.study.ask(self.space.distributions)
+        with warnings.catch_warnings():  # heartbeats outside Study.optimize: ours, by design
+            warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+            trial = self.study.ask(self.space.distributions)
         config = self.space.config(trial.params, self.problem.cluster.world_size)
         key = config_key(config)
         why = self.rejection(config, key)
@@ -316,7 +320,7 @@ class _Search:
         if b.trials is not None and done >= b.trials:
             return f"trial budget reached ({done} trials)"
         if b.max_time_s is not None and time.monotonic() - self.start >= b.max_time_s:
-            return f"time budget reached ({b.max_time_s:.0f} s)"
+            return f"time budget reached ({human_duration(b.max_time_s)})"
         if done >= len(self.ranked):
             n = len(self.ranked)
             return f"search space exhausted: all {n} valid configs that fit were measured"

@@ -10,6 +10,7 @@ import random
 import re
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,14 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
     failure: Exception | None = None
     for _ in range(CREATE_ATTEMPTS):
         try:
-            return optuna.storages.RDBStorage(
-                url,
-                heartbeat_interval=HEARTBEAT_S,
-                grace_period=GRACE_S,
-                engine_kwargs={"pool_pre_ping": True},
-            )
+            with warnings.catch_warnings():  # heartbeat_interval is "experimental"
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                    engine_kwargs={"pool_pre_ping": True},
+                )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
             # Workers starting together on a fresh database race to create Optuna's tables;
             # the losers find them made a moment later.
@@ -205,7 +208,9 @@ def fail_abandoned_trials(study: optuna.Study) -> list[int]:
             )
             failed.append(trial.number)
     before = {t.number for t in study.get_trials(states=(optuna.trial.TrialState.FAIL,))}
-    optuna.storages.fail_stale_trials(study)
+    with warnings.catch_warnings():  # fail_stale_trials is "experimental"
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
     after = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
     failed += [t.number for t in after if t.number not in before and t.number not in failed]
     return failed

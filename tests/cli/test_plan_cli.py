@@ -112,6 +112,7 @@ def test_simulated_study_is_labelled_simulated_everywhere(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "(simulated)" in done.stdout
+    assert "warning" not in (done.stdout + done.stderr).lower()
     study = "llama3-70b-dgx-h100_32-torch"
     rows = json.loads(
         autotune(

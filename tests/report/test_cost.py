@@ -35,7 +35,7 @@ def test_two_trials_split_into_phases_with_the_gap_between_them_idle() -> None:
     assert cost.seconds["teardown"] == 2 * (20.0 - 19.5)
     assert cost.idle_s == 5.0
     assert cost.measured_share == 16.0 / 40.0
-    assert "measuring 40%" in cost_line(cost) and "idle between trials 5 s" in cost_line(cost)
+    assert "measuring 40%" in cost_line(cost) and "idle between trials 5.0 s" in cost_line(cost)
 
 
 def test_a_simulated_study_has_no_phase_split() -> None:

@@ -1,0 +1,88 @@
+"""What a person reads in the terminal: the trials table and the run's summary in human
+units, one line per trial, columns that never vary said once above the table; the CSV and
+JSON of `autotune trials` keep every column and the raw numbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from autotune.cli.display import study_summary, trial_table
+from autotune.report.table import COLUMNS
+from autotune.report.table import trial_table as table_of
+from autotune.study.storage import study_ref
+from tests.conftest import autotune
+from tests.fakes import UNITS_CHOICES, units_study
+
+SCIENTIFIC = re.compile(r"\d\.\d+e[+-]?\d", re.IGNORECASE)
+RAW_COUNT = re.compile(r"\d{7,}")
+"""A byte count or bucket size as a raw integer: 7 digits or more."""
+
+
+def printed(width: int, show: Callable[..., None], *args: Any) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    show(console, *args)
+    return console.export_text()
+
+
+def trial_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("│")]
+
+
+def test_the_trials_table_is_in_human_units() -> None:
+    text = printed(160, trial_table, table_of(units_study()))
+    assert not SCIENTIFIC.search(text) and not RAW_COUNT.search(text), text
+    for shown in ("444.5 MiB", "47.7 GiB", "40,213", "12.3 ms", "reduce_bucket=50M"):
+        assert shown in text
+
+
+def test_columns_that_never_vary_are_said_once_above_the_table() -> None:
+    text = printed(160, trial_table, table_of(units_study()), "deepspeed")
+    assert text.splitlines()[0] == "all trials: engine deepspeed, dp=8, source measured"
+    header = next(line for line in text.splitlines() if "config" in line)
+    assert "source" not in header and "stopped" not in header and "reason" in header
+    rows = trial_rows(text)
+    assert not any("dp=8" in row or "measured" in row for row in rows)
+    assert "zero=2,mbs=4,reduce_bucket=50M" in rows[0]
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_one_line_per_trial_the_reason_cut_to_fit(width: int) -> None:
+    text = printed(width, trial_table, table_of(units_study()))
+    rows = trial_rows(text)
+    assert len(rows) == 6 and all(len(row) <= width for row in rows), text
+    oom = next(row for row in rows if " oom " in row or "CUDA" in row)
+    assert "…" in oom
+
+
+def test_the_runs_summary_is_in_human_units() -> None:
+    study = units_study()
+    text = printed(160, study_summary, study, study_ref("units", None, Path("results")), [])
+    assert not SCIENTIFIC.search(text) and not RAW_COUNT.search(text), text
+    assert "dp=8,zero=2,mbs=4,reduce_bucket=50M  40,213 tok/s" in text
+
+
+def test_csv_and_json_keep_every_column_and_raw_numbers(tmp_path: Path) -> None:
+    folder = tmp_path / "units"
+    folder.mkdir()
+    units_study(f"sqlite:///{folder / 'study.db'}")
+    where = ("--study", "units", "--results", str(tmp_path))
+    rows = json.loads(autotune("trials", *where, "--format", "json", cwd=tmp_path).stdout)
+    table = autotune("trials", *where, "--format", "csv", cwd=tmp_path).stdout
+    records = list(csv.DictReader(io.StringIO(table)))
+    every = {*COLUMNS, *UNITS_CHOICES, "label"}
+    assert set(rows[0]) == every and set(records[0]) == every
+    assert rows[0]["peak_memory_bytes"] == 466_059_123 and rows[0]["reduce_bucket"] == 50_000_000
+    assert rows[0]["label"] == "dp=8,zero=2,mbs=4,reduce_bucket=50000000"
+    assert float(records[0]["peak_memory_bytes"]) == 466_059_123
+    assert records[0]["tokens_per_s"] == "40213.4" and records[0]["reduce_bucket"] == "50000000"
+    shown = autotune("trials", *where, cwd=tmp_path, env={"COLUMNS": "150"}).stdout
+    assert len(trial_rows(shown)) == 6 and "444.5 MiB" in shown

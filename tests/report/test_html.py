@@ -1,0 +1,46 @@
+"""The HTML report as a person reads it: its table, hover texts and axes in human units,
+configs as users write them, importances only of the knobs that varied."""
+
+from __future__ import annotations
+
+import html
+import re
+import warnings
+from pathlib import Path
+
+from autotune.report import html as report
+from autotune.report.table import trial_table
+from tests.fakes import units_study
+
+SCIENTIFIC = re.compile(r"\d\.\d+e[+-]?\d", re.IGNORECASE)
+
+
+def page_of(tmp_path: Path) -> str:
+    return report.write_report(units_study(), tmp_path / "report.html").read_text()
+
+
+def test_the_reports_table_is_in_human_units(tmp_path: Path) -> None:
+    page = page_of(tmp_path)
+    table = page[page.index("<h2>All trials") : page.index("</table>")]
+    shown = html.unescape(re.sub(r"<[^>]+>", " ", table))  # what the cells say
+    assert not SCIENTIFIC.search(shown) and not re.search(r"\d{7,}", shown), shown
+    for text in ("444.5 MiB", "47.7 GiB", "40,213", "12.3 ms", "50M", "500M"):
+        assert f" {text} " in shown
+
+
+def test_hovers_and_axes_say_configs_as_users_write_them(tmp_path: Path) -> None:
+    page = page_of(tmp_path).split("<h2>All trials")[0].replace("\\u002f", "/")  # JSON's
+    assert "reduce_bucket=50000000" not in page and "dp=8,zero=2,mbs=4,reduce_bucket=50M" in page
+    assert "%{y:,.0f} tok/s" in page and '"tickformat":","' in page
+    assert "%{x:.1f} GiB" in page
+
+
+def test_importances_only_of_knobs_that_varied_among_completed_trials() -> None:
+    """tp holds one value and mbs varies only in a failed trial: neither explains anything.
+    Four trials are too few for Optuna's quantiles, and no warning says so."""
+    study = units_study()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure = report._importances(trial_table(study), study, "measured")
+    assert figure is not None and set(figure.data[0].y) == {"zero", "reduce_bucket"}
+    assert [str(w.message) for w in caught] == []
