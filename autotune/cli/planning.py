@@ -22,6 +22,7 @@ from autotune.cli.options import (
 from autotune.errors import InputError
 from autotune.problem import load_problem, problem_from_trial_file
 from autotune.space import parse_overrides
+from autotune.units import display_label
 
 
 @cli.command()
@@ -95,7 +96,7 @@ def trial(
     if folder.exists() and any(folder.iterdir()):
         raise InputError(f"trial folder {folder} exists and is not empty")
     if not as_json:
-        console.print(f"trial {config.label()} -> {folder}")
+        console.print(f"trial {display_label(config)} -> {folder}")
     with get_launcher("local") as launcher:
         record = trials.run(spec, problem.engine, launcher, folder, timeout)
     if as_json:

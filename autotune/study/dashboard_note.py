@@ -9,6 +9,7 @@ from typing import Any
 from autotune.space import TrainConfig
 from autotune.study.trial_attrs import Prediction
 from autotune.trial.result import TrialResult
+from autotune.units import display_label
 
 GIB = 2**30
 COMMUNICATION_PARTS = ("tp_comm_s", "pp_p2p_s", "cp_comm_s", "ep_comm_s", "dp_exposed_s")
@@ -41,7 +42,7 @@ def trial_note(
     profile = (result.profile if result else None) or {}
     step = predicted.step if predicted is not None else {}
     lines = [
-        f"**{kind}** ({source}) `{config.label()}`",
+        f"**{kind}** ({source}) `{display_label(config)}`",
         "",
         "| | measured | predicted |",
         "|---|---|---|",

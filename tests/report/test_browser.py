@@ -3,6 +3,7 @@ every trial is on the page, the plots are drawn, and the browser logs no errors.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import time
@@ -16,6 +17,9 @@ from tests.conftest import REPO, autotune, spawn_autotune
 
 pytestmark = pytest.mark.slow
 SHOTS = REPO / "results" / "browser"
+SCIENTIFIC = re.compile(r"\d\.\d+e[+-]?\d+")
+RAW_COUNT = re.compile(r"\b\d{7,}\b")
+"""A byte count or bucket size written out in digits, where a person should read MiB or 50M."""
 TRIALS = 3
 
 
@@ -69,8 +73,14 @@ def test_report_shows_every_trial_and_draws_its_plots(study: Path, browser_page)
     page, errors = browser_page
     page.goto((study / "b" / "report.html").as_uri())
     page.wait_for_selector(".js-plotly-plot svg.main-svg")
-    numbers = page.locator("table").first.locator("tr td:first-child").all_inner_texts()
+    table = page.locator("table").first
+    numbers = table.locator("tr td:first-child").all_inner_texts()
     assert sorted(numbers) == [str(n) for n in range(TRIALS)]
+    heights = [row.bounding_box()["height"] for row in table.locator("tbody tr").all()]
+    assert max(heights) < 1.5 * min(heights)  # one line per trial
+    text = table.inner_text()
+    assert not SCIENTIFIC.search(text) and not RAW_COUNT.search(text), text
+    assert "MiB" in text or "GiB" in text  # memory in human units
     assert drawn_plots(page) >= 5
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "report.png"), full_page=True)
