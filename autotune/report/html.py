@@ -176,7 +176,7 @@ def _knobs(frame: pd.DataFrame, study: optuna.Study, source: str) -> go.Figure |
                 "ticktext": [knob_text(knob, v) for v in choices],
             }
         )
-    dims.append({"label": "tokens/s", "values": ok["tokens_per_s"], "tickformat": ","})
+    dims.append({"label": "tokens/s", "values": ok["tokens_per_s"], "tickformat": ",.0f"})
     fig = go.Figure(
         go.Parcoords(dimensions=dims, line={"color": ok["tokens_per_s"], "colorscale": "Viridis"})
     )
@@ -368,6 +368,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
 table.sortable {{ border-collapse: collapse; font-size: 0.85em; }}
 table.sortable th {{ cursor: pointer; background: #eee; }}
 table.sortable td, table.sortable th {{ padding: 3px 8px; border-bottom: 1px solid #ddd; }}
+table.sortable td {{ white-space: nowrap; }}
 </style></head><body>
 {body}
 <script>
