@@ -49,8 +49,14 @@ def default_study_name(problem: Problem) -> str:
 
 
 def study_ref(name: str, storage: str | None, results: Path) -> StudyRef:
+    """Where study `name` lives; its name is its folder under `results`, so a name of dots
+    only ('.', '..', ...) is refused: it would name the results folder or one above it."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"study name {name!r}: use letters, digits, '.', '_' and '-' only")
+    if not name.strip("."):
+        raise InputError(
+            f"study name {name!r}: use a letter, digit, '_' or '-' too, not dots only"
+        )
     folder = results / name
     url = storage or f"sqlite:///{folder / 'study.db'}"
     return StudyRef(name=name, storage_url=url, folder=folder)

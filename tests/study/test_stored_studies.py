@@ -100,3 +100,15 @@ def test_a_study_of_a_newer_version_is_refused_in_one_line(tmp_path: Path) -> No
     result = autotune("export", "--study", "newer", "--results", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 2 and "another --study name" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "command"), [(".", "trials"), ("..", "export"), ("...", "report")]
+)
+def test_a_study_name_of_dots_only_is_refused_in_one_line(
+    tmp_path: Path, name: str, command: str
+) -> None:
+    result = autotune(command, "--study", name, "--results", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2 and "dots only" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
