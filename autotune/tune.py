@@ -30,7 +30,7 @@ from autotune.study.noise import (
     trial_precision,
 )
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import default_study_name, study_ref
+from autotune.study.storage import default_study_name, masked_url, study_ref
 from autotune.trial.spec import StepPlan
 
 
@@ -80,7 +80,7 @@ def tune(
         problem = read.problem
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
     say(
-        f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
+        f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
     if launcher.source == "measured":
