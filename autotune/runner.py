@@ -4,8 +4,8 @@ framework's files, the command, launch.sh), the launch, and its outcome."""
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -45,7 +45,8 @@ def prepare(
     spec: TrialSpec, engine: Engine, launcher: Launcher, folder: Path, time_limit_s: float
 ) -> LaunchRequest:
     """Write config.yaml, trial.json, the engine's files (or, for the user's command, its
-    framework's files and command.json) and launch.sh into the trial folder."""
+    framework's files and command.json) and launch.sh into the trial folder (which `run`
+    makes new first: see `set_aside`)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(
         yaml.safe_dump(
@@ -106,6 +107,24 @@ def launch_script(launcher: Launcher, request: LaunchRequest) -> str:
     )
 
 
+def set_aside(folder: Path) -> Path | None:
+    """Move a non-empty `folder` a previous launch left (a study started over after its
+    study.db was deleted, or one on another --storage) aside to `<name>.stale-<timestamp>`
+    beside it, so that nothing it held (result.json, error-rank*.json, outcome.json, logs,
+    metrics) can be read as the new trial's; its files are kept, not deleted. An empty folder
+    stays. Returns where it went, or None."""
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = folder.with_name(f"{folder.name}.stale-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = folder.with_name(f"{folder.name}.stale-{stamp}-{n}")
+    folder.rename(aside)
+    return aside
+
+
 def run(
     spec: TrialSpec,
     engine: Engine,
@@ -113,6 +132,8 @@ def run(
     folder: Path,
     time_limit_s: float,
 ) -> TrialRecord:
+    """Launch the trial in a new folder: what a previous launch left there is set aside."""
+    set_aside(folder)
     request = prepare(spec, engine, launcher, folder, time_limit_s)
     outcome: LaunchOutcome = launcher.run(request)
     record = TrialRecord(
@@ -132,10 +153,12 @@ def moved(
     record: TrialRecord, folder: Path, engine: Engine, launcher: Launcher, time_limit_s: float
 ) -> TrialRecord:
     """A finished trial's record once its folder is moved to `folder` (a stale one there is
-    replaced), its files written again for where it now lies (a SLURM launch.sh names its
-    folder)."""
+    set aside, as for a new trial), its files written again for where it now lies (a SLURM
+    launch.sh names its folder)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)  # a stale one, as a new trial would overwrite
+    set_aside(folder)
+    if folder.is_dir():
+        folder.rmdir()  # empty
     record.folder.rename(folder)
     folder.chmod(0o755)  # made by mkdtemp, 0700
     spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())

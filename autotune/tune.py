@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
+from rich.markup import escape
 
 from autotune.calibration.saved import load_calibration, noise_path
 from autotune.errors import InputError
@@ -29,7 +30,7 @@ from autotune.study.noise import (
     trial_precision,
 )
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import default_study_name, study_ref
+from autotune.study.storage import default_study_name, masked_url, study_ref
 from autotune.trial.spec import StepPlan
 
 
@@ -79,7 +80,7 @@ def tune(
         problem = read.problem
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
     say(
-        f"study [bold]{ref.name}[/] ({ref.storage_url}): {problem.engine.name} on "
+        f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
     if launcher.source == "measured":
@@ -106,7 +107,7 @@ def tune(
         launcher.close()
     if launcher.source == "measured":
         save_spread(study, noise_file)
-    exported, report = _write_outputs(study, ref, outcome)
+    exported, report = _write_outputs(study, ref, outcome, say)
     return Tuned(study=study, ref=ref, outcome=outcome, exported=exported, report=report)
 
 
@@ -163,13 +164,16 @@ def _read_users_model(
 
 
 def _write_outputs(
-    study: optuna.Study, ref: StudyRef, outcome: StudyOutcome
+    study: optuna.Study, ref: StudyRef, outcome: StudyOutcome, say: Callable[[str], None]
 ) -> tuple[tuple[Path, ...], Path | None]:
     """The best config's export (when a trial completed) and the report (when the run
-    measured anything)."""
+    measured anything). A best/ autotune did not export is left as it is, and said so."""
     exported: list[Path] = []
     if best_trial(study) is not None:
-        exported = export_best(study, ref.folder / "best", force=True)
+        try:
+            exported = export_best(study, ref.folder / "best", force=True)
+        except InputError as exc:  # a folder of the user's where best/ goes
+            say(f"best config not exported: {escape(str(exc))}")
     report = None
     if outcome.ran or outcome.confirmations:
         from autotune.report.html import write_report

@@ -37,7 +37,16 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def restore_sigint() -> None:
+    """Ctrl-C (SIGINT) stops the tuner even where it was started in the background by a
+    script, which starts it with SIGINT ignored: the default handler is put back then (a
+    handler someone set on purpose is kept)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main() -> None:
+    restore_sigint()
     _interrupt_on_sigterm()
     _quiet_optuna()
     try:

@@ -219,6 +219,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.report.table import trial_table as table_of
     from autotune.report.table import users_config_trial
     from autotune.study.confirm import standings
+    from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import TrialAttrs
 
     frame = table_of(study)
@@ -252,7 +253,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     stopped = frame[(frame["status"] == "pruned") | (frame["stopped_for"] == "slower")]
     if not stopped.empty:
         console.print(f"stopped early (surely slower than the best): {len(stopped)}")
-    console.print(f"files: {ref.folder} (trials/, best/), storage {ref.storage_url}")
+    console.print(f"files: {ref.folder} (trials/, best/), storage {masked_url(ref.storage_url)}")
     if exported:
         console.print("exported: " + ", ".join(p.name for p in exported))
 

@@ -270,7 +270,7 @@ def trials_command(study_name: str, storage: str | None, results: Path, fmt: str
     default=None,
     help="Output folder [default: results/<study>/best].",
 )
-@click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+@click.option("--force", is_flag=True, help="Replace a folder autotune exported before.")
 def export(
     study_name: str, storage: str | None, results: Path, out: Path | None, force: bool
 ) -> None:

@@ -1,7 +1,10 @@
 """Writes best/: the engine's config files, train.sh, nccl.env and best.yaml (with provenance).
 
 Files are written to a fresh folder beside the target and renamed into place, so an export
-is either complete or absent.
+is either complete or absent. Each export holds a marker file, `.autotune-export` (the study's
+name), and only a folder with one is ever replaced (`--force`, and the run's own export to
+results/<study>/best): a user's folder is never removed. A marked folder is autotune's even
+where a user added files to it since, and those go with it when it is replaced.
 """
 
 from __future__ import annotations
@@ -44,14 +47,17 @@ NVIDIA_CAUTION = (
 )
 
 
+MARKER = ".autotune-export"
+"""In every folder autotune exported; `--force` replaces only a folder that holds it."""
+
+
 def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Path]:
     winner = best_trial(study)
     if winner is None:
         raise InputError(f"study {study.study_name!r} has no completed trial to export")
     verdict = nccl_verdict(study, winner)
     trial = verdict.trial
-    if not force and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"output folder {out} exists and is not empty (use --force)")
+    check_out(out, force)
     engine_name, workload, cluster = stored_specs(study)
     engine = get_engine(engine_name)
     config = TrialAttrs.of(trial).config
@@ -67,11 +73,33 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
     try:
         _write_all(staging, study, trial, engine, spec, verdict.note)
         names = sorted(p.name for p in staging.iterdir())
+        (staging / MARKER).write_text(f"{study.study_name}\n")
         replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return [out / name for name in names]  # what this export wrote, whoever renamed last
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse, in one line, an output path that is not a plain folder path (a symbolic link,
+    a FIFO, a device, a file), a non-empty folder without `force`, and with it one that
+    autotune did not export (no marker)."""
+    if out.is_symlink():
+        raise InputError(f"output folder {out} is a symbolic link; give the folder itself")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise InputError(f"output folder {out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return
+    if not force:
+        raise InputError(f"output folder {out} exists and is not empty (use --force)")
+    if not (out / MARKER).is_file():
+        raise InputError(
+            f"output folder {out} was not exported by autotune (no {MARKER} in it); "
+            "--force replaces only an export: remove it yourself or choose another --out"
+        )
 
 
 def replace_folder(staging: Path, out: Path) -> None:

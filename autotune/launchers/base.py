@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trial.result import TrialResult
-from autotune.trial.spec import TRIAL_FILE, Outcome, PoolKind, read_json
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, Outcome, PoolKind, read_json
 
 if TYPE_CHECKING:
     from autotune.estimate.calibration import Calibration
@@ -102,18 +102,43 @@ class Launcher(ABC):
 _ROOT_CAUSE_ORDER = {"oom": 0, "crash": 1, "comm_error": 2}
 
 
+MTIME_SLACK_S = 2.0
+"""How much older than the launch a file may look and still be the launch's own: file systems
+that keep coarse times (2 s on some), and a shared one whose clock runs a little behind."""
+
+
 def classify(
     folder: Path,
     returncode: int | None,
     timed_out: bool,
     wall_s: float,
+    since: float | None = None,
 ) -> LaunchOutcome:
     """The outcome from the worker's files first, the launcher's knowledge second.
 
-    When one rank fails the others usually see a communication error, so the root cause is
-    the out-of-memory or crash of some rank, before any communication error.
+    Only what this launch wrote counts: with `since` (the launch's start, time.time()), a
+    result.json or error-rank*.json older than it is a previous launch's and ignored (the
+    runner also sets a previous launch's folder aside before it runs). A rank's error file
+    comes before any result: a trial one of whose ranks failed did not succeed. When one rank
+    fails the others usually see a communication error, so the root cause is the
+    out-of-memory or crash of some rank, before any communication error.
     """
-    result = TrialResult.read(folder)
+    errors = [
+        e
+        for p in sorted(folder.glob("error-rank*.json"))
+        if _written_since(p, since) and (e := read_json(p))
+    ]
+    if errors:
+        worst = min(
+            errors, key=lambda e: (_ROOT_CAUSE_ORDER.get(e.get("kind", ""), 1), e.get("time", 0))
+        )
+        return LaunchOutcome(
+            kind=worst.get("kind", "crash"),
+            error=worst.get("error"),
+            wall_s=wall_s,
+            returncode=returncode,
+        )
+    result = TrialResult.read(folder) if _written_since(folder / RESULT_FILE, since) else None
     if result is not None:
         return LaunchOutcome(
             kind="ok", error=None, wall_s=wall_s, result=result, returncode=returncode
@@ -122,17 +147,6 @@ def classify(
         return LaunchOutcome(
             kind="timeout",
             error=f"killed at the time limit after {wall_s:.0f} s",
-            wall_s=wall_s,
-            returncode=returncode,
-        )
-    errors = [e for p in sorted(folder.glob("error-rank*.json")) if (e := read_json(p))]
-    if errors:
-        worst = min(
-            errors, key=lambda e: (_ROOT_CAUSE_ORDER.get(e.get("kind", ""), 1), e.get("time", 0))
-        )
-        return LaunchOutcome(
-            kind=worst.get("kind", "crash"),
-            error=worst.get("error"),
             wall_s=wall_s,
             returncode=returncode,
         )
@@ -147,6 +161,15 @@ def classify(
     line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
     # No rank reported: the worker never got going (bad environment, import failure, ...).
     return LaunchOutcome(kind="launch_error", error=line, wall_s=wall_s, returncode=returncode)
+
+
+def _written_since(path: Path, since: float | None) -> bool:
+    """Whether `path` exists and is not older than the launch (always, without a start)."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return False
+    return since is None or mtime >= since - MTIME_SLACK_S
 
 
 _ERROR_LINE = re.compile(r"^\s*([\w.]*(Error|Exception|Interrupt)|error|ERROR)\b:?")

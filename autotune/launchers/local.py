@@ -62,7 +62,8 @@ class LocalLauncher(Launcher):
         if request.pool is not None:
             return self._run_pooled(request)
         self.close()  # the devices go to this trial
-        env = {**launch_environment(request.env), LAUNCH_EPOCH_ENV: repr(time.time())}
+        launched = time.time()
+        env = {**launch_environment(request.env), LAUNCH_EPOCH_ENV: repr(launched)}
         start = time.monotonic()
         proc = start_tree(self.command(request), request.folder, env, request.folder / LOG_FILE)
         timed_out = False
@@ -77,7 +78,8 @@ class LocalLauncher(Launcher):
             stop_tree(proc)
             raise
         stop_tree(proc)  # on timeout; else stragglers in their own sessions
-        return classify(request.folder, proc.returncode, timed_out, time.monotonic() - start)
+        wall_s = time.monotonic() - start
+        return classify(request.folder, proc.returncode, timed_out, wall_s, since=launched)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -109,6 +109,7 @@ class WarmPool:
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         """One trial on every rank; on failure or timeout the pool is stopped."""
         start = time.monotonic()
+        since = time.time()
         deadline = start + request.time_limit_s
         launched = self._started if self.served == 0 else time.time()
         self.served += 1
@@ -123,12 +124,14 @@ class WarmPool:
             raise
         wall_s = time.monotonic() - start
         if code == 0:
-            return classify(request.folder, 0, False, wall_s)
+            return classify(request.folder, 0, False, wall_s, since=since)
         timed_out = time.monotonic() >= deadline
         self._stop_now(log_to=request.folder / LOG_FILE)
         # Not 0 even where stopping reaped torchrun before Popen could read its status: a
         # pool that ended mid-trial failed, whatever it exited with.
-        return classify(request.folder, code or self._proc.returncode or 1, timed_out, wall_s)
+        return classify(
+            request.folder, code or self._proc.returncode or 1, timed_out, wall_s, since=since
+        )
 
     def close(self) -> None:
         """Ranks leave their process group and exit; stopped if they do not."""

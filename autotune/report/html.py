@@ -20,6 +20,7 @@ import optuna
 import pandas as pd
 import plotly.graph_objects as go
 
+from autotune.errors import InputError
 from autotune.report.cost import cost_line, study_cost
 from autotune.report.table import best_standing, trial_table
 from autotune.study.choices import CHOICES_ATTR
@@ -32,6 +33,11 @@ _RATE = "%{y:,.0f} tok/s"
 
 
 def write_report(study: optuna.Study, out: Path) -> Path:
+    """The report at `out`, a new file or one replacing a plain file; a symbolic link, a
+    FIFO, a device or a folder there is refused in one line."""
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        kind = "a symbolic link" if out.is_symlink() else "not a plain file"
+        raise InputError(f"report file {out} is {kind}; give a plain file's path")
     frame = trial_table(study)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     source = _source(frame)

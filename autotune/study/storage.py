@@ -49,11 +49,40 @@ def default_study_name(problem: Problem) -> str:
 
 
 def study_ref(name: str, storage: str | None, results: Path) -> StudyRef:
+    """Where study `name` lives; its name is its folder under `results`, so a name of dots
+    only ('.', '..', ...) is refused: it would name the results folder or one above it."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"study name {name!r}: use letters, digits, '.', '_' and '-' only")
+    if not name.strip("."):
+        raise InputError(
+            f"study name {name!r}: use a letter, digit, '_' or '-' too, not dots only"
+        )
     folder = results / name
     url = storage or f"sqlite:///{folder / 'study.db'}"
     return StudyRef(name=name, storage_url=url, folder=folder)
+
+
+def masked_url(url: str) -> str:
+    """`url` as it may be printed or put in an error: its password, if any, as `***`
+    (postgresql://user:***@host/db). Every storage URL autotune shows goes through here."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: hide whatever lies between ':' and '@'
+        return re.sub(r"(://[^/:@]*:)[^@]*@", r"\1***@", url)
+    if parsed.password is None:
+        return url
+    return parsed.render_as_string(hide_password=True)
+
+
+def _without_password(text: str, url: str) -> str:
+    """`text` (a driver's error about `url`) with the URL's password masked wherever it
+    appears."""
+    text = text.replace(url, masked_url(url))
+    try:
+        password = sqlalchemy.engine.make_url(url).password
+    except Exception:
+        return text
+    return text.replace(str(password), "***") if password else text
 
 
 def _storage(url: str) -> optuna.storages.BaseStorage:
@@ -80,7 +109,8 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
             break
     text = str(failure).strip()
     message = text.splitlines()[0] if text else type(failure).__name__
-    raise InputError(f"cannot open storage {url}: {message}") from None
+    message = _without_password(message, url)
+    raise InputError(f"cannot open storage {masked_url(url)}: {message}") from None
 
 
 def problem_attrs(problem: Problem) -> dict[str, Any]:
@@ -152,7 +182,7 @@ def load_existing_study(ref: StudyRef) -> optuna.Study:
     names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     if ref.name not in names:
         known = f"; studies there: {', '.join(names)}" if names else ""
-        raise InputError(f"no study {ref.name!r} in {ref.storage_url}{known}")
+        raise InputError(f"no study {ref.name!r} in {masked_url(ref.storage_url)}{known}")
     study = optuna.load_study(study_name=ref.name, storage=storage)
     bring_to_current(study)
     return study

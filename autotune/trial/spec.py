@@ -5,6 +5,7 @@ The trial-to-tuner contract is these files, not exit codes or log greps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -165,10 +166,34 @@ def nccl_environment(spec: TrialSpec) -> dict[str, str]:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+    """Write via a temporary file, flushed to disk, and rename, so a reader never sees half a
+    file, even after a crash of the machine; the folder is synced after (best effort: not
+    every file system can). A write or rename that fails removes the temporary file and
+    raises."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the failure that brought us here is reported
+            tmp.unlink(missing_ok=True)
+        raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -86,3 +86,9 @@ def test_csv_and_json_keep_every_column_and_raw_numbers(tmp_path: Path) -> None:
     assert records[0]["tokens_per_s"] == "40213.4" and records[0]["reduce_bucket"] == "50000000"
     shown = autotune("trials", *where, cwd=tmp_path, env={"COLUMNS": "150"}).stdout
     assert len(trial_rows(shown)) == 6 and "444.5 MiB" in shown
+
+
+def test_the_runs_summary_never_prints_the_storage_password() -> None:
+    url = "postgresql://tuner:s3cret-pw@db.example:5432/studies"
+    text = printed(160, study_summary, units_study(), study_ref("units", url, Path("r")), [])
+    assert "s3cret-pw" not in text and "postgresql://tuner:***@db.example:5432/studies" in text

@@ -1,6 +1,8 @@
 """How a launcher turns the files a trial left into an outcome kind and an error line."""
 
 import json
+import os
+import time
 from pathlib import Path
 
 from autotune.launchers.base import LOG_FILE, classify, first_error_line
@@ -70,3 +72,26 @@ def test_first_error_line_falls_back_to_last_line() -> None:
         "bash: torchrun: command not found"
     )
     assert first_error_line("") is None
+
+
+def old_ok_result(folder: Path, age_s: float = 3600.0) -> None:
+    TrialResult(
+        source="measured", step_time_s=2.0, tokens_per_s=1.0, tflops_per_device=0.1, mfu=None
+    ).write(folder)
+    when = time.time() - age_s
+    os.utime(folder / "result.json", (when, when))
+
+
+def test_an_error_file_beats_an_old_result_left_in_the_folder(tmp_path: Path) -> None:
+    old_ok_result(tmp_path)
+    write(tmp_path, "error-rank0.json", {"kind": "oom", "time": 1.0, "error": "OOM now"})
+    outcome = classify(tmp_path, 1, False, 1.0, since=time.time() - 1.0)
+    assert (outcome.kind, outcome.error, outcome.result) == ("oom", "OOM now", None)
+    assert classify(tmp_path, 1, False, 1.0).kind == "oom"  # without a start too
+
+
+def test_a_result_older_than_the_launch_does_not_count(tmp_path: Path) -> None:
+    old_ok_result(tmp_path)
+    outcome = classify(tmp_path, 1, False, 1.0, since=time.time())
+    assert outcome.kind == "launch_error" and outcome.result is None
+    assert classify(tmp_path, 0, False, 1.0, since=time.time() - 3700.0).kind == "ok"

@@ -14,6 +14,7 @@ from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.storage import (
     StudyRef,
     load_existing_study,
+    masked_url,
     open_study,
     problem_attrs,
     stored_job,
@@ -100,3 +101,41 @@ def test_a_study_of_a_newer_version_is_refused_in_one_line(tmp_path: Path) -> No
     result = autotune("export", "--study", "newer", "--results", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 2 and "another --study name" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "command"), [(".", "trials"), ("..", "export"), ("...", "report")]
+)
+def test_a_study_name_of_dots_only_is_refused_in_one_line(
+    tmp_path: Path, name: str, command: str
+) -> None:
+    result = autotune(command, "--study", name, "--results", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2 and "dots only" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://user:s3cret@host/db", "postgresql://user:***@host/db"),
+        (
+            "postgresql+psycopg2://user:p%40ss@host:5432/db",
+            "postgresql+psycopg2://user:***@host:5432/db",
+        ),
+        ("postgresql://user@host/db", "postgresql://user@host/db"),
+        ("sqlite:///results/s/study.db", "sqlite:///results/s/study.db"),
+        ("not a url://user:s3cret@host", "not a url://user:***@host"),
+    ],
+)
+def test_a_storage_password_is_masked(url: str, shown: str) -> None:
+    assert masked_url(url) == shown
+
+
+def test_a_storage_that_cannot_be_opened_is_named_without_its_password(tmp_path: Path) -> None:
+    url = "postgresql://tuner:s3cret-pw@127.0.0.1:1/studies"  # nothing listens on port 1
+    ref = StudyRef(name="s", storage_url=url, folder=tmp_path)
+    with pytest.raises(InputError, match="cannot open storage") as refused:
+        load_existing_study(ref)
+    assert "s3cret-pw" not in str(refused.value)
+    assert "postgresql://tuner:***@127.0.0.1:1/studies" in str(refused.value)

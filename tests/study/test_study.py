@@ -146,6 +146,15 @@ def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
     refused = autotune("export", "--study", STUDY, "--results", str(tmp_path), "--out", str(out))
     assert refused.returncode == 2 and "not empty" in refused.stderr
     assert (out / "keep.txt").read_text() == "mine"
+    mine = autotune(
+        "export", "--study", STUDY, "--results", str(tmp_path), "--out", str(out), "--force"
+    )
+    assert mine.returncode == 2 and "not exported by autotune" in mine.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    exported = autotune("export", "--study", STUDY, "--results", str(tmp_path), "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    (out / "keep.txt").write_text("mine, added to autotune's export")
     forced = autotune(
         "export", "--study", STUDY, "--results", str(tmp_path), "--out", str(out), "--force"
     )
