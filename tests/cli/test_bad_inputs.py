@@ -190,7 +190,7 @@ def _cluster_cases() -> list[Case]:
         "account-newline": _cluster(slurm.format(key="account", value='"a\\nb"')),
         "account-cr": _cluster(slurm.format(key="account", value='"a\\rb"')),
         "qos-tab": _cluster(slurm.format(key="qos", value='"a\\tb"')),
-        "sbatch-newline": _cluster("slurm:\n  extra_sbatch: ['--x\\n--y']\n"),
+        "sbatch-newline": _cluster('slurm:\n  extra_sbatch: ["--x\\n--y"]\n'),
         "name-newline": _cluster(name='"c\\nd"'),
         "name-nul": _cluster(name='"c\\0d"'),
         "nested": "nodes: " + "{a: " * 10_000,
@@ -313,3 +313,11 @@ def test_root_may_ignore_read_only_folders_so_proc_stands_in() -> None:
     """A read-only folder stops no one running as root; /proc and /sys refuse everyone, so
     the corpus uses them for an unwritable --results or --out."""
     assert os.access("/proc", os.R_OK)
+
+
+def test_the_nccl_values_a_config_takes_are_those_the_model_prices() -> None:
+    from autotune.estimate.nccl_tables import ALGOS, PROTOS
+    from autotune.space.config import NCCL_VALUES
+
+    values = NCCL_VALUES
+    assert values == {"nccl_algo": ("default", *ALGOS), "nccl_proto": ("default", *PROTOS)}
