@@ -14,6 +14,8 @@ from tests.conftest import autotune
 BIG = "9" * 400
 """A 400-digit integer: Python parses it, and any product of it would take planning forever."""
 SECONDS = 20
+RESULTS = "STUDY_RESULTS"
+"""Stands for the results folder of a study run once (simulated) for the cases that need one."""
 EST = ["estimate", "--cluster", "local:2"]
 SPACE = ["space", "--cluster", "local:2", "--space", "s.yaml"]
 MODEL = ["space", "--cluster", "local:2", "--model", "m.yaml"]
@@ -268,9 +270,37 @@ def _path_cases() -> list[Case]:
     ]
 
 
-CASES = _knob_cases() + _nccl_cases() + _space_file_cases() + _model_cases()
+def _study_cases() -> list[Case]:
+    """--out and --results of the commands that read a study, given one that exists."""
+    study = ["--study", "s", "--results", RESULTS]
+    file = {"afile": "x\n"}
+    kept = {"o/keep.txt": "mine\n"}
+    return [
+        Case("export-study-out-proc", ["export", *study, "--out", "/proc/x"]),
+        Case("export-study-out-file", ["export", *study, "--out", "afile"], file),
+        Case("export-study-out-under-file", ["export", *study, "--out", "afile/b"], file),
+        Case("export-study-out-not-empty", ["export", *study, "--out", "o"], kept),
+        Case("export-study-storage-bad", ["export", *study, "--storage", "sqlite:///afile"], file),
+        Case("report-study-out-proc", ["report", *study, "--out", "/proc/x/r.html"]),
+        Case("report-study-out-under-file", ["report", *study, "--out", "afile/r.html"], file),
+        Case("report-study-out-dir", ["report", *study, "--out", "o"], kept),
+        Case("trials-study-format", ["trials", *study, "--format", "xml"]),
+        Case("run-study-other-model", [*SIMULATE, *study, "--model", "gpt-1.3b"]),
+    ]
+
+
+CASES = _study_cases() + _knob_cases() + _nccl_cases() + _space_file_cases() + _model_cases()
 CASES += _cluster_cases() + _path_cases()
 XFAIL: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def study_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A results folder holding study `s`: one simulated trial of tiny on local:2."""
+    results = tmp_path_factory.mktemp("study") / "results"
+    done = autotune(*SIMULATE, "--study", "s", "--results", str(results), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return results
 
 
 def _files(folder: Path) -> set[Path]:
@@ -288,15 +318,20 @@ def _files(folder: Path) -> set[Path]:
         for c in CASES
     ],
 )
-def test_bad_input_is_one_line(tmp_path: Path, case: Case) -> None:
+def test_bad_input_is_one_line(tmp_path: Path, case: Case, request: pytest.FixtureRequest) -> None:
+    args = case.args
+    if RESULTS in args:
+        results = str(request.getfixturevalue("study_results"))
+        args = [results if a == RESULTS else a for a in args]
     for name, content in case.files.items():
         path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):
             path.write_bytes(content)
         else:
             path.write_text(content)
     before = _files(tmp_path)
-    result = autotune(*case.args, cwd=tmp_path, timeout=SECONDS)
+    result = autotune(*args, cwd=tmp_path, timeout=SECONDS)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == case.code, result.stderr[-3000:]
     assert len(lines) == 1 and lines[0].strip(), result.stderr[-3000:]
