@@ -81,9 +81,13 @@ def _nccl_cases() -> list[Case]:
         ("nccl_proto", "-1"),
     ]:
         tag = f"{knob}-{value.encode().hex()[:8]}"
-        cases.append(Case(f"config-{tag}", [*EST, "--config", f"{knob}={value}"]))
+        # On an NCCL cluster: on gloo, rule nccl_knobs_need_nccl would refuse any value.
+        nccl = ["--cluster", "dgx-h100:1"]
+        cases.append(Case(f"config-{tag}", ["estimate", *nccl, "--config", f"{knob}={value}"]))
         text = f"engine: deepspeed\nknobs:\n  {knob}: ['{value}']\n"
-        cases.append(Case(f"spacefile-{tag}", SPACE, {"s.yaml": text}))
+        cases.append(
+            Case(f"spacefile-{tag}", ["space", *nccl, "--space", "s.yaml"], {"s.yaml": text})
+        )
     cases.append(
         Case("plan-config-nccl", ["plan", "--cluster", "local:2", "--config", "nccl_algo=X"])
     )
