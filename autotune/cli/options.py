@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,25 @@ from autotune.trial.spec import StepPlan
 console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
 
 
+def _folder_or_none(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """--results names a folder, existing or to be made; a file there is refused at once."""
+    if value.exists() and not value.is_dir():
+        raise click.BadParameter(f"{value} is a file, not a folder")
+    return value
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An empty --model, --cluster or --space is a slip (an unset shell variable), not a
+    request for the default."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("empty; give a preset name or a file")
+    return value
+
+
 results_option = click.option(
     "--results",
     type=click.Path(path_type=Path),
+    callback=_folder_or_none,
     default=Path("results"),
     show_default=True,
     help="Results root: studies, trial folders, saved calibrations.",
@@ -43,14 +60,21 @@ def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default="tiny",
             show_default=True,
             help="Workload preset (tiny, gpt-1.3b, llama3-8b, ...) or YAML file.",
+            callback=_not_empty,
         ),
         click.option(
             "--cluster",
             default="local",
             show_default=True,
             help="Cluster preset (local, local:N, dgx-h100:16, ...) or YAML file.",
+            callback=_not_empty,
         ),
-        click.option("--space", default=None, help="Search-space file [default: the engine's]."),
+        click.option(
+            "--space",
+            default=None,
+            callback=_not_empty,
+            help="Search-space file [default: the engine's].",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -135,6 +159,9 @@ def slurm_settings(
     """The cluster file's `slurm:` section, overridden by the flags given."""
     flags = {"partition": partition, "account": account, "qos": qos}
     chosen: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    for name, value in [*chosen.items(), *(("sbatch-option", v) for v in sbatch_options)]:
+        if not value.isprintable():  # a line break would start another #SBATCH line
+            raise InputError(f"--{name}: control characters are not allowed: {value!r}")
     if sbatch_options:
         chosen["extra_sbatch"] = cluster.slurm.extra_sbatch + tuple(sbatch_options)
     return dataclasses.replace(cluster.slurm, **chosen)
@@ -158,3 +185,22 @@ def parse_duration(text: str | None, flag: str) -> float | None:
     if seconds <= 0:
         raise InputError(f"{flag}: the duration must be positive, not {text!r}")
     return seconds
+
+
+def check_writable_folder(path: Path, flag: str) -> None:
+    """Refuse, before anything runs, a folder autotune would write that cannot be made: a
+    file in its place or above it, a read-only folder, /proc. It creates nothing that stays:
+    a probe folder in the nearest existing parent is made and removed at once."""
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        what = "is" if parent == path else f"is under {parent}, which is"
+        raise InputError(f"{flag} {path} {what} a file, not a folder")
+    try:
+        with tempfile.TemporaryDirectory(dir=parent, prefix=".autotune-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"{flag} {path}: cannot write in {parent}: {exc.strerror or exc}"
+        ) from None

@@ -12,6 +12,7 @@ import click
 from autotune.cli import commbench_display, display
 from autotune.cli.app import cli
 from autotune.cli.options import (
+    check_writable_folder,
     console,
     length_options,
     problem_options,
@@ -93,6 +94,7 @@ def trial(
     folder = out or Path(
         "results", "trials", f"{engine}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     )
+    check_writable_folder(folder, "--out")
     if folder.exists() and any(folder.iterdir()):
         raise InputError(f"trial folder {folder} exists and is not empty")
     if not as_json:

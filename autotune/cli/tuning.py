@@ -12,6 +12,7 @@ import click
 from autotune.cli import display
 from autotune.cli.app import cli
 from autotune.cli.options import (
+    check_writable_folder,
     console,
     length_options,
     parse_duration,
@@ -128,6 +129,7 @@ def run(**options: Any) -> None:
         run_options.command,
     )
     settings = _tune_settings(problem, run_options)
+    check_writable_folder(run_options.results, "--results")
     tuned = tune(problem, settings, display.RichProgress(console), console.print)
     _print_outcome(tuned)
     if problem.job is not None and not tuned.exported:
@@ -281,6 +283,7 @@ def export(
 
     ref = study_ref(study_name, storage, results)
     study = load_existing_study(ref)
+    check_writable_folder(out or ref.folder / "best", "--out")
     for path in export_best(study, out or ref.folder / "best", force=force):
         console.print(str(path))
 
@@ -300,7 +303,10 @@ def report(study_name: str, storage: str | None, results: Path, out: Path | None
     from autotune.study.storage import study_ref
 
     ref = study_ref(study_name, storage, results)
-    console.print(str(write_report(load_existing_study(ref), out or ref.folder / "report.html")))
+    study = load_existing_study(ref)
+    out = out or ref.folder / "report.html"
+    check_writable_folder(out.parent, "--out")
+    console.print(str(write_report(study, out)))
 
 
 @cli.command()

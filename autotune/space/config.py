@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -110,6 +111,16 @@ RECOMPUTE_VALUES = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 MOE_DISPATCHERS = ("alltoall", "allgather")
 RECOMPUTE_MODULES = ("core_attn", "mlp", "moe_act", "layernorm")
+NCCL_VALUES = {
+    "nccl_algo": ("default", "Ring", "Tree", "NVLS", "NVLSTree"),
+    "nccl_proto": ("default", "LL", "LL128", "Simple"),
+}
+"""What NCCL_ALGO and NCCL_PROTO may be set to: the algorithms and protocols the cost model
+prices (estimate.nccl_tables' ALGOS and PROTOS, which import this package's neighbours, so
+the names are repeated here and a test keeps them equal); NCCL refuses others at run time."""
+ZERO_STAGES = (0, 3)
+MAX_KNOB = 10**15
+"""The largest integer knob (bucket sizes reach 10^10 elements at most in practice)."""
 
 
 def coerce_knob(name: str, value: Any, where: str) -> Any:
@@ -127,12 +138,7 @@ def coerce_knob(name: str, value: Any, where: str) -> Any:
             return False
         raise InputError(f"{where}: knob {name} takes true or false, not {text!r}")
     if kind is int:
-        number = parse_count(text)  # 500000000, 5e8 or 500M, as the tables show counts
-        if number is None:
-            raise InputError(f"{where}: knob {name} takes an integer, not {text!r}")
-        if number != int(number) or number < 0:
-            raise InputError(f"{where}: knob {name} takes a non-negative integer, not {text!r}")
-        return int(number)
+        return _coerce_int(name, text, where)
     if name == "recompute" and text not in RECOMPUTE_VALUES:
         raise InputError(f"{where}: recompute takes {', '.join(RECOMPUTE_VALUES)}, not {text!r}")
     if name == "recompute_method" and text not in RECOMPUTE_METHODS:
@@ -151,8 +157,37 @@ def coerce_knob(name: str, value: Any, where: str) -> Any:
         raise InputError(
             f"{where}: moe_dispatcher takes {', '.join(MOE_DISPATCHERS)}, not {text!r}"
         )
-
+    if name in NCCL_VALUES:
+        return _nccl_value(name, text, where)
     return text
+
+
+def _coerce_int(name: str, text: str, where: str) -> int:
+    """An integer knob: a count (500000000, 5e8, 500M), finite, whole, at least 1 (ZeRO's
+    stage 0-3), and at most MAX_KNOB: planning multiplies knobs together and enumerates their
+    products, so a 400-digit value would make it run for ever instead of failing."""
+    number = parse_count(text)
+    if number is None or not math.isfinite(number):
+        raise InputError(f"{where}: knob {name} takes an integer, not {_short(text)}")
+    low, high = ZERO_STAGES if name == "zero" else (1, MAX_KNOB)
+    if number != int(number) or not low <= number <= high:
+        allowed = "a ZeRO stage, 0 to 3" if name == "zero" else "a positive integer up to 10^15"
+        raise InputError(f"{where}: knob {name} takes {allowed}, not {_short(text)}")
+    return int(number)
+
+
+def _short(text: str) -> str:
+    """A user's value quoted for an error line, cut short if long."""
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+def _nccl_value(name: str, text: str, where: str) -> str:
+    """NCCL_ALGO or NCCL_PROTO as NCCL spells it (any case given), or `default` (unset)."""
+    allowed = NCCL_VALUES[name]
+    canonical = {value.lower(): value for value in allowed}.get(text.lower())
+    if canonical is None:
+        raise InputError(f"{where}: {name} takes {', '.join(allowed)}, not {_short(text)}")
+    return canonical
 
 
 def parse_overrides(text: str) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import InputError
 from autotune.specs.cluster import Cluster, DeviceKind, Link, SlurmSettings
@@ -20,13 +20,38 @@ from autotune.specs.workload import Fp8Recipe, Workload
 
 M = TypeVar("M", bound=BaseModel)
 
+# Bounds on what a file may say, far above any real job: the planner multiplies counts and
+# enumerates their divisors, so a count of 10^20 would make it run for hours, not fail.
+MAX_INT = 10**15
+MAX_NODES = 100_000
+MAX_DEVICES_PER_NODE = 1_024
+MAX_GLOBAL_BATCH = 10**9
+MAX_FILE_BYTES = 1 << 20
+"""A model, cluster or space file is a few hundred bytes; /dev/zero would be read for ever."""
+MAX_DEPTH = 64
+"""Nesting of YAML flow collections: yaml's parser recurses once a level (10,000 `[`s
+overflow Python's stack); no file autotune reads nests deeper than 3."""
+
+
+def _printable(text: str) -> str:
+    """Names and SLURM values end up in sbatch lines, file names and tables: a line break
+    there would start a new `#SBATCH` line (found only at export, after every trial ran)."""
+    if any(not ch.isprintable() for ch in text):
+        raise ValueError(f"control characters (line breaks, NUL, tabs) are not allowed: {text!r}")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_printable)]
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_INT)]
+PositiveFloat = Annotated[float, Field(gt=0, le=1e15)]
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WorkloadFile(_Strict):
-    name: str | None = None
+    name: Text | None = None
     num_layers: PositiveInt
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
@@ -34,45 +59,45 @@ class WorkloadFile(_Strict):
     ffn_hidden_size: PositiveInt | None = None
     vocab_size: PositiveInt
     seq_length: PositiveInt
-    global_batch_size: PositiveInt
+    global_batch_size: int = Field(gt=0, le=MAX_GLOBAL_BATCH)
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     fp8: Fp8Recipe = "none"
     swiglu: bool = False
-    kv_channels: int = Field(default=0, ge=0, description="0: hidden_size / heads")
-    num_moe_experts: int = Field(default=0, ge=0)
+    kv_channels: int = Field(default=0, ge=0, le=MAX_INT, description="0: hidden_size / heads")
+    num_moe_experts: int = Field(default=0, ge=0, le=MAX_INT)
     moe_router_topk: PositiveInt = 2
-    moe_ffn_hidden_size: int = Field(default=0, ge=0, description="0: ffn_hidden_size")
-    moe_shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    moe_ffn_hidden_size: int = Field(default=0, ge=0, le=MAX_INT, description="0: ffn_hidden_size")
+    moe_shared_expert_intermediate_size: int = Field(default=0, ge=0, le=MAX_INT)
     moe_layer_freq: PositiveInt = 1
 
 
 class LinkFile(_Strict):
     bandwidth_gbps: PositiveFloat = Field(description="GB/s per device, one direction")
-    latency_us: float = Field(ge=0)
+    latency_us: float = Field(ge=0, le=1e9)
 
 
 class DeviceFile(_Strict):
-    name: str
+    name: Text
     memory_gib: PositiveFloat
     peak_tflops: dict[Literal["bf16", "fp16", "fp32", "fp8"], PositiveFloat]
     host_memory_gib: float = Field(
-        default=0, ge=0, description="host RAM per device, for offloaded states"
+        default=0, ge=0, le=1e9, description="host RAM per device, for offloaded states"
     )
     host_link_gbps: PositiveFloat = Field(default=25, description="host link, GB/s each way")
 
 
 class SlurmFile(_Strict):
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    extra_sbatch: list[str] = Field(default_factory=list)
+    partition: Text | None = None
+    account: Text | None = None
+    qos: Text | None = None
+    extra_sbatch: list[Text] = Field(default_factory=list)
 
 
 class ClusterFile(_Strict):
-    name: str | None = None
-    nodes: PositiveInt = 1
-    devices_per_node: PositiveInt
-    device: str | DeviceFile
+    name: Text | None = None
+    nodes: int = Field(default=1, gt=0, le=MAX_NODES)
+    devices_per_node: int = Field(gt=0, le=MAX_DEVICES_PER_NODE)
+    device: Text | DeviceFile
     intra_link: LinkFile
     inter_link: LinkFile | None = None
     backend: Literal["nccl", "gloo"] = "nccl"
@@ -115,12 +140,15 @@ def load_workload(value: str) -> Workload:
 def load_cluster(value: str) -> Cluster:
     """`local`, `local:N` (N gloo processes), `dgx-h100:16` (16 nodes), `gb200-nvl72:2` (2
     racks), or a cluster YAML file."""
-    kind, _, count = value.partition(":")
+    kind, colon, count = value.partition(":")
+    if (kind == "local" or kind in CLUSTER_KINDS) and colon and not count:
+        raise InputError(f"cluster {_short(value)}: give a count after ':' or drop the ':'")
     if kind == "local" or kind in CLUSTER_KINDS:
-        nodes = _count(value, count)
         if kind == "local":
+            nodes = _count(value, count, MAX_DEVICES_PER_NODE)
             return _local(nodes, explicit=bool(count))
         preset = CLUSTER_KINDS[kind]
+        nodes = _count(value, count, MAX_NODES // preset.nodes_per_count)
         return Cluster(
             name=value if count else f"{kind}:1",
             nodes=nodes * preset.nodes_per_count,
@@ -178,12 +206,20 @@ def _local(processes: int, explicit: bool) -> Cluster:
     )
 
 
-def _count(value: str, count: str) -> int:
+def _count(value: str, count: str, most: int) -> int:
     if not count:
         return 1
-    if not count.isdigit() or int(count) < 1:
-        raise InputError(f"cluster {value!r}: the count after ':' must be a positive integer")
+    if not (count.isascii() and count.isdigit() and len(count) < 10 and 1 <= int(count) <= most):
+        raise InputError(
+            f"cluster {_short(value)}: the count after ':' must be a positive integer, "
+            f"at most {most:,}"
+        )
     return int(count)
+
+
+def _short(value: str) -> str:
+    """A user's value quoted for an error line, cut short if long."""
+    return repr(value) if len(value) <= 60 else repr(value[:57] + "...")
 
 
 def _device(device: str | DeviceFile, per_node: int, path: Path) -> DeviceKind:
@@ -212,7 +248,7 @@ def _existing_file(value: str, what: str, presets: list[str]) -> Path:
     path = Path(value)
     if not path.is_file():
         raise InputError(
-            f"unknown {what} {value!r}: not a preset ({', '.join(presets)}) and not a file"
+            f"unknown {what} {_short(value)}: not a preset ({', '.join(presets)}) and not a file"
         )
     return path
 
@@ -220,13 +256,20 @@ def _existing_file(value: str, what: str, presets: list[str]) -> Path:
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     """A YAML file whose top level is a mapping, or an InputError naming the file."""
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise InputError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec file")
+        text = raw.decode()
+        _check_depth(text, path)
+        data = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise InputError(
-            f"{path}:{where} malformed YAML: {getattr(exc, 'problem', exc)}"
-        ) from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise InputError(f"{path}:{where} malformed YAML: {problem}") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -234,6 +277,20 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of fields at the top level")
     return data
+
+
+def _check_depth(text: str, path: Path) -> None:
+    """Refuse flow collections nested deeper than MAX_DEPTH before yaml recurses into them.
+    Brackets inside quotes count too: a cheap over-estimate that no real file reaches."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    if deepest > MAX_DEPTH:
+        raise InputError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)")
 
 
 def _validate(model: type[M], data: dict[str, Any], path: Path) -> M:

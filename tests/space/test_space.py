@@ -29,7 +29,7 @@ def test_overrides_are_typed_by_knob() -> None:
         ("zeros=2", "unknown knob 'zeros'"),
         ("zero", "expected knob=value"),
         ("mbs=two", "takes an integer"),
-        ("mbs=1.5", "non-negative integer"),
+        ("mbs=1.5", "positive integer"),
         ("sp=maybe", "true or false"),
         ("recompute=most", "recompute takes none, selective, full"),
     ],
