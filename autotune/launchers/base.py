@@ -119,14 +119,17 @@ def classify(
     Only what this launch wrote counts: with `since` (the launch's start, time.time()), a
     result.json or error-rank*.json older than it is a previous launch's and ignored (the
     runner also sets a previous launch's folder aside before it runs). A rank's error file
-    comes before any result: a trial one of whose ranks failed did not succeed. When one rank
+    comes before any result: a trial one of whose ranks failed did not succeed (but for a rank
+    that failed after the result was written, in the framework's teardown, once the trial was
+    measured: Megatron-LM's and torchtitan's logging rank writes it as soon as it has its
+    steps). When one rank
     fails the others usually see a communication error, so the root cause is the
     out-of-memory or crash of some rank, before any communication error.
     """
     errors = [
         e
         for p in sorted(folder.glob("error-rank*.json"))
-        if _written_since(p, since) and (e := read_json(p))
+        if _written_since(p, since) and (e := read_json(p)) and _before_result(e, folder, since)
     ]
     if errors:
         worst = min(
@@ -161,6 +164,15 @@ def classify(
     line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
     # No rank reported: the worker never got going (bad environment, import failure, ...).
     return LaunchOutcome(kind="launch_error", error=line, wall_s=wall_s, returncode=returncode)
+
+
+def _before_result(error: dict[str, object], folder: Path, since: float | None) -> bool:
+    """Whether a rank's error came before this launch's result, if there is one."""
+    result = folder / RESULT_FILE
+    if not _written_since(result, since):
+        return True
+    written = error.get("time")
+    return not isinstance(written, int | float) or written <= result.stat().st_mtime
 
 
 def _written_since(path: Path, since: float | None) -> bool:

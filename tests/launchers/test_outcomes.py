@@ -95,3 +95,18 @@ def test_a_result_older_than_the_launch_does_not_count(tmp_path: Path) -> None:
     outcome = classify(tmp_path, 1, False, 1.0, since=time.time())
     assert outcome.kind == "launch_error" and outcome.result is None
     assert classify(tmp_path, 0, False, 1.0, since=time.time() - 3700.0).kind == "ok"
+
+
+def test_a_rank_failing_in_teardown_after_the_result_leaves_the_trial_measured(
+    tmp_path: Path,
+) -> None:
+    """Megatron-LM's logging rank writes the result once it has its steps; another rank that
+    fails in the framework's teardown afterwards does not undo the measured trial, while an
+    error written before the result does."""
+    start = time.time() - 5.0
+    old_ok_result(tmp_path, age_s=2.0)
+    later = time.time() + 1.0
+    write(tmp_path, "error-rank1.json", {"kind": "crash", "time": later, "error": "teardown"})
+    assert classify(tmp_path, 1, False, 1.0, since=start).kind == "ok"
+    write(tmp_path, "error-rank1.json", {"kind": "crash", "time": start + 1.0, "error": "mid"})
+    assert classify(tmp_path, 1, False, 1.0, since=start).kind == "crash"
