@@ -17,12 +17,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_at_load(path: Path, modules: set[str]) -> set[str]:
-    """autotune modules a module imports when it is loaded: its top-level imports, not
-    those inside functions or under `if TYPE_CHECKING` (`from package import module`
-    counts as the module, as `import package.module` does)."""
+def imported(nodes: list[ast.AST], modules: set[str]) -> set[str]:
+    """The autotune modules these import statements name (`from package import module`
+    counts as the module, as `import package.module` does); other nodes are skipped."""
     found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in nodes:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -31,7 +30,14 @@ def imports_at_load(path: Path, modules: set[str]) -> set[str]:
         else:
             continue
         found |= {name for name in names if name in modules}
-    return found - {module_name(path)}
+    return found
+
+
+def imports_at_load(path: Path, modules: set[str]) -> set[str]:
+    """autotune modules a module imports when it is loaded: its top-level imports, not
+    those inside functions or under `if TYPE_CHECKING`."""
+    body: list[ast.AST] = list(ast.parse(path.read_text()).body)
+    return imported(body, modules) - {module_name(path)}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -91,19 +97,7 @@ def every_import(path: Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
         for inner in ast.walk(node)
     }
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
-            names = [m if m in modules else node.module for m in submodules]
-        else:
-            continue
-        found |= {name for name in names if name in modules}
-    return found
+    return imported([n for n in ast.walk(tree) if id(n) not in typing_only], modules)
 
 
 def part_of(module: str) -> str:
