@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Literal
 
+from autotune.space.config import NCCL_ALGOS, NCCL_PROTOS
+
 Generation = Literal["ampere", "hopper", "blackwell"]
 GENERATIONS: tuple[Generation, ...] = ("ampere", "hopper", "blackwell")
 """The GPU generations NCCL's model is priced for here (NCCL's compCapIndex 1-3)."""
-ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
+ALGOS = NCCL_ALGOS
 NVLS_ARITY = 32
 """NCCL_MAX_NVLS_ARITY: NVLS channels, one a GPU, at most (device.h, search.cc)."""
-PROTOS = ("LL", "LL128", "Simple")
+PROTOS = NCCL_PROTOS
 BASE_LATENCY_US = {
     "Tree": (6.8, 14.0, 8.4),
     "Ring": (6.6, 14.0, 8.4),

@@ -111,13 +111,12 @@ RECOMPUTE_VALUES = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("uniform", "block")
 MOE_DISPATCHERS = ("alltoall", "allgather")
 RECOMPUTE_MODULES = ("core_attn", "mlp", "moe_act", "layernorm")
-NCCL_VALUES = {
-    "nccl_algo": ("default", "Ring", "Tree", "NVLS", "NVLSTree"),
-    "nccl_proto": ("default", "LL", "LL128", "Simple"),
-}
+NCCL_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree")
+NCCL_PROTOS = ("LL", "LL128", "Simple")
+NCCL_VALUES = {"nccl_algo": ("default", *NCCL_ALGOS), "nccl_proto": ("default", *NCCL_PROTOS)}
 """What NCCL_ALGO and NCCL_PROTO may be set to: the algorithms and protocols the cost model
-prices (estimate.nccl_tables' ALGOS and PROTOS, which import this package's neighbours, so
-the names are repeated here and a test keeps them equal); NCCL refuses others at run time."""
+prices (estimate/nccl_tables.py's tables are keyed by these names); NCCL refuses others at
+run time."""
 ZERO_STAGES = (0, 3)
 MAX_KNOB = 10**15
 """The largest integer knob (bucket sizes reach 10^10 elements at most in practice)."""

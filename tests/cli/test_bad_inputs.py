@@ -352,11 +352,3 @@ def test_root_may_ignore_read_only_folders_so_proc_stands_in() -> None:
     """A read-only folder stops no one running as root; /proc and /sys refuse everyone, so
     the corpus uses them for an unwritable --results or --out."""
     assert os.access("/proc", os.R_OK)
-
-
-def test_the_nccl_values_a_config_takes_are_those_the_model_prices() -> None:
-    from autotune.estimate.nccl_tables import ALGOS, PROTOS
-    from autotune.space.config import NCCL_VALUES
-
-    values = NCCL_VALUES
-    assert values == {"nccl_algo": ("default", *ALGOS), "nccl_proto": ("default", *PROTOS)}
