@@ -233,19 +233,13 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
 def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
     """The user's command for a trial: its config file replaced by `config_path`, for the
     Hugging Face Trainer also its micro-batch and accumulation flags, which must agree."""
-    job = _job(spec)
+    job = spec.user_job
     argv = job.argv_with_config(config_path)
     if is_hugging_face(job.command, job.config_index):
         accum = spec.config.grad_accum(spec.workload.global_batch_size)
         argv = with_flag(argv, HF_MBS, str(spec.config.mbs))  # the user's, where given
         argv = with_flag(argv, HF_ACCUM, str(accum))
     return argv
-
-
-def _job(spec: TrialSpec) -> UserJob:
-    if spec.job is None:
-        raise ValueError("a trial of autotune's own worker has no user's command")
-    return spec.job
 
 
 def _users_offload(space: SearchSpace, job: UserJob) -> SearchSpace:
@@ -342,7 +336,7 @@ class DeepSpeedScript(Framework):
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         path = folder / DS_CONFIG_FILE
-        config = trial_ds_config(_job(spec), spec.workload, spec.config)
+        config = trial_ds_config(spec.user_job, spec.workload, spec.config)
         path.write_text(json.dumps(config, indent=2) + "\n")
         return [path]
 
