@@ -33,10 +33,11 @@ from autotune.specs import Workload
 from autotune.specs.workload import Precision
 from autotune.trial.spec import TrialSpec, UserJob
 
-CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed")
+CONFIG_FLAGS = ("--deepspeed_config", "--deepscale_config", "--deepspeed")
 """Where a DeepSpeed script takes its config file: DeepSpeed's own `add_config_arguments`
-(`--deepspeed_config FILE`; its `--deepspeed` alone is a switch), or Hugging Face's
-`TrainingArguments` (`--deepspeed FILE`)."""
+(`--deepspeed_config FILE`, or its deprecated `--deepscale_config FILE`, which
+`deepspeed.initialize` takes in its place; its `--deepspeed` alone is a switch), or Hugging
+Face's `TrainingArguments` (`--deepspeed FILE`)."""
 
 
 def hf_flag(field: str) -> tuple[str, str]:

@@ -48,6 +48,8 @@ def workdir(tmp_path: Path) -> Path:
         (["train.py", "--deepspeed_config", "ds.json", "--lr", "1"], "ds.json"),
         (["python", "train.py", "--deepspeed_config=ds.json"], "--deepspeed_config=ds.json"),
         (["train.py", "--deepspeed", "--deepspeed_config", "ds.json"], "ds.json"),  # a switch
+        (["train.py", "--deepscale_config", "ds.json"], "ds.json"),  # DeepSpeed's old name
+        (["train.py", "--deepscale_config=ds.json"], "--deepscale_config=ds.json"),
         (["train.py", "--output_dir", "out", "--deepspeed", "ds.json"], "ds.json"),  # HF
     ],
 )
@@ -60,7 +62,8 @@ def test_the_config_argument_is_found_in_each_form(
     assert job.base_config == USER_CONFIG
     replaced = job.argv_with_config("/trial/ds_config.json")
     assert replaced[job.config_index].endswith("/trial/ds_config.json")
-    assert replaced[job.config_index].startswith("--deepspeed_config=") == ("=" in config_argument)
+    flag = config_argument.partition("=")[0] + "="  # `--flag=FILE` keeps its flag as given
+    assert replaced[job.config_index].startswith(flag) == ("=" in config_argument)
     assert [a for i, a in enumerate(replaced) if i != job.config_index] == [
         a for i, a in enumerate(job.command) if i != job.config_index
     ]
