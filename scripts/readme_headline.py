@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from autotune.units import display_label
+
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- headline:begin (scripts/readme_headline.py writes this table) -->"
 END = "<!-- headline:end -->"
@@ -56,15 +58,15 @@ def headline(bench: Path) -> str:
     speed = "pick's speed vs DeepSpeed's (per round)"
     for row in tuners:
         lines.append(
-            f"| {row['tuner']} | {row['wall time']} | {row['experiments']} | {row['pick']} "
-            f"| {row[speed]} |"
+            f"| {row['tuner']} | {row['wall time']} | {row['experiments']} "
+            f"| {display_label(row['pick'])} | {row[speed]} |"
         )
     runs = markdown_table((bench / DEFAULT_RUN).read_text())
     now = runs[-1]
     lines += [
         "",
         f"The first command above (`tiny`, 2 gloo processes): {now['wall time'].split(' (')[0]}, "
-        f"{now['trials']} trials, winner `{now['winner']}`.",
+        f"{now['trials']} trials, winner `{display_label(now['winner'])}`.",
         "",
         f"From [`results/bench/{VS_DEEPSPEED}`](results/bench/{VS_DEEPSPEED}) and "
         f"[`results/bench/{DEFAULT_RUN}`](results/bench/{DEFAULT_RUN}), measured on a shared "
