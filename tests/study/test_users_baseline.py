@@ -4,19 +4,24 @@ Trainer fills it, is the study's first trial, and the summary compares the winne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+import yaml
 
 from autotune.cli.display import study_summary
-from autotune.problem import load_problem
+from autotune.launchers.base import LaunchOutcome, LaunchRequest
+from autotune.model_probe import read_model
+from autotune.problem import Problem, load_problem
 from autotune.specs import load_workload
 from autotune.study.loop import Budget, SearchSettings, run_study
 from autotune.study.storage import StudyRef, study_ref
 from autotune.study.trial_attrs import TrialAttrs
+from autotune.trial.spec import StepPlan
 from tests.cli.test_display import printed
 from tests.fakes import Quiet, new_study
 from tests.study.test_study_trial_length import CAL, RecordsPlans
@@ -87,18 +92,45 @@ USERS = {
 ("auto" reduce_bucket_size: the model's width squared)."""
 
 
+WIDTH = 128
+"""The width of the model the fake run reads, not the stand-in's."""
+
+
+class ReadsTheModel(RecordsPlans):
+    """A measured cluster whose runs report a model of width `WIDTH`, as the step hook reads
+    a user's script's module."""
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        done = super().run(request)
+        assert done.result is not None
+        shape = {"parameters": 500_000, "vocab_size": 512, "hidden_size": WIDTH}
+        shape |= {"seq_length": 64, "tied_embeddings": True}
+        result = dataclasses.replace(done.result, model_shape=shape)
+        result.write(request.folder)
+        return dataclasses.replace(done, result=result)
+
+
+def hf_problem(
+    name: str, workdir: Path, monkeypatch: pytest.MonkeyPatch, model: str = "tiny"
+) -> Problem:
+    """The study's problem for the documented file, as `autotune run -- ...` loads it
+    (`model`: its --model; "tiny", none given, is a stand-in until a run reads the model)."""
+    (workdir / "train.py").write_text("")
+    (workdir / "ds_config.json").write_text(json.dumps(DOCUMENTED[name]))
+    monkeypatch.chdir(workdir)
+    command = ["train.py", "--output_dir", "out", "--per-device-train-batch-size", "4"]
+    return load_problem(
+        "deepspeed", model, "local:2", command=[*command, "--deepspeed", "ds_config.json"]
+    )
+
+
 @pytest.mark.parametrize("name", sorted(DOCUMENTED))
 def test_hugging_faces_documented_config_is_the_studys_baseline(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    (tmp_path / "train.py").write_text("")
-    (tmp_path / "ds_config.json").write_text(json.dumps(DOCUMENTED[name]))
-    monkeypatch.chdir(tmp_path)
-    command = ["train.py", "--output_dir", "out", "--per-device-train-batch-size", "4"]
-    problem = load_problem(
-        "deepspeed", "tiny", "local:2", command=[*command, "--deepspeed", "ds_config.json"]
-    )
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(dataclasses.asdict(TINY)))
+    problem = hf_problem(name, tmp_path, monkeypatch, model="model.yaml")
     users = problem.users_config()
     assert users is not None and users in problem.enumerate().valid
     wanted: dict[str, Any] = {"mbs": 4, "overlap_comm": True, "offload_optimizer": True}
@@ -116,3 +148,33 @@ def test_hugging_faces_documented_config_is_the_studys_baseline(
     assert TrialAttrs.of(first).config == users  # measured first, as the Trainer runs it
     summary = printed(160, study_summary, study, study_ref("t", None, tmp_path), [])
     assert "x your own config (" in summary and "trial 0:" in summary
+
+
+def test_the_users_auto_bucket_follows_the_model_their_script_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --model, as a new user runs it: the run that reads the model is no trial of a
+    config the Trainer would not run (its "auto" bucket from a stand-in's width); the study
+    then measures the user's config for the model read first and compares the winner."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    problem = hf_problem("zero3", tmp_path, monkeypatch)
+    assert problem.reads_model and TINY.hidden_size**2 not in problem.space.values["reduce_bucket"]
+    launcher = ReadsTheModel()
+    read = read_model(problem, launcher, tmp_path / "model_probe", StepPlan(), 60)
+    assert read.record is None  # three steps, no trial
+    users = read.problem.users_config()
+    assert users is not None and users.reduce_bucket == WIDTH**2
+    assert WIDTH**2 in read.problem.space.values["reduce_bucket"]
+    study = new_study()
+    run_study(
+        read.problem,
+        study,
+        ref=StudyRef("t", "memory", tmp_path),
+        launcher=launcher,
+        progress=Quiet(),
+        settings=SearchSettings(budget=Budget(trials=2, confirm=False), calibration=CAL),
+    )
+    first = min(study.get_trials(), key=lambda trial: trial.number)
+    assert TrialAttrs.of(first).config == users
+    summary = printed(160, study_summary, study, study_ref("t", None, tmp_path), [])
+    assert "x your own config (" in summary

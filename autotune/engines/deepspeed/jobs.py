@@ -174,7 +174,7 @@ def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, 
     zero = zero_section(job.base_config)
     stage = whole(zero.get("stage", 0))
     reduce = zero.get("reduce_bucket_size", DS_BUCKET)
-    if reduce == "auto" and is_hugging_face(job.command, job.config_index):
+    if trainer_fills_bucket(job):
         reduce = workload.hidden_size * workload.hidden_size
     found: dict[str, int | None] = {
         "zero": stage,
@@ -190,6 +190,13 @@ def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, 
     for offload in ("offload_optimizer", "offload_param"):
         knobs[offload] = offloads_to_cpu(zero.get(offload))
     return knobs
+
+
+def trainer_fills_bucket(job: UserJob) -> bool:
+    """The Trainer fills the file's "auto" reduce_bucket_size from the model's width: the
+    user's value is known once the model is."""
+    auto = zero_section(job.base_config).get("reduce_bucket_size") == "auto"
+    return auto and is_hugging_face(job.command, job.config_index)
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
@@ -330,6 +337,8 @@ class DeepSpeedScript(Framework):
         narrowed = with_workload(problem, workload, DEEPSPEED_KNOBS)
         space = _users_offload(narrowed.space, job)
         users = users_knobs(job, workload, problem.cluster.world_size)
+        if not problem.model_given and trainer_fills_bucket(job):
+            del users["reduce_bucket"]  # the stand-in's width: `model_probe` reads the model's
         return dataclasses.replace(
             narrowed,
             space=with_users_values(space, users),
