@@ -24,6 +24,7 @@ world's best config; GPU-hours against that study's. Writes results/benchmarks/s
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -218,9 +219,18 @@ def _key(t: optuna.trial.FrozenTrial) -> str:
     return key
 
 
+@functools.cache
+def world_problem(gpus: int) -> Problem:
+    """The world's problem, its enumeration computed once for every seed and study."""
+    problem = load_problem(*WORLDS[gpus], _space_file())
+    enumeration = problem.enumerate()
+    object.__setattr__(problem, "enumerate", lambda: enumeration)
+    return problem
+
+
 def one_seed(gpus: int, seed: int, scale: Scale) -> Arms:
     """Per arm: (true tokens/s of its pick, GPU-hours, trials)."""
-    problem = load_problem(*WORLDS[gpus], _space_file())
+    problem = world_problem(gpus)
     rng = random.Random(seed)
     biases = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
     world = World(problem, seed, *biases, scale)
@@ -309,7 +319,13 @@ def main() -> None:
                 shown = {k: round(v[0] / runs[-1][REFERENCE][0], 3) for k, v in runs[-1].items()}
                 print(scale.name, gpus, seed, shown, flush=True)
             sections += table(gpus, scale, runs)
-    head = [
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text("\n".join(_head(args, started) + sections))
+    print(f"wrote {args.out}")
+
+
+def _head(args: argparse.Namespace, started: float) -> list[str]:
+    return [
         "# Tuning on a slice (SIMULATED worlds)",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
@@ -327,9 +343,6 @@ def main() -> None:
         + ".",
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(head + sections))
-    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

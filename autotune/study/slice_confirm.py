@@ -29,8 +29,10 @@ from autotune.study.slice import (
     TRIAL_NODES,
     SliceRun,
     SliceSettings,
+    is_slice_study,
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
+from autotune.study.storage import stored_specs
 from autotune.study.trial_run import StudyRun, run_one
 from autotune.trial.spec import read_json, write_atomically
 
@@ -149,9 +151,19 @@ def with_kept_error(settings: SliceSettings | None, path: Path) -> SliceSettings
 def say_slice(
     study: optuna.Study, cluster: Cluster, path: Path, say: Callable[[str], None]
 ) -> None:
-    """The slice study's cost and slice-to-full error, said; the error kept for the cluster."""
-    say(ranked_line(study))
-    say(cost_line(study_cost(study, cluster)))
-    error = keep_error(study, path)
-    if error is not None:
-        say(error_line(error))
+    """The slice study's trials, cost and slice-to-full error, said; the error kept for the
+    cluster."""
+    keep_error(study, path)
+    for line in slice_lines(study, cluster):
+        say(line)
+
+
+def slice_lines(study: optuna.Study, cluster: Cluster | None = None) -> list[str]:
+    """What the summary and the report say of a slice study: how its trials were ranked,
+    what they cost, the slice-to-full error; [] for a study on the whole cluster."""
+    if not is_slice_study(study):
+        return []
+    cluster = cluster or stored_specs(study)[2]
+    error = study.user_attrs.get(SLICE_ERROR)
+    lines = [ranked_line(study), cost_line(study_cost(study, cluster))]
+    return lines + ([error_line(error)] if error else [])

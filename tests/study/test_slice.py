@@ -104,6 +104,7 @@ def test_a_slice_study_names_nodes_confirms_at_full_size_and_costs_gpu_hours(
     assert best["cluster"] == "dgx-h100:4" and best["config"]["dp"] * 8 >= 8
     assert best["slice"]["trial_nodes"] == 1 and best["slice"]["gpu_hours"] > 0
     assert (tmp_path / "calibration" / "dgx-h100_4.slice.json").exists()
+    assert tuned.report is not None and "GPU-hours" in tuned.report.read_text()
 
 
 def test_a_study_without_a_slice_is_unchanged() -> None:
