@@ -124,8 +124,8 @@ def _checked_launcher(
 ) -> tuple[Problem, Launcher, LaunchSettings]:
     """The launcher `settings` name, built with the cluster's calibration (in the settings
     returned) and checked; the problem narrowed to what it can run; or an InputError."""
-    problem.enumerate().require_some()
     check_trial_nodes(settings.slice.nodes if settings.slice else None, problem.cluster)
+    problem.enumerate().require_some()
     if problem.job is not None and settings.launcher in ("replay", "simulate"):
         raise InputError(
             f"--launcher {settings.launcher} does not run anything: your own command needs "

@@ -34,7 +34,8 @@ from autotune.trial.result import TrialResult
 from autotune.trial.spec import StepPlan, TrialSpec
 
 TRIAL_NODES = "trial_nodes"
-"""On a trial: the nodes it ran on (the slice's, or the cluster's at full size)."""
+"""On a trial: the nodes it ran on (the slice's, or the cluster's at full size; 0 for one
+the model ranked, which ran nowhere)."""
 RANKED_BY = "ranked_by"
 """On a trial of a slice study: `slice` (measured on the slice, extrapolated), `proxy`
 (measured on the slice with fewer layers per stage), `model` (ranked by the model alone) or
@@ -42,7 +43,8 @@ RANKED_BY = "ranked_by"
 PROXY = "proxy"
 """On a proxy trial: the proxy it measured ({"pp": stages, "layers": layers})."""
 RANKED_WHY = "ranked_why"
-"""On a model-ranked trial: why the slice could not measure it."""
+"""On a model-ranked trial: why the slice could not measure it; on a proxy trial: what
+stood in."""
 SLICE_TOKENS = "slice_tokens_per_s"
 """On a slice trial: the tokens/s the slice measured (its value is the extrapolation)."""
 SLICE_STUDY = "trial_nodes"
@@ -150,8 +152,9 @@ def observed_as(
 
 @dataclass(frozen=True)
 class SlicedTrial:
-    """One search trial of a slice study: its spec (None when the model ranks it) and how
-    its outcome becomes the full cluster's."""
+    """One search trial of a slice study: what it runs (its view of the config: the slice,
+    a proxy, or nothing when the model ranks it) and how its outcome becomes the full
+    cluster's."""
 
     problem: Problem
     config: TrainConfig
@@ -229,6 +232,7 @@ class SlicedTrial:
             RANKED_BY: "proxy" if proxy else "slice",
             SLICE_TOKENS: measured,
             **({PROXY: dataclasses.asdict(proxy)} if proxy else {}),
+            **({RANKED_WHY: f"measured on PP{proxy.pp}, {proxy.layers} layers"} if proxy else {}),
         }
 
 

@@ -94,7 +94,8 @@ def run_one(
         trial.set_user_attr(name, value)
     folder = run.ref.folder / "trials" / str(trial.number)
     trial.set_user_attr(FOLDER, str(folder))
-    sliced = run.slice.trial(config) if run.slice is not None else None
+    # A run already made (the user's model read) was at full size: told as it is.
+    sliced = run.slice.trial(config) if run.slice is not None and measured is None else None
     spec = sliced.spec(steps) if sliced else run.problem.trial_spec(config, steps)
     run.progress.started(trial.number, label)
     if sliced is not None and sliced.view.why_not:
