@@ -13,15 +13,16 @@ import yaml
 from autotune.errors import InputError
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.problem import Problem, load_problem
-from autotune.space import TrainConfig
 from autotune.study import Budget
 from autotune.study.slice import (
     FULL_OF,
+    PROXY,
     RANKED_BY,
     TRIAL_NODES,
     SliceRun,
     SliceSettings,
     check_trial_nodes,
+    observed_as,
     slice_view,
 )
 from autotune.study.slice_cost import study_cost, trial_gpu_hours
@@ -107,6 +108,13 @@ def test_a_slice_study_names_nodes_confirms_at_full_size_and_costs_gpu_hours(
     assert tuned.report is not None and "GPU-hours" in tuned.report.read_text()
 
 
-def test_a_study_without_a_slice_is_unchanged() -> None:
+def test_the_model_is_fitted_to_each_trial_as_what_it_ran() -> None:
     p = _problem()
-    assert slice_view(p, TrainConfig(tp=8, dp=16), nodes=16).config.dp == 16
+    config = p.config({"tp": 4, "pp": 4, "vpp": 5, "mbs": 1})
+    seen = observed_as(p, {TRIAL_NODES: 2, RANKED_BY: "slice"}, config)
+    assert seen is not None and seen[1].nodes == 2 and seen[2].dp == 1
+    proxy = {TRIAL_NODES: 2, RANKED_BY: "proxy", PROXY: {"pp": 2, "layers": 40}}
+    seen = observed_as(p, proxy, config)
+    assert seen is not None and seen[0].num_layers == 40 and seen[2].pp == 2
+    assert observed_as(p, {TRIAL_NODES: 0, RANKED_BY: "model"}, config) is None
+    assert observed_as(p, {}, config) == (p.workload, p.cluster, config)
