@@ -170,10 +170,10 @@ class _Search:
         self.measured = {config_key(measured[0]): measured[1]} if measured else {}
         """Configs run before the search began, each taken as its trial once."""
         self.progress, self.settings, self.budget = progress, settings, settings.budget
+        sliced = slice_run(problem, study, settings.slice, self.calibration)
         self.study_run = StudyRun(
-            problem, ref, study, launcher, progress, settings.budget.timeout_per_trial_s,
-            slice_run(problem, study, settings.slice, self.calibration),
-        )  # fmt: skip
+            problem, ref, study, launcher, progress, settings.budget.timeout_per_trial_s, sliced
+        )
         valid = problem.enumerate().require_some().valid
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
