@@ -34,6 +34,7 @@ from autotune.study.slice import (
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.storage import stored_specs
 from autotune.study.trial_run import StudyRun, run_one
+from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> 
         config = standing.config
         record = run_one(full_run, trial, config, config_key(config), steps)
         label = f"{config.label()} (at full size, trial {standing.first} extrapolated)"
-        run.progress.finished(trial.number, label, record, None)
+        run.progress.finished(trial.number, label, record, best_value(study))
         numbers.append(trial.number)
     record_error(study)
     return numbers

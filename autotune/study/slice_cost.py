@@ -88,8 +88,9 @@ def ranked_line(study: optuna.Study) -> str:
     return (
         f"trials on a slice of {study.user_attrs.get(SLICE_STUDY)} nodes: {count['slice']} "
         f"measured there and extrapolated, {count['proxy']} on a shallower proxy (fewer "
-        f"layers per stage: the states do not fit the slice), {count['model']} ranked by the "
-        f"model (the model-parallel group does not fit it), {count['full']} at full size"
+        f"pipeline stages or layers per chunk: the layout or its states do not fit the "
+        f"slice), {count['model']} ranked by the model (not even a proxy fits), "
+        f"{count['full']} at full size"
     )
 
 
