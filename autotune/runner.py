@@ -54,6 +54,7 @@ def prepare(
                 "engine": spec.engine,
                 "workload": spec.workload.name,
                 "cluster": spec.cluster.name,
+                "nodes": spec.cluster.nodes,
                 "config": spec.config.as_dict(),
                 **({"command": list(spec.job.command)} if spec.job else {}),
             },

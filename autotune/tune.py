@@ -30,6 +30,8 @@ from autotune.study.noise import (
     trial_precision,
 )
 from autotune.study.samplers import make_sampler
+from autotune.study.slice import SliceSettings, check_trial_nodes
+from autotune.study.slice_confirm import say_slice, with_kept_error
 from autotune.study.storage import default_study_name, masked_url, study_ref
 from autotune.trial.spec import StepPlan
 
@@ -48,6 +50,8 @@ class TuneSettings:
     results: Path = Path("results")
     sampler: str = "guided"
     seed: int | None = None
+    slice: SliceSettings | None = None
+    """`--trial-nodes`: search trials on a slice, leaders confirmed at full size."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ def tune(
         settings.study_name or default_study_name(problem), settings.storage, settings.results
     )
     noise_file = noise_path(settings.results, problem.cluster)
+    slice_error_file = noise_file.with_suffix("").with_suffix(".slice.json")
     read = None
     if problem.reads_model and launcher.source == "measured":
         read = _read_users_model(problem, launcher, ref, settings, noise_file, say)
@@ -91,6 +96,7 @@ def tune(
         strategy=settings.sampler,
         seed=settings.seed,
         calibration=launch.calibration,
+        slice=with_kept_error(settings.slice, slice_error_file),
     )
     measured = (read.config, read.record) if read and read.record else None
     try:
@@ -107,6 +113,8 @@ def tune(
         launcher.close()
     if launcher.source == "measured":
         save_spread(study, noise_file)
+    if settings.slice is not None:
+        say_slice(study, problem.cluster, slice_error_file, say)
     exported, report = _write_outputs(study, ref, outcome, say)
     return Tuned(study=study, ref=ref, outcome=outcome, exported=exported, report=report)
 
@@ -116,6 +124,7 @@ def _checked_launcher(
 ) -> tuple[Problem, Launcher, LaunchSettings]:
     """The launcher `settings` name, built with the cluster's calibration (in the settings
     returned) and checked; the problem narrowed to what it can run; or an InputError."""
+    check_trial_nodes(settings.slice.nodes if settings.slice else None, problem.cluster)
     problem.enumerate().require_some()
     if problem.job is not None and settings.launcher in ("replay", "simulate"):
         raise InputError(

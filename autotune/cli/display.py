@@ -219,13 +219,14 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.report.table import trial_table as table_of
     from autotune.report.table import users_config_trial
     from autotune.study.confirm import standings
+    from autotune.study.slice import full_first
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import TrialAttrs
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
     failed = frame[frame["status"] == "fail"]
-    ranked = standings(study)
+    ranked = full_first(standings(study))
     if ok.empty or not ranked:
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:

@@ -106,6 +106,21 @@ if TYPE_CHECKING:
         "raised to what two launches of one config differ by."
     ),
 )
+@click.option(
+    "--trial-nodes",
+    default=None,
+    type=int,
+    help="Run search trials on this many nodes of the cluster (same layout, fewer "
+    "data-parallel replicas) and rank configs for the whole cluster by extrapolation; "
+    "must divide the cluster's nodes [default: the whole cluster].",
+)
+@click.option(
+    "--confirm-full",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0),
+    help="With --trial-nodes: leaders measured at full size before export; 0 skips.",
+)
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(**options: Any) -> None:
@@ -164,12 +179,15 @@ class RunOptions:
     thorough: bool
     measured_steps: int | None
     precision: float
+    trial_nodes: int | None
+    confirm_full: int
     command: tuple[str, ...]
 
 
 def _tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
     """What `tune` takes, from the problem and `autotune run`'s options."""
     from autotune.launchers import LaunchSettings
+    from autotune.study.slice import SliceSettings
     from autotune.tune import TuneSettings
 
     return TuneSettings(
@@ -192,6 +210,11 @@ def _tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
         results=options.results,
         sampler=options.sampler,
         seed=options.seed,
+        slice=(
+            SliceSettings(options.trial_nodes, options.confirm_full)
+            if options.trial_nodes is not None
+            else None
+        ),
     )
 
 

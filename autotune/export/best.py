@@ -33,6 +33,7 @@ from autotune.launchers import torchrun
 from autotune.report.table import best_trial
 from autotune.study.confirm import standings
 from autotune.study.noise import study_spread
+from autotune.study.slice_cost import slice_summary
 from autotune.study.storage import stored_job, stored_specs
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
@@ -169,6 +170,7 @@ def _write_all(
                     "model_state_bytes": attrs.model_state_bytes,
                 },
                 "standing": _standing(study, trial),
+                **slice_summary(study, spec.cluster),
                 "provenance": provenance(study.study_name, trial.number, spec),
             },
             sort_keys=False,

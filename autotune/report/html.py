@@ -24,6 +24,7 @@ from autotune.errors import InputError
 from autotune.report.cost import cost_line, study_cost
 from autotune.report.table import best_standing, trial_table
 from autotune.study.choices import CHOICES_ATTR
+from autotune.study.slice_confirm import slice_lines
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
 from autotune.units import column_text, display_label, knob_text
@@ -65,6 +66,7 @@ def write_report(study: optuna.Study, out: Path) -> Path:
     cost = study_cost(study)
     if cost is not None:
         parts.append(f"<h2>Where the time went</h2><p>{html.escape(cost_line(cost))}</p>")
+    parts += [f"<p>{html.escape(line)}</p>" for line in slice_lines(study)]
     parts.append(_table(frame))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, _PAGE.format(title=html.escape(study.study_name), body="\n".join(parts)))

@@ -8,6 +8,7 @@ from optuna.trial import TrialState
 
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import Standing, standings
+from autotune.study.slice import full_first
 from autotune.study.trial_attrs import USERS_CONFIG, Pruned, TrialAttrs, pruned_as
 
 COLUMNS = (
@@ -77,7 +78,7 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 
 def best_standing(study: optuna.Study) -> Standing | None:
-    ranked = standings(study)
+    ranked = full_first(standings(study))
     return ranked[0] if ranked else None
 
 

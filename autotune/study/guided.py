@@ -37,6 +37,7 @@ from autotune.space import TrainConfig, nccl_default
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
 from autotune.study.noise import NOISE_FLOOR
+from autotune.study.slice import observed_as
 from autotune.study.trial_attrs import TrialAttrs
 
 PRIOR_SPREAD = 0.15
@@ -208,12 +209,15 @@ class GuidedSearch:
         if learned_from == self._learned_from:  # nothing new measured: the fit stands
             return
         self._learned_from = learned_from
-        w, cluster, engine = self.problem.workload, self.problem.cluster, self.problem.engine
-        data = [
-            Observation(w, cluster, attrs[n].config, engine.traits, step)
+        w, engine = self.problem.workload, self.problem.engine
+        by_number = {t.number: t for t in trials}
+        seen = [  # a slice trial is fitted as the slice it ran on
+            (attrs[n].config, view, step)
             for n, step in step_times.items()
+            if (view := observed_as(self.problem, by_number[n].user_attrs, attrs[n].config))
         ]
-        self.measured = [o.config for o in data]
+        data = [Observation(*view, engine.traits, step) for _, view, step in seen]
+        self.measured = [config for config, _, _ in seen]
         self._beliefs = None
         fastest = max(
             (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),

@@ -37,6 +37,8 @@ from autotune.study.noise import (
 )
 from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
+from autotune.study.slice import SliceSettings
+from autotune.study.slice_confirm import confirm_full, slice_run
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
     PREDICTED,
@@ -116,6 +118,8 @@ class SearchSettings:
     calibration: Calibration | None = None
     seed_from_plan: bool = True
     """With an Optuna sampler, run the plan's best configs first in a new study."""
+    slice: SliceSettings | None = None
+    """Trials on a slice of the cluster, leaders confirmed at full size (`study.slice`)."""
 
 
 def run_study(
@@ -134,6 +138,8 @@ def run_study(
     search = _Search(problem, study, ref, launcher, progress, settings, measured)
     reason = search.run()
     confirmations = search.confirm_leaders()
+    if settings.slice is not None:
+        confirmations += confirm_full(search.study_run, search.space, settings)
     return StudyOutcome(
         ran=search.ran,
         finished_total=len(search.seen),
@@ -164,8 +170,9 @@ class _Search:
         self.measured = {config_key(measured[0]): measured[1]} if measured else {}
         """Configs run before the search began, each taken as its trial once."""
         self.progress, self.settings, self.budget = progress, settings, settings.budget
+        sliced = slice_run(problem, study, settings.slice, self.calibration)
         self.study_run = StudyRun(
-            problem, ref, study, launcher, progress, settings.budget.timeout_per_trial_s
+            problem, ref, study, launcher, progress, settings.budget.timeout_per_trial_s, sliced
         )
         valid = problem.enumerate().require_some().valid
         self.space = StudySpace.from_valid(valid)
@@ -199,6 +206,10 @@ class _Search:
         self.seen = verdicts(study)
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start = 0, 0, time.monotonic()
+
+    def calibration(self) -> Calibration:
+        """The study's current fit: the guided search's, or the plan's."""
+        return self.guide.calibration if self.guide is not None else self.cal
 
     def _users_config(self) -> TrainConfig | None:
         """The config the user's command runs today, when it is in the space and predicted

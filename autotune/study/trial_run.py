@@ -18,6 +18,7 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
+from autotune.study.slice import SliceRun
 from autotune.study.storage import INTERRUPTED, StudyRef, owner_tag
 from autotune.study.trial_attrs import (
     COMMAND,
@@ -66,6 +67,8 @@ class StudyRun:
     launcher: Launcher
     progress: Progress
     timeout_s: float
+    slice: SliceRun | None = None
+    """Trials on a slice of the cluster, extrapolated to the whole (`study.slice`)."""
 
 
 def run_one(
@@ -91,13 +94,20 @@ def run_one(
         trial.set_user_attr(name, value)
     folder = run.ref.folder / "trials" / str(trial.number)
     trial.set_user_attr(FOLDER, str(folder))
-    spec = run.problem.trial_spec(config, steps)
+    # A run already made (the user's model read) was at full size: told as it is.
+    sliced = run.slice.trial(config) if run.slice is not None and measured is None else None
+    spec = sliced.spec(steps) if sliced else run.problem.trial_spec(config, steps)
     run.progress.started(trial.number, label)
-    record = (
-        trials.moved(measured, folder, run.problem.engine, launcher, run.timeout_s)
-        if measured is not None
-        else with_heartbeat(study, trial, lambda: _run_or_interrupt(run, trial, spec, folder))
-    )
+    if sliced is not None and sliced.view.why_not:
+        record = sliced.model_record(folder)
+    elif measured is not None:
+        record = trials.moved(measured, folder, run.problem.engine, launcher, run.timeout_s)
+    else:
+        record = with_heartbeat(study, trial, lambda: _run_or_interrupt(run, trial, spec, folder))
+    if sliced is not None:
+        record = sliced.extrapolated(record)
+        for name, value in sliced.attrs(record).items():
+            trial.set_user_attr(name, value)
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)
     predicted = TrialAttrs.of(trial).predicted

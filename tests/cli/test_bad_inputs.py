@@ -235,6 +235,14 @@ def _path_cases() -> list[Case]:
         Case("run-results-under-file", [*SIMULATE, "--results", "afile/sub"], file),
         Case("run-results-proc", [*SIMULATE, "--results", "/proc/autotune-results"]),
         Case("run-results-sys", [*SIMULATE, "--results", "/sys/autotune"]),
+        Case("run-trial-nodes-0", [*SIMULATE, "--trial-nodes", "0"]),
+        Case("run-trial-nodes-over", [*SIMULATE, "--trial-nodes", "2"]),
+        Case("run-trial-nodes-word", [*SIMULATE, "--trial-nodes", "some"]),
+        Case("run-confirm-full-neg", [*SIMULATE, "--trial-nodes", "1", "--confirm-full", "-1"]),
+        Case(
+            "run-trial-nodes-not-dividing",
+            ["run", "--launcher", "simulate", "--cluster", "dgx-h100:4", "--trial-nodes", "3"],
+        ),
         Case("run-study-slash", [*SIMULATE, "--study", "a/b"]),
         Case("run-study-newline", [*SIMULATE, "--study", "a\nb"]),
         Case(

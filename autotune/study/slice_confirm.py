@@ -1,0 +1,170 @@
+"""A slice study's leaders measured at full size before export, and the slice-to-full error
+they measure: log(full / extrapolated) tokens/s, kept on the study (`SLICE_ERROR`) and, by
+`tune`, for the cluster's next study."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.estimate.calibration import Calibration
+from autotune.problem import Problem
+from autotune.space import config_key
+from autotune.specs import Cluster
+from autotune.study.choices import StudySpace
+from autotune.study.confirm import standings
+from autotune.study.optuna_private import ask_enqueued
+from autotune.study.slice import (
+    FULL_OF,
+    RANKED_BY,
+    SLICE_STUDY,
+    TRIAL_NODES,
+    SliceRun,
+    SliceSettings,
+    is_slice_study,
+)
+from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
+from autotune.study.storage import stored_specs
+from autotune.study.trial_run import StudyRun, run_one
+from autotune.study.verdicts import best_value
+from autotune.trial.spec import read_json, write_atomically
+
+if TYPE_CHECKING:
+    from autotune.study.loop import SearchSettings
+
+SLICE_ERROR = SLICE_ERROR_ATTR
+"""On the study: {"error": mean log(full / extrapolated), "configs": [[label, full,
+extrapolated], ...]} over its leaders measured at full size."""
+
+
+def slice_run(
+    problem: Problem,
+    study: optuna.Study,
+    settings: SliceSettings | None,
+    calibration: Callable[[], Calibration],
+) -> SliceRun | None:
+    """The slice a study's search trials run on (None: the whole cluster), kept on the
+    study so its report and export say so."""
+    if settings is None or settings.nodes == problem.cluster.nodes:
+        return None
+    study.set_user_attr(SLICE_STUDY, settings.nodes)
+    return SliceRun(settings, problem, calibration)
+
+
+def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
+    """The `confirm_full` best configs of the slice search, each measured once at full
+    size (unless it already was); their trial numbers. Records the slice-to-full error."""
+    s = settings.slice
+    if s is None or not s.confirm_full or run.slice is None:
+        return []
+    study = run.study
+    full_run = dataclasses.replace(run, slice=None)
+    done = {t.user_attrs.get(FULL_OF) for t in study.get_trials(deepcopy=False)}
+    leaders = [
+        st
+        for st in standings(study)
+        if st.trial.user_attrs.get(RANKED_BY) in ("slice", "proxy", "model")
+    ]
+    numbers: list[int] = []
+    for standing in leaders[: s.confirm_full]:
+        if standing.first in done:
+            continue
+        attrs: dict[str, object] = {FULL_OF: standing.first}
+        trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
+        if trial is None:
+            continue
+        trial.set_user_attr(TRIAL_NODES, run.problem.cluster.nodes)
+        trial.set_user_attr(RANKED_BY, "full")
+        steps = dataclasses.replace(settings.steps, best_s=None)
+        config = standing.config
+        record = run_one(full_run, trial, config, config_key(config), steps)
+        label = f"{config.label()} (at full size, trial {standing.first} extrapolated)"
+        run.progress.finished(trial.number, label, record, best_value(study))
+        numbers.append(trial.number)
+    record_error(study)
+    return numbers
+
+
+def record_error(study: optuna.Study) -> dict[str, Any] | None:
+    """The slice-to-full error of the study's full-size trials against their slice trials'
+    extrapolations, set on the study; None when no pair was measured."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    by_number = {t.number: t for t in complete}
+    pairs = []
+    for t in complete:
+        first = by_number.get(t.user_attrs.get(FULL_OF, -1))
+        if first is None or first.user_attrs.get(RANKED_BY) not in ("slice", "proxy"):
+            continue
+        if t.value and first.value:
+            pairs.append((first.user_attrs.get("label", ""), t.value, first.value))
+    if not pairs:
+        return None
+    error = {
+        "error": statistics.fmean(math.log(full / extra) for _, full, extra in pairs),
+        "configs": [list(p) for p in pairs],
+    }
+    study.set_user_attr(SLICE_ERROR, error)
+    return error
+
+
+def read_error(path: Path) -> float:
+    """The slice-to-full error kept for the cluster (0 when none was measured)."""
+    data = read_json(path) or {}
+    return float(data.get("error", 0.0))
+
+
+def keep_error(study: optuna.Study, path: Path) -> dict[str, Any] | None:
+    """The study's slice-to-full error, kept beside the cluster's calibration for its next
+    study; None when it measured none."""
+    error = study.user_attrs.get(SLICE_ERROR)
+    if error is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps({**error, "study": study.study_name}, indent=2) + "\n")
+    return dict(error)
+
+
+def error_line(error: dict[str, Any]) -> str:
+    """The summary's line: how far the slice's extrapolation was from the full-size runs."""
+    worst = max(abs(math.log(full / extra)) for _, full, extra in error["configs"])
+    return (
+        f"slice-to-full error on {len(error['configs'])} leaders measured at full size: "
+        f"{math.expm1(error['error']):+.1%} mean, {math.expm1(worst):.1%} worst "
+        "(kept for this cluster's next slice study)"
+    )
+
+
+def with_kept_error(settings: SliceSettings | None, path: Path) -> SliceSettings | None:
+    """The slice settings moved by the error kept for the cluster."""
+    if settings is None:
+        return None
+    return dataclasses.replace(settings, error=read_error(path))
+
+
+def say_slice(
+    study: optuna.Study, cluster: Cluster, path: Path, say: Callable[[str], None]
+) -> None:
+    """The slice study's trials, cost and slice-to-full error, said; the error kept for the
+    cluster."""
+    keep_error(study, path)
+    for line in slice_lines(study, cluster):
+        say(line)
+
+
+def slice_lines(study: optuna.Study, cluster: Cluster | None = None) -> list[str]:
+    """What the summary and the report say of a slice study: how its trials were ranked,
+    what they cost, the slice-to-full error; [] for a study on the whole cluster."""
+    if not is_slice_study(study):
+        return []
+    cluster = cluster or stored_specs(study)[2]
+    error = study.user_attrs.get(SLICE_ERROR)
+    lines = [ranked_line(study), cost_line(study_cost(study, cluster))]
+    return lines + ([error_line(error)] if error else [])

@@ -1,0 +1,349 @@
+"""Tuning a big job on a slice of it (`autotune run --trial-nodes N`) against tuning it at
+full size and against the plan alone, in simulated worlds of 1,024 and 8,192 GPUs.
+
+A world's truth is the model moved by what the model does not know, some of which changes
+with scale: a seeded compute/communication bias and a config-dependent error (~10%, the same
+for a config on the slice as at full size), data-parallel efficiency that falls with the
+node count (the data-parallel gradient traffic slowed by (nodes/4)^k), a spine penalty
+beyond 32 nodes (a rail-aligned block: that traffic slower again), and stragglers that grow
+with the node count and hit pipelines with more chunks harder (1% per doubling of nodes,
+times 1 + PP·VPP/8); moderate and harsh settings of these (`SCALES`). Each study is the real
+study loop (guided search) on a launcher that answers with the truth at the trial's node
+count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms: the plan's
+best config (no trial); full-size guided studies with the default 8 trials and until
+converged; slice studies on 8 and 16 nodes, searching until converged, whose leaders are
+confirmed at full size (`--confirm-full` 0, 1, 2, read off one study: 0 names the best
+extrapolation, 1 the first leader measured at full size, 2 the better of two). Regret is
+against the converged full-size study's winner (negative: better than it) and against the
+world's best config; GPU-hours against that study's. Writes results/benchmarks/slice.md.
+
+    .venv/bin/python scripts/bench_slice.py [--seeds 20] [--worlds 1024,8192]
+        [--scales moderate,harsh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_search import _Quiet  # noqa: E402
+
+from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
+from autotune.estimate.predict import estimate  # noqa: E402
+from autotune.estimate.ranking import memory_verdicts  # noqa: E402
+from autotune.estimate.steptime import StepTime  # noqa: E402
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
+from autotune.problem import Problem, load_problem  # noqa: E402
+from autotune.report.table import best_standing  # noqa: E402
+from autotune.space import TrainConfig, config_key  # noqa: E402
+from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
+from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings  # noqa: E402
+from autotune.study.slice_cost import trial_gpu_hours  # noqa: E402
+from autotune.study.storage import StudyRef  # noqa: E402
+from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
+from autotune.trial.result import TrialResult  # noqa: E402
+from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+WORLDS = {
+    1024: ("megatron", "llama3-70b", "dgx-h100:128"),
+    8192: ("megatron", "llama3.1-405b", "dgx-h100:1024"),
+}
+SPACE = {
+    "engine": "megatron",
+    "knobs": {
+        "sp": [False, True],
+        "zero": [0, 1],
+        "recompute": ["none", "selective", "full"],
+        "overlap_comm": [True],
+        "overlap_param_gather": [False, True],
+    },
+}
+"""Megatron's layouts (TP, PP, VPP, CP, micro-batch derived), without NCCL settings."""
+SLICES = (8, 16)
+FULL_TRIALS = 8
+CONVERGED_CAP = 48
+"""Trials at most of a study run until its search converges (slice or full size)."""
+REFERENCE = "full-converged"
+WITHIN = 0.02
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def _error(key: str, seed: int) -> float:
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return random.Random(digest).gauss(0.0, 0.10)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How the truth changes with the node count: the data-parallel traffic slowed by
+    (nodes/4)^dp_exponent, and by `spine` beyond 32 nodes; stragglers add `straggler` per
+    doubling of the nodes, times 1 + PP·VPP/8."""
+
+    name: str
+    dp_exponent: float
+    spine: float
+    straggler: float
+
+
+SCALES = {
+    "moderate": Scale("moderate", 0.15, 1.2, 0.01),
+    "harsh": Scale("harsh", 0.3, 1.4, 0.01),
+}
+
+
+@dataclass(frozen=True)
+class World:
+    problem: Problem
+    seed: int
+    compute_bias: float
+    comm_bias: float
+    scale: Scale
+
+    def step(self, s: StepTime[float], config: TrainConfig, key: str, nodes: int) -> float:
+        """The true step time of `config` (its full-size key) on `nodes`, from the model's."""
+        comm = s.exposed_comm_s
+        dp_slow = (nodes / 4) ** self.scale.dp_exponent * (self.scale.spine if nodes > 32 else 1)
+        step = (s.total_s - comm) * self.compute_bias + comm * self.comm_bias
+        step += s.dp_comm_s * self.comm_bias * (dp_slow - 1) * 0.5
+        step *= 1 + self.scale.straggler * math.log2(nodes) * (1 + config.pp * config.vpp / 8)
+        return step * math.exp(_error(key, self.seed))
+
+    def full_truth(self) -> dict[str, float]:
+        """Tokens/s at full size of every config predicted to fit."""
+        p = self.problem
+        cal = DEFAULT_CALIBRATION["hopper"]
+        ranked = memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, cal)
+        truth = {}
+        for e in ranked:
+            key = config_key(e.config)
+            truth[key] = p.workload.tokens_per_step / self.step(
+                e.step, e.config, key, p.cluster.nodes
+            )
+        return truth
+
+
+@dataclass
+class TruthLauncher(Launcher):
+    """Answers each trial with the world's truth at the trial's node count."""
+
+    world: World
+    name = "truth"
+    source = "simulated"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["echo", "simulated world"]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        p, nodes = self.world.problem, spec.cluster.nodes
+        full = replace(spec.config, dp=spec.config.dp * (p.cluster.nodes // nodes))
+        e = estimate(
+            spec.workload,
+            spec.config,
+            spec.cluster,
+            p.engine.traits,
+            DEFAULT_CALIBRATION["hopper"],
+        )
+        if not e.fits:
+            return LaunchOutcome(kind="oom", error="simulated out of memory", wall_s=90.0)
+        step = self.world.step(e.step, spec.config, config_key(full), nodes)
+        result = TrialResult(
+            source="simulated",
+            step_time_s=step,
+            tokens_per_s=spec.workload.tokens_per_step / step,
+            tflops_per_device=0.0,
+            mfu=None,
+        )
+        result.write(request.folder)
+        return LaunchOutcome(kind="ok", error=None, wall_s=90 + 30 * step, result=result)
+
+
+def study(world: World, trials: int | None, nodes: int | None) -> optuna.Study:
+    s = optuna.create_study(direction="maximize")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_study(
+            world.problem,
+            s,
+            ref=StudyRef(name="bench", storage_url="memory", folder=Path(tmp)),
+            launcher=TruthLauncher(world),
+            progress=_Quiet(),
+            settings=SearchSettings(
+                budget=Budget(trials=trials),
+                seed=world.seed,
+                calibration=DEFAULT_CALIBRATION["hopper"],
+                slice=SliceSettings(nodes, confirm_full=2) if nodes else None,
+            ),
+        )
+    return s
+
+
+def _hours(trials: list[optuna.trial.FrozenTrial], world: World) -> float:
+    return sum(trial_gpu_hours(t, world.problem.cluster) for t in trials)
+
+
+def slice_arms(s: optuna.Study, world: World) -> dict[int, tuple[str, float]]:
+    """Per --confirm-full 0, 1, 2: the config named and the GPU-hours spent."""
+    ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+    search = [t for t in ran if t.user_attrs.get(RANKED_BY) != "full"]
+    full = sorted((t for t in ran if FULL_OF in t.user_attrs), key=lambda t: t.number)
+    done = [t for t in search if t.state == TrialState.COMPLETE and t.value]
+    arms = {0: (_key(max(done, key=lambda t: t.value or 0.0)), _hours(search, world))}
+    for n in (1, 2):
+        measured = [t for t in full[:n] if t.state == TrialState.COMPLETE and t.value]
+        named = _key(max(measured, key=lambda t: t.value or 0.0)) if measured else arms[0][0]
+        arms[n] = (named, _hours(search + full[:n], world))
+    standing = best_standing(s)
+    assert standing is not None and _key(standing.trial) == arms[2][0]
+    return arms
+
+
+def _key(t: optuna.trial.FrozenTrial) -> str:
+    key = TrialAttrs.of(t).config_key
+    assert key is not None
+    return key
+
+
+@functools.cache
+def world_problem(gpus: int) -> Problem:
+    """The world's problem, its enumeration computed once for every seed and study."""
+    problem = load_problem(*WORLDS[gpus], _space_file())
+    enumeration = problem.enumerate()
+    object.__setattr__(problem, "enumerate", lambda: enumeration)
+    return problem
+
+
+def one_seed(gpus: int, seed: int, scale: Scale) -> Arms:
+    """Per arm: (true tokens/s of its pick, GPU-hours, trials)."""
+    problem = world_problem(gpus)
+    rng = random.Random(seed)
+    biases = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
+    world = World(problem, seed, *biases, scale)
+    truth = world.full_truth()
+    cal = DEFAULT_CALIBRATION["hopper"]
+    plan = memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
+    )[0]
+    arms = {
+        "best": (max(truth.values()), 0.0, 0.0),
+        "plan": (truth[config_key(plan.config)], 0.0, 0),
+    }
+    for name, trials in (("full-8", FULL_TRIALS), ("full-converged", CONVERGED_CAP)):
+        s = study(world, trials, None)
+        ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        standing = best_standing(s)
+        assert standing is not None
+        arms[name] = (truth[_key(standing.trial)], _hours(ran, world), len(ran))
+    for nodes in SLICES:
+        s = study(world, CONVERGED_CAP, nodes)
+        n_ran = len(s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
+        for confirm, (key, hours) in slice_arms(s, world).items():
+            arms[f"slice-{nodes}, confirm {confirm}"] = (truth[key], hours, n_ran - 2 + confirm)
+    return arms
+
+
+def _space_file() -> str:
+    path = Path(tempfile.gettempdir()) / "bench_slice_space.yaml"
+    path.write_text(json.dumps(SPACE))
+    return str(path)
+
+
+def table(gpus: int, scale: Scale, runs: list[Arms]) -> list[str]:
+    lines = [
+        f"### {gpus:,} GPUs, {scale.name} scale effects: {WORLDS[gpus][1]} on "
+        f"{WORLDS[gpus][2]} ({len(runs)} seeds)",
+        "",
+        "| arm | within 2% of full-size study | regret vs full-size study (median, max) "
+        "| within 2% of best | regret vs best (median, max) | GPU-hours (median) "
+        "| share of full-size study's (median) | trials (median) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    plan = statistics.median(1 - r["plan"][0] / r[REFERENCE][0] for r in runs)
+    for arm in (a for a in runs[0] if a != "best"):
+        vs_full = [1 - r[arm][0] / r[REFERENCE][0] for r in runs]
+        vs_best = [1 - r[arm][0] / r["best"][0] for r in runs]
+        hours = statistics.median(r[arm][1] for r in runs)
+        share = statistics.median(r[arm][1] / r[REFERENCE][1] for r in runs)
+        within = sum(v <= WITHIN for v in vs_full)
+        lines.append(
+            f"| {arm} | {within} of {len(runs)} "
+            f"| {statistics.median(vs_full):+.1%}, {max(vs_full):+.1%} "
+            f"| {sum(v <= WITHIN for v in vs_best)} of {len(runs)} "
+            f"| {statistics.median(vs_best):.1%}, {max(vs_best):.1%} "
+            f"| {hours:,.1f} | {share:.1%} | {statistics.median(r[arm][2] for r in runs):g} |"
+        )
+        if arm.startswith("slice"):
+            met = within >= 0.9 * len(runs) and share <= 1 / 8
+            met = met and statistics.median(vs_full) < plan
+            verdicts.append(f"{arm}: {'met' if met else 'not met'}")
+    goal = (
+        "Goal (within 2% of the full-size study's winner in at least 90% of seeds, median "
+        "GPU-hours at most 1/8 of its, median regret below the plan's): "
+    )
+    return [*lines, "", goal + "; ".join(verdicts) + ".", ""]
+
+
+Arms = dict[str, tuple[float, float, float]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--worlds", default="1024,8192")
+    parser.add_argument("--scales", default="moderate,harsh")
+    parser.add_argument("--out", type=Path, default=REPO / "results/benchmarks/slice.md")
+    args = parser.parse_args()
+    started = time.monotonic()
+    sections = []
+    for scale in (SCALES[name] for name in args.scales.split(",")):
+        for gpus in (int(g) for g in args.worlds.split(",")):
+            runs = []
+            for seed in range(args.seeds):
+                runs.append(one_seed(gpus, seed, scale))
+                shown = {k: round(v[0] / runs[-1][REFERENCE][0], 3) for k, v in runs[-1].items()}
+                print(scale.name, gpus, seed, shown, flush=True)
+            sections += table(gpus, scale, runs)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text("\n".join(_head(args, started) + sections))
+    print(f"wrote {args.out}")
+
+
+def _head(args: argparse.Namespace, started: float) -> list[str]:
+    return [
+        "# Tuning on a slice (SIMULATED worlds)",
+        "",
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
+        f"scripts/bench_slice.py --seeds {args.seeds} --worlds {args.worlds} --scales "
+        f"{args.scales}` in {time.monotonic() - started:.0f} s on a shared 2-core machine. "
+        + " ".join(__doc__.split("\n\n")[0].split())
+        + f" Studies marked converged (and the slice studies) search until the guided "
+        f"search converges, {CONVERGED_CAP} trials at most; 'full-8' is the default "
+        "budget of 8 trials. Scale effects: "
+        + "; ".join(
+            f"{s.name}: DP traffic x(nodes/4)^{s.dp_exponent}, x{s.spine} beyond 32 nodes, "
+            f"stragglers {s.straggler:.0%} per doubling"
+            for s in SCALES.values()
+        )
+        + ".",
+        "",
+    ]
+
+
+if __name__ == "__main__":
+    main()
