@@ -22,8 +22,9 @@ import plotly.graph_objects as go
 
 from autotune.errors import InputError
 from autotune.report.cost import cost_line, study_cost
-from autotune.report.table import best_standing, trial_table
+from autotune.report.table import trial_table
 from autotune.study.choices import CHOICES_ATTR
+from autotune.study.figures import winner_figures
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
 from autotune.units import column_text, display_label, knob_text
@@ -85,7 +86,7 @@ def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
     workload = attrs.get("workload", {}).get("name", "?")
     cluster = attrs.get("cluster", {}).get("name", "?")
     ok = frame[frame["status"] == "complete"]
-    winner = best_standing(study)
+    figures = winner_figures(study)
     lines = [
         f"<h1>autotune study {html.escape(study.study_name)}</h1>",
         f"<p class='source'>Figures are <b>{html.escape(source)}</b>.</p>",
@@ -93,15 +94,20 @@ def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         f"{html.escape(workload)} / {html.escape(cluster)}: {len(frame)} trials ran, "
         f"{len(ok)} completed.</p>",
     ]
-    if winner is not None and not ok.empty:
-        median = ok["tokens_per_s"].astype(float).median()
-        tokens = winner.tokens_per_s
-        lines.append(
-            f"<p>Winner: trial {winner.first}, "
-            f"<code>{html.escape(display_label(TrialAttrs.of(winner.trial).label))}</code>, "
-            f"{tokens:,.0f} tokens/s (the mean of {len(winner.values)} trial(s)), "
-            f"{tokens / median:.2f}x the median trial.</p>"
+    if figures is not None and not ok.empty:
+        label = html.escape(display_label(TrialAttrs.of(figures.best.trial).label))
+        interval = f" ±{figures.interval:.1%} (95%)" if figures.measured else ""
+        ratios = "".join(
+            f", {r.ratio:.2f}x {n} ({r.low:.2f}x-{r.high:.2f}x)" for n, r in figures.ratios()
         )
+        lines.append(
+            f"<p>Winner: trial {figures.best.first}, <code>{label}</code>, "
+            f"{figures.tokens_per_s:,.0f} tokens/s{interval} (from {html.escape(figures.method)}, "
+            f"{len(figures.basis.values)} trial(s)), {figures.median:.2f}x the median config"
+            f"{ratios}.</p>"
+        )
+        if (tie := figures.tie()) is not None:
+            lines.append(f"<p>{html.escape(tie)}.</p>")
     lines.append(f"<p class='made'>Made {datetime.now().isoformat(timespec='seconds')}.</p>")
     return "\n".join(lines)
 

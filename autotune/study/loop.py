@@ -25,7 +25,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import confirm
+from autotune.study.confirm import confirm, repeat_winner
 from autotune.study.effort import STANDARD, Effort
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
@@ -337,7 +337,8 @@ class _Search:
         between-trial spread asks, profiled only where the config has no profile yet, while
         the time budget
         lasts, and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
-        command relaunches for each)."""
+        command relaunches for each); then the winner's repeats after its choice
+        (`Effort.after_choice`), from which its figures are stated."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
 
@@ -360,7 +361,7 @@ class _Search:
             limit = self.budget.max_time_s
             return limit is None or time.monotonic() - self.start < limit
 
-        return confirm(
+        numbers = confirm(
             self.study,
             self.space.params,
             self.space.distributions,
@@ -368,4 +369,13 @@ class _Search:
             time_left,
             limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
             effort=self.budget.effort,
+        )
+        if not time_left():
+            return numbers
+        return numbers + repeat_winner(
+            self.study,
+            self.space.params,
+            self.space.distributions,
+            run_confirmation,
+            self.budget.effort.after_choice,
         )
