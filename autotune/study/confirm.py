@@ -147,6 +147,16 @@ def standings(study: optuna.Study) -> list[Standing]:
     return sorted(found, key=lambda s: -s.tokens_per_s)
 
 
+def best_mean(study: optuna.Study) -> tuple[float | None, float]:
+    """The best config's mean throughput (None before any) and the standard error of its
+    logarithm: what the search's stop rule compares with."""
+    ranked = standings(study)
+    if not ranked:
+        return None, 0.0
+    best = ranked[0]
+    return best.tokens_per_s, best.sd(study_spread(study)) / math.sqrt(len(best.values))
+
+
 def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]:
     """The configs to repeat next: the best and each runner-up it is not surely faster than
     (and, when the best forces NCCL settings, the same layout with NCCL's defaults), those
@@ -276,7 +286,7 @@ def repeat_winner(
         best = ranked[0]
         if TrialAttrs.of(best.trial).source != "measured":
             break
-        marks = {CONFIRMS: best.first, AFTER_CHOICE: True}
+        marks: dict[str, object] = {CONFIRMS: best.first, AFTER_CHOICE: True}
         trial = ask_enqueued(study, params_of(best.config), marks, distributions)
         if trial is None:
             break

@@ -302,12 +302,16 @@ class GuidedSearch:
         simplest = min(len(c.differs_from_default()) for c in configs)
         return self.rng.choice([c for c in configs if len(c.differs_from_default()) == simplest])
 
-    def converged(self, excluded: set[str], best_tokens_per_s: float | None) -> str | None:
-        """Why the search can stop, or None while some config may still win."""
+    def converged(
+        self, excluded: set[str], best_tokens_per_s: float | None, best_sd: float = 0.0
+    ) -> str | None:
+        """Why the search can stop, or None while some config may still win: against the
+        best config's mean throughput, whose log is known to `best_sd`."""
         rows, expected, unc = self._open(excluded)
         if best_tokens_per_s is None or not len(rows):
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))
+        unc = np.hypot(unc, best_sd)
         if self.stop_risk is None:
             if (expected + STOP_RULE_SIGMAS * unc).max() <= bar:
                 return (

@@ -91,17 +91,17 @@ def study_spread(study: optuna.Study) -> Spread | None:
     return own.pooled(prior) if own is not None else prior
 
 
-def early_stop_margin(base: float, study: optuna.Study) -> float:
-    """How much slower than the best step time so far a trial must surely be to stop.
+def early_stop_margin(base: float, study: optuna.Study, launches: int = 1) -> float:
+    """How much slower than the best config's mean step time a trial must surely be to stop.
 
-    The trial's level and the best's each carry one launch's between-trial noise (and the
-    best, a minimum over launches, is lucky more often than not), so the margin is at least
-    what two launches of one config differ by at `EARLY_STOP_SIGMAS`: with 10% between trials, 39%.
-    Before any repeat, a measured study assumes a shared machine's `UNKNOWN_BETWEEN`."""
+    The trial's level carries one launch's between-trial noise and the best's mean that of
+    its `launches`, so the margin is at least what they differ by at `EARLY_STOP_SIGMAS`:
+    with 10% between trials and the best launched once, 39%. Before any repeat, a measured
+    study assumes a shared machine's `UNKNOWN_BETWEEN`."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     measured = any(TrialAttrs.of(t).source == "measured" for t in trials)
-    sd = assumed_between(study, measured)
-    return max(base, math.expm1(EARLY_STOP_SIGMAS * sd * math.sqrt(2)))
+    sd = assumed_between(study, measured) * math.sqrt(1 + 1 / max(1, launches))
+    return max(base, math.expm1(EARLY_STOP_SIGMAS * sd))
 
 
 def assumed_between(study: optuna.Study, measured: bool) -> float:
