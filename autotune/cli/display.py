@@ -322,11 +322,12 @@ def calibration(console: Console, report: CalibrationReport) -> None:
     console.print(table)
     if report.held_out_before is not None:
         console.print(
-            f"median error on held-out trials: {report.held_out_before:.1%} before, "
-            f"{report.held_out_after:.1%} after fitting (two folds)"
+            f"median error on held-out configs: {report.held_out_before:.1%} before, "
+            f"{report.held_out_after:.1%} after fitting (two folds, each config's repeats "
+            "in one)"
         )
     console.print(
-        f"median error on all trials: {report.in_sample_before:.1%} before, "
+        f"median error on all trials (in sample): {report.in_sample_before:.1%} before, "
         f"{report.in_sample_after:.1%} after"
     )
     console.print("saved: " + ", ".join(str(p) for p in report.saved_to))

@@ -40,8 +40,9 @@ from autotune.study.noise import NOISE_FLOOR
 from autotune.study.trial_attrs import TrialAttrs
 
 PRIOR_SPREAD = 0.15
-"""The model's relative error before measurements say otherwise (above its held-out error on
-published runs, results/bench/costmodel_validation.md: a new cluster may be worse)."""
+"""The model's relative error before measurements say otherwise: about its error on
+published runs held out by source (9-23%; 6.2% in sample, on the runs its defaults are fitted
+to: results/bench/costmodel_validation.md); a new cluster may be worse."""
 PRIOR_WEIGHT = 3
 """The prior counts as this many residuals when the spread is estimated from trials."""
 MIN_SPREAD = 0.03
