@@ -372,5 +372,5 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
     if figures.measured and between is not None:
         console.print(
             f"  between-trial spread {between.relative:.1%} (from {between.dof} degrees of "
-            "freedom of repeated configs)"
+            "freedom of repeated configs" + (f"; {figures.prior})" if figures.prior else ")")
         )

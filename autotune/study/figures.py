@@ -19,7 +19,7 @@ import optuna
 
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
 from autotune.study.confirm import Standing, after_choice, ratio_interval, standings
-from autotune.study.noise import Spread, study_spread
+from autotune.study.noise import Spread, prior_note, study_spread
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
 
 AFTER_CHOICE = "repeats taken after it was chosen"
@@ -72,6 +72,8 @@ class Figures:
     """The winner's throughput over the median config's."""
     worst: float
     configs: int
+    prior: str | None = None
+    """Where the between-trial spread's prior comes from (`noise.prior_note`)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -100,6 +102,7 @@ class Figures:
             "your_config": self.yours.as_dict() if self.yours else None,
             "median_ratio": self.median,
             "within_noise": self.tie(),
+            "noise_prior": self.prior,
         }
 
     def tie(self) -> str | None:
@@ -138,6 +141,7 @@ def winner_figures(study: optuna.Study) -> Figures | None:
         median=basis.tokens_per_s / statistics.median(means),
         worst=basis.tokens_per_s / min(means),
         configs=len(ranked),
+        prior=prior_note(study),
     )
 
 

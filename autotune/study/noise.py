@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.confidence import EARLY_STOP_SIGMAS
+from autotune.specs import Workload
 from autotune.study.trial_attrs import NOISE_PRIOR, TrialAttrs
 
 NOISE_FLOOR = 0.02
@@ -29,18 +30,23 @@ shared machine shows (results/bench/repeatability.md measures one); a trial's ow
 far smaller."""
 LENGTH_DOF = 4
 """Degrees of freedom of the between-trial spread before trial lengths follow it alone."""
-PRIOR_DOF = 20
-"""The most degrees of freedom a cluster's saved spread counts for in the next study."""
+PRIOR_DOF = 4
+"""The most degrees of freedom a saved spread counts for in the next study: a few repeats'
+worth, so that the study's own repeats soon outweigh it."""
+PRIOR_AGREES = 0.95
+"""Two-sided level of the F test under which the study's own repeats and the prior are
+taken to agree; beyond it the prior is left behind."""
 
 
 @dataclass(frozen=True)
 class Spread:
     """The between-trial spread of one config's throughput: the standard deviation of its
     logarithm (about the relative spread), pooled over repeated configs, with its degrees of
-    freedom."""
+    freedom and, for one saved by an earlier study, where it comes from."""
 
     relative: float
     dof: int
+    source: str = ""
 
     def pooled(self, other: Spread | None) -> Spread:
         if other is None or other.dof == 0:
@@ -84,11 +90,48 @@ def between_trials(study: optuna.Study) -> Spread | None:
 
 def study_spread(study: optuna.Study) -> Spread | None:
     """The between-trial spread every verdict of the study uses: its own repeats pooled
-    with the cluster's from earlier studies (`NOISE_PRIOR`, set when the study starts)."""
+    with the prior from earlier studies of its kind (`NOISE_PRIOR`, set when it starts),
+    unless they disagree with it."""
+    prior, own = noise_prior(study), between_trials(study)
+    if own is None:
+        return prior
+    return own.pooled(prior) if prior is not None and agrees(own, prior) else own
+
+
+def noise_prior(study: optuna.Study) -> Spread | None:
     stored = study.user_attrs.get(NOISE_PRIOR)
-    prior = Spread(**stored) if stored else None
-    own = between_trials(study)
-    return own.pooled(prior) if own is not None else prior
+    return Spread(**stored) if stored else None
+
+
+def agrees(own: Spread, prior: Spread) -> bool:
+    """The study's spread is one its prior could have given (an F test on their variances)."""
+    from scipy import stats
+
+    tail = (1 - PRIOR_AGREES) / 2
+    ratio = (own.relative / max(prior.relative, 1e-9)) ** 2
+    low, high = stats.f.ppf([tail, 1 - tail], own.dof, max(prior.dof, 1))
+    return bool(low <= ratio <= high)
+
+
+def prior_note(study: optuna.Study) -> str | None:
+    """Where the study's prior spread comes from, and whether its repeats left it behind."""
+    prior, own = noise_prior(study), between_trials(study)
+    if prior is None:
+        return None
+    where = f"{prior.relative:.1%} from {prior.source or 'an earlier study'} ({prior.dof} dof)"
+    if own is not None and not agrees(own, prior):
+        return f"prior {where} left behind: this study's repeats disagree with it"
+    return f"prior {where}"
+
+
+def noise_kind(engine: str, workload: Workload, framework: str | None) -> str:
+    """What makes launches of a config alike besides the cluster: the engine (and the user's
+    framework), dense or mixture of experts, and the model's scale (the power of ten of
+    about its parameters)."""
+    params = 12 * workload.num_layers * workload.hidden_size**2
+    kind = "moe" if workload.is_moe else "dense"
+    scale = round(math.log10(max(params, 1)))
+    return "-".join([engine, *([framework] if framework else []), kind, f"1e{scale}"])
 
 
 def early_stop_margin(base: float, study: optuna.Study, launches: int = 1) -> float:
@@ -143,17 +186,19 @@ def read_spread(path: Path) -> Spread | None:
 
 
 def remember_spread(study: optuna.Study, path: Path) -> None:
-    """Start the study from the cluster's spread, once (a resumed study keeps its own)."""
+    """Start the study from the spread of earlier studies of its kind (`noise_kind`), once
+    (a resumed study keeps its own)."""
     prior = read_spread(path)
     if prior is not None and NOISE_PRIOR not in study.user_attrs:
         study.set_user_attr(NOISE_PRIOR, dataclasses.asdict(prior))
 
 
 def save_spread(study: optuna.Study, path: Path) -> None:
-    """The study's spread (its repeats with its prior) as the cluster's, for the next one;
-    its degrees of freedom capped, so that old studies never outweigh a new one's repeats."""
+    """The study's spread (its repeats with its prior) for the next study of its kind,
+    named after it; its degrees of freedom capped at `PRIOR_DOF`, so that old studies never
+    outweigh a new one's repeats."""
     known = study_spread(study)
     if known is not None:
-        kept = Spread(known.relative, min(known.dof, PRIOR_DOF))
+        kept = Spread(known.relative, min(known.dof, PRIOR_DOF), f"study {study.study_name!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(kept)) + "\n")
