@@ -13,7 +13,7 @@ and the figures those the summary, report, best.yaml and train.sh state
 (`study.figures.winner_figures`). Per noise level and effort (the default, `--thorough`):
 the bias of the winner's reported throughput against its truth, how often its 95% interval
 and each ratio's (runner-up, your own config) cover the truth, and how often the winner is
-called faster than your own config when it is not. Writes results/benchmarks/figures.md.
+called faster than your own config when it is not. Writes results/bench/figures.md.
 
     nice -n 10 .venv/bin/python scripts/bench_figures.py [--studies 100] [--noise 0.03,0.1,0.2]
 """
@@ -223,7 +223,7 @@ def main() -> None:
     parser.add_argument("--noise", default="0.03,0.1,0.2")
     parser.add_argument("--effort", default="default,thorough")
     parser.add_argument("--jobs", type=int, default=2, help="studies run at once")
-    parser.add_argument("--out", type=Path, default=REPO / "results/benchmarks/figures.md")
+    parser.add_argument("--out", type=Path, default=REPO / "results/bench/figures.md")
     args = parser.parse_args()
     started = time.monotonic()
     lines = []

@@ -320,10 +320,7 @@ def train_script(
     config's `standing` (best.yaml's) where given, else the trial's own figure."""
     cluster = spec.cluster
     attrs = TrialAttrs.of(trial)
-    tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
-    measured = f"{tps:,.0f} tokens/s" if tps else "?"
-    if standing and standing.get("interval_95"):
-        measured += f" ±{standing['interval_95']:.1%} (95%, {_basis_words(standing)})"
+    measured = _figure_words(attrs, standing)
     launcher = " ".join(
         [
             'exec "${TORCHRUN:-torchrun}"',
@@ -372,9 +369,16 @@ def train_script(
     )
 
 
-def _basis_words(standing: dict[str, Any]) -> str:
-    n = standing["measurements"]
-    return standing.get("figures_from") or f"the mean of {n} trial{'s' if n > 1 else ''}"
+def _figure_words(attrs: TrialAttrs, standing: dict[str, Any] | None) -> str:
+    """The throughput train.sh's header states: the standing's, with its interval and
+    where it comes from, else the trial's own."""
+    tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
+    words = f"{tps:,.0f} tokens/s" if tps else "?"
+    if standing and standing.get("interval_95"):
+        n = standing["measurements"]
+        basis = standing.get("figures_from") or f"the mean of {n} trial{'s' if n > 1 else ''}"
+        words += f" ±{standing['interval_95']:.1%} (95%, {basis})"
+    return words
 
 
 def job_command(spec: TrialSpec, config_file: str) -> str:

@@ -34,8 +34,9 @@ PRIOR_DOF = 4
 """The most degrees of freedom a saved spread counts for in the next study: a few repeats'
 worth, so that the study's own repeats soon outweigh it."""
 PRIOR_AGREES = 0.95
-"""Two-sided level of the F test under which the study's own repeats and the prior are
-taken to agree; beyond it the prior is left behind."""
+"""One-sided level of the F test by which the study's own repeats show launches differing
+more than the prior allows; beyond it the prior is left behind. A study quieter than its
+prior keeps it: a few repeats that happen to agree closely must not tighten its verdicts."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,12 @@ def noise_prior(study: optuna.Study) -> Spread | None:
 
 
 def agrees(own: Spread, prior: Spread) -> bool:
-    """The study's spread is one its prior could have given (an F test on their variances)."""
+    """The study's spread is no wider than its prior could have given (a one-sided F test
+    on their variances)."""
     from scipy import stats
 
-    tail = (1 - PRIOR_AGREES) / 2
     ratio = (own.relative / max(prior.relative, 1e-9)) ** 2
-    low, high = stats.f.ppf([tail, 1 - tail], own.dof, max(prior.dof, 1))
-    return bool(low <= ratio <= high)
+    return bool(ratio <= stats.f.ppf(PRIOR_AGREES, own.dof, max(prior.dof, 1)))
 
 
 def prior_note(study: optuna.Study) -> str | None:

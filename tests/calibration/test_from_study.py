@@ -14,9 +14,7 @@ def test_no_two_folds_share_a_config() -> None:
     traits = get_engine("deepspeed").traits
     configs = [TrainConfig(mbs=mbs, zero=zero) for mbs in (1, 2, 4, 8) for zero in (0, 2)]
     order = configs + configs[:4] * 2 + configs[4:] * 2
-    data = [
-        Observation(workload, cluster, c, traits, 1.0 + i / 100) for i, c in enumerate(order)
-    ]
+    data = [Observation(workload, cluster, c, traits, 1.0 + i / 100) for i, c in enumerate(order)]
     first, second = config_folds(data)
     keys = [{config_key(o.config) for o in fold} for fold in (first, second)]
     assert not keys[0] & keys[1]
