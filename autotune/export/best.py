@@ -163,7 +163,7 @@ def _write_all(
                 "workload": spec.workload.name,
                 "cluster": spec.cluster.name,
                 "config": spec.config.as_dict(),
-                "metrics": _metrics(attrs, standing),
+                "metrics": _metrics(trial, standing),
                 "standing": standing,
                 "provenance": provenance(study.study_name, trial.number, spec),
             },
@@ -172,14 +172,15 @@ def _write_all(
     )
 
 
-def _metrics(attrs: TrialAttrs, standing: dict[str, Any] | None) -> dict[str, Any]:
+def _metrics(trial: optuna.trial.FrozenTrial, standing: dict[str, Any] | None) -> dict[str, Any]:
     """The exported trial's metrics, its throughput figures (tokens/s, step time, TFLOP/s,
     MFU) scaled to the config's standing, so that every file states the summary's figure."""
-    tps = attrs.tokens_per_s
-    scale = standing["tokens_per_s"] / tps if standing and tps else 1.0
+    attrs = TrialAttrs.of(trial)
+    tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
+    scale = tps / trial.value if standing and trial.value else 1.0
     step = attrs.step_time_s
     return {
-        "tokens_per_s": tps and tps * scale,
+        "tokens_per_s": tps,
         "step_time_s": step and step / scale,
         "step_time_stdev_s": attrs.step_time_stdev_s,
         "tflops_per_device": attrs.tflops_per_device and attrs.tflops_per_device * scale,
@@ -316,8 +317,7 @@ def train_script(
 ) -> str:
     """torchrun for the best config with autotune's worker, or the user's own command with
     `job_config` (a file in this folder) where it was tuned; one node or, with NNODES > 1, a
-    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK. Its header states the
-    config's `standing` (best.yaml's) where given, else the trial's own figure."""
+    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK; `_figure_words` atop."""
     cluster = spec.cluster
     attrs = TrialAttrs.of(trial)
     measured = _figure_words(attrs, standing)
