@@ -23,7 +23,7 @@ from autotune.study.noise import Spread, prior_note, study_spread
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
 
 AFTER_CHOICE = "repeats taken after it was chosen"
-WITH_CHOICE = "all its trials, the one that made it lead included (no repeat since: reads high)"
+WITH_CHOICE = "all its trials, those that chose it included (they read high)"
 PREDICTED = "the model's prediction"
 RESOLVE_GAP = 0.05
 """The gap the summary says how many more repeats would resolve."""
