@@ -177,7 +177,7 @@ def _metrics(trial: optuna.trial.FrozenTrial, standing: dict[str, Any] | None) -
     MFU) scaled to the config's standing, so that every file states the summary's figure."""
     attrs = TrialAttrs.of(trial)
     tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
-    scale = tps / trial.value if standing and trial.value else 1.0
+    scale = standing["tokens_per_s"] / trial.value if standing and trial.value else 1.0
     step = attrs.step_time_s
     return {
         "tokens_per_s": tps,
