@@ -362,6 +362,8 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
             f"{display_label(TrialAttrs.of(r.other.trial).label)}"
             + (f": {r.other.tokens_per_s:,.0f} tok/s" if name != "the runner-up" else "")
         )
+    if figures.is_yours:
+        console.print("  the winner is your own config")
     console.print(
         f"  {figures.median:.2f}x the median and {figures.worst:.2f}x the worst of "
         f"{figures.configs} configs measured"

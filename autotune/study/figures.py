@@ -74,6 +74,8 @@ class Figures:
     configs: int
     prior: str | None = None
     """Where the between-trial spread's prior comes from (`noise.prior_note`)."""
+    is_yours: bool = False
+    """The winner is the config the user's own command runs today."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -142,6 +144,7 @@ def winner_figures(study: optuna.Study) -> Figures | None:
         worst=basis.tokens_per_s / min(means),
         configs=len(ranked),
         prior=prior_note(study),
+        is_yours=yours_key is not None and TrialAttrs.of(best.trial).config_key == yours_key,
     )
 
 

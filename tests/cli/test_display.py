@@ -107,3 +107,17 @@ def test_a_summary_whose_leaders_are_within_noise_says_so_and_what_would_settle_
     assert "trials 0 and 1 are within noise of each other; either will do" in text, text
     assert "more repeats of each would resolve a 5% gap" in text
     assert "autotune run --thorough" in text
+
+
+def test_a_summary_whose_winner_is_your_own_config_says_so() -> None:
+    from autotune.space import TrainConfig, config_key
+    from autotune.study.trial_attrs import USERS_CONFIG
+    from tests.fakes import add_measured, new_study
+
+    study = new_study(between=0.01)
+    yours = TrainConfig(mbs=1)
+    add_measured(study, 130.0, yours, label=True, config_key=config_key(yours))
+    add_measured(study, 100.0, TrainConfig(mbs=2), label=True)
+    study.set_user_attr(USERS_CONFIG, config_key(yours))
+    text = printed(250, study_summary, study, study_ref("s", None, Path("r")), [])
+    assert "the winner is your own config" in text, text
