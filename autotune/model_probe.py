@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import runner as trials
-from autotune.engines.deepspeed.jobs import ds_precision
+from autotune.engines.deepspeed.jobs import ds_precision, with_users_values
 from autotune.errors import InputError, LaunchError
 from autotune.launchers import Launcher
 from autotune.problem import Problem
@@ -46,11 +46,14 @@ def read_model(
 ) -> ModelRead:
     """`problem` with the workload read from the user's script, by a run in `folder`: with
     `steps` when the study is new (no `trials/` beside `folder`) and the command's own config
-    is known, else `PROBE_STEPS`."""
+    is known without the model (its values in the space), else `PROBE_STEPS`."""
     assert problem.job is not None
     users = problem.users_config()
     config = users or problem.enumerate().require_some().valid[0]
-    if users is None or (folder.parent / "trials").exists():
+    known = users is not None and all(
+        getattr(users, knob) in values for knob, values in problem.space.values.items()
+    )
+    if not known or (folder.parent / "trials").exists():
         steps = PROBE_STEPS
     folder.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="run-", dir=folder))  # workers of one study each
@@ -70,8 +73,10 @@ def read_model(
     workload = shape.workload(
         problem.job.name, problem.workload.global_batch_size, ds_precision(problem.job)
     )
-    problem = dataclasses.replace(problem, workload=workload, reads_model=False)
-    if steps == PROBE_STEPS:
+    problem = _with_users_config(
+        dataclasses.replace(problem, workload=workload, reads_model=False)
+    )
+    if steps == PROBE_STEPS or problem.users_config() != config:
         return ModelRead(problem, shape, config, None)
     # The run's tokens/s and FLOP/s counted for the model it read, and its trial file too.
     rate = throughput(workload, problem.cluster, record.result.step_time_s)
@@ -81,3 +86,16 @@ def read_model(
     record = dataclasses.replace(record, result=result)
     trials.write_outcome(record)
     return ModelRead(problem, shape, config, record)
+
+
+def _with_users_config(problem: Problem) -> Problem:
+    """`problem`, its model read, with the user's own values for that model among the space's
+    (the Trainer's "auto" bucket is the model's width squared), so that the study measures
+    the user's config first; a run of a config that is not the user's is no trial of it."""
+    assert problem.job is not None and problem.framework is not None
+    users = problem.framework.users_knobs(
+        problem.job, problem.workload, problem.cluster.world_size
+    )
+    if not users:
+        return problem
+    return dataclasses.replace(problem, space=with_users_values(problem.space, users))

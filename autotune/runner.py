@@ -62,12 +62,13 @@ def prepare(
     )
     (folder / TRIAL_FILE).write_text(spec.to_json())
     module, pool = _write_work(spec, engine, folder)
+    job_env = get_framework(spec.job.framework).trial_environment() if spec.job else {}
     request = LaunchRequest(
         folder=folder,
         worker_module=module,
         nprocs_per_node=spec.cluster.devices_per_node,
         nnodes=spec.cluster.nodes,
-        env={**engine.environment(spec.cluster), **nccl_environment(spec)},
+        env={**engine.environment(spec.cluster), **job_env, **nccl_environment(spec)},
         time_limit_s=time_limit_s,
         pool=pool,
     )
@@ -86,7 +87,7 @@ def _write_work(spec: TrialSpec, engine: Engine, folder: Path) -> tuple[str, Poo
         engine.write_files(spec, folder)
         return engine.worker_module, engine.pool_for(spec)
     framework = get_framework(spec.job.framework)
-    files = framework.write_files(spec, folder)
+    files = framework.write_trial_files(spec, folder)
     config_path = str(files[0].resolve()) if files else ""
     write_command(spec, framework, folder, config_path)
     forked = framework.forked and spec.cluster.backend == "gloo"

@@ -15,6 +15,13 @@ Flag = str | tuple[str, ...]
 """A flag's one spelling, or all of them (the first is the one appended)."""
 
 
+def hf_flag(field: str) -> tuple[str, str]:
+    """A dataclass field's option strings, as `HfArgumentParser` gives them
+    (transformers/hf_argparser.py, `_parse_dataclass_field`): `--field_name` and, where the
+    name has an underscore, `--field-name`."""
+    return f"--{field}", f"--{field.replace('_', '-')}"
+
+
 def spellings(flag: Flag) -> tuple[str, ...]:
     return (flag,) if isinstance(flag, str) else flag
 
@@ -65,15 +72,19 @@ def with_flag(argv: Sequence[str], flag: Flag, value: str) -> list[str]:
 
 VARIADIC = -1
 """An arity: every value up to the next flag (argparse's nargs='+')."""
+OPTIONAL = -2
+"""An arity: one value where the next word is not a flag (argparse's nargs='?', as
+`HfArgumentParser` gives a bool field: `--push_to_hub` alone or `--push_to_hub false`)."""
 
 
 def without_flags(argv: Sequence[str], arity: Mapping[str, int]) -> list[str]:
     """`argv` without the flags named in `arity` (flag -> how many values follow it, or
-    `VARIADIC`)."""
+    `VARIADIC` or `OPTIONAL`)."""
     out: list[str] = []
     skip = 0
     for arg in argv:
-        if skip == VARIADIC and not arg.startswith("-"):
+        if skip in (VARIADIC, OPTIONAL) and not arg.startswith("-"):
+            skip = VARIADIC if skip == VARIADIC else 0
             continue
         if skip > 0:
             skip -= 1

@@ -93,8 +93,13 @@ class Framework(ABC):
 
     @abstractmethod
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
-        """The files the command reads for this config (a trial's or the export's), the
-        first one the file its config argument names; [] where flags carry everything."""
+        """The files the command reads for this config, as the export writes them, the first
+        one the file its config argument names; [] where flags carry everything."""
+
+    def write_trial_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        """`write_files` for a trial: without the job's side effects (e.g. DeepSpeed's
+        monitors) where a file holds them."""
+        return self.write_files(spec, folder)
 
     @abstractmethod
     def trial_argv(self, spec: TrialSpec, config_path: str) -> list[str]:
@@ -108,6 +113,16 @@ class Framework(ABC):
     def export_environment(self, config_path: str) -> dict[str, str]:
         """Variables the exported command needs (shell words, `$here` the export's folder)."""
         return {}
+
+    def trial_environment(self) -> dict[str, str]:
+        """Variables a trial's ranks run with, beside the engine's: no external reporting
+        (`TRIAL_ENVIRONMENT`); the export sets none of them."""
+        return dict(TRIAL_ENVIRONMENT)
+
+
+TRIAL_ENVIRONMENT = {"WANDB_MODE": "disabled"}
+"""Weights & Biases' own switch (`wandb.init` then logs nothing and starts no service), for any
+command that reports to it, whatever its framework."""
 
 
 def write_command(spec: TrialSpec, framework: Framework, folder: Path, config_path: str) -> Path:

@@ -141,3 +141,18 @@ def test_the_export_keeps_the_users_command_with_the_tuned_settings(
     given = {word.partition("=")[0] for word in sample.command if word.startswith("--")}
     kept = {word.partition("=")[0] for word in exported if word.startswith("--")}
     assert given - kept <= sample.may_drop
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_a_trial_reports_to_no_service_and_the_export_as_the_user_does(
+    name: str, workdir: Path, tmp_path: Path
+) -> None:
+    """W&B's own switch is off in every trial's environment (its launch.sh says so), and the
+    exported command's environment leaves it to the user."""
+    problem = problem_of(name, workdir)
+    spec = problem.trial_spec(problem.enumerate().valid[0], StepPlan())
+    launcher = get_launcher("local", LaunchSettings())
+    request = prepare(spec, problem.engine, launcher, tmp_path / "trial", time_limit_s=60)
+    assert request.env["WANDB_MODE"] == "disabled"
+    assert "WANDB_MODE=disabled" in (tmp_path / "trial" / "launch.sh").read_text()
+    assert "WANDB_MODE" not in get_framework(name).export_environment("config.json")

@@ -209,6 +209,18 @@ def test_megatron_export_keeps_the_users_run_and_checkpoints() -> None:
     assert (args.train_iters, args.save, args.log_interval) == ("500000", "/ckpt/llama", "100")
 
 
+def test_megatron_trials_report_and_profile_nothing_and_the_export_as_the_user_does() -> None:
+    command = [*PRETRAIN, "--tensorboard-dir", "/tb", "--wandb-project", "llama"]
+    command += ["--wandb-exp-name", "run1", "--profile", "--profile-step-start", "3"]
+    spec = megatron_spec(TrainConfig(tp=4, dp=4, mbs=2), command)
+    trial = megatron_parser().parse_args(megatron_job.trial_argv(spec)[1:])
+    assert trial.tensorboard_dir is None and trial.wandb_project is None
+    assert not trial.profile
+    export = megatron_parser().parse_args(megatron_job.export_argv(spec)[1:])
+    assert (export.tensorboard_dir, export.wandb_project) == ("/tb", "llama")
+    assert export.profile and export.profile_step_start == "3"
+
+
 def test_a_sample_based_megatron_schedule_stays_sample_based() -> None:
     command = [a for a in PRETRAIN if a not in ("--train-iters", "500000")]
     command += ["--train-samples", "1000000"]
@@ -342,6 +354,9 @@ def titan_dir(tmp_path: Path) -> Path:
         "[training]\nlocal_batch_size = 1\nglobal_batch_size = 64\nseq_len = 8192\nsteps = 1000\n"
         "[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 1\n"
         "[checkpoint]\nenable = true\nfolder = 'checkpoint'\n"
+        "[metrics]\nenable_tensorboard = true\nenable_wandb = true\n"
+        "[profiling]\nenable_profiling = true\nenable_memory_snapshot = true\n"
+        "[validation]\nenable = true\n"
     )
     return tmp_path
 
@@ -428,8 +443,12 @@ def test_torchtitan_trial_command_is_one_torchtitan_parses_with_the_trials_confi
     assert t.steps == 20
     assert parsed.metrics.log_freq == 1 and parsed.metrics.disable_color_printing
     assert not parsed.checkpoint.enable and not parsed.validation.enable
+    assert not parsed.metrics.enable_tensorboard and not parsed.metrics.enable_wandb
+    assert not parsed.profiling.enable_profiling and not parsed.profiling.enable_memory_snapshot
     exported = manager().parse_args(torchtitan_job.export_argv(spec)[2:])
     assert exported.training.steps == 1000 and exported.checkpoint.enable  # the user's run
+    assert exported.validation.enable and exported.metrics.enable_tensorboard
+    assert exported.metrics.enable_wandb and exported.profiling.enable_profiling
     assert exported.parallelism.tensor_parallel_degree == config.tp
 
 

@@ -191,6 +191,8 @@ def test_a_hugging_face_trainer_script_is_tuned_with_its_own_batch_flags(
         assert config["train_batch_size"] == 16  # 4 x 2 x 2 ranks, the Trainer's flags
         outcome = json.loads((trial / "outcome.json").read_text())
         assert outcome["kind"] in ("ok", "pruned"), outcome
+        ran = json.loads((trial / "command.json").read_text())  # no side effects in trials
+        assert ran[ran.index("--output_dir") + 1] == str(trial.resolve() / "trainer_output")
     best = study / "best"
     exported = json.loads((best / "ds_config.json").read_text())
     assert exported["optimizer"]["params"]["lr"] == "auto"  # left for the Trainer
@@ -204,6 +206,7 @@ def test_a_hugging_face_trainer_script_is_tuned_with_its_own_batch_flags(
     assert f"--per_device_train_batch_size {exported['train_micro_batch_size_per_gpu']}" in (
         train_sh
     )
+    assert "--output_dir out " in train_sh  # the user's own, in the export
 
 
 def test_a_megatron_lm_command_is_measured_from_its_own_log_lines(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ the trial. Pure: no torch, no DeepSpeed.
 A trial gets a ds_config made from the user's own file with the tuned keys overridden
 (optimizer, scheduler, precision and everything else kept) and its config argument pointing
 at it; the Trainer also gets its micro-batch and accumulation flags, which it checks against
-the file.
+the file. Trials run without the job's side effects (`side_effects.py`); the export keeps
+them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.engines.argv import flag_positions, flag_value, with_flag
+from autotune.engines.argv import flag_positions, flag_value, hf_flag, with_flag
 from autotune.engines.deepspeed.ds_config import (
     DS_BUCKET,
     offloads_to_cpu,
@@ -26,6 +27,7 @@ from autotune.engines.deepspeed.ds_config import (
     zero_section,
 )
 from autotune.engines.deepspeed.exports import DS_CONFIG_FILE
+from autotune.engines.deepspeed.side_effects import hf_trial_argv, without_monitors
 from autotune.engines.framework import Framework, JobProblem, with_workload
 from autotune.errors import InputError
 from autotune.space import SearchSpace, TrainConfig
@@ -38,13 +40,6 @@ CONFIG_FLAGS = ("--deepspeed_config", "--deepscale_config", "--deepspeed")
 (`--deepspeed_config FILE`, or its deprecated `--deepscale_config FILE`, which
 `deepspeed.initialize` takes in its place; its `--deepspeed` alone is a switch), or Hugging
 Face's `TrainingArguments` (`--deepspeed FILE`)."""
-
-
-def hf_flag(field: str) -> tuple[str, str]:
-    """A `TrainingArguments` field's option strings, as `HfArgumentParser` gives them
-    (transformers/hf_argparser.py, `_parse_dataclass_field`): `--field_name` and, where the
-    name has an underscore, `--field-name`."""
-    return f"--{field}", f"--{field.replace('_', '-')}"
 
 
 HF_MBS = hf_flag("per_device_train_batch_size")
@@ -179,7 +174,7 @@ def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, 
     zero = zero_section(job.base_config)
     stage = whole(zero.get("stage", 0))
     reduce = zero.get("reduce_bucket_size", DS_BUCKET)
-    if reduce == "auto" and is_hugging_face(job.command, job.config_index):
+    if trainer_fills_bucket(job):
         reduce = workload.hidden_size * workload.hidden_size
     found: dict[str, int | None] = {
         "zero": stage,
@@ -195,6 +190,13 @@ def users_knobs(job: UserJob, workload: Workload, world_size: int) -> dict[str, 
     for offload in ("offload_optimizer", "offload_param"):
         knobs[offload] = offloads_to_cpu(zero.get(offload))
     return knobs
+
+
+def trainer_fills_bucket(job: UserJob) -> bool:
+    """The Trainer fills the file's "auto" reduce_bucket_size from the model's width: the
+    user's value is known once the model is."""
+    auto = zero_section(job.base_config).get("reduce_bucket_size") == "auto"
+    return auto and is_hugging_face(job.command, job.config_index)
 
 
 def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> dict[str, Any]:
@@ -231,15 +233,26 @@ def trial_ds_config(job: UserJob, workload: Workload, config: TrainConfig) -> di
     return merged
 
 
-def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
-    """The user's command for a trial: its config file replaced by `config_path`, for the
-    Hugging Face Trainer also its micro-batch and accumulation flags, which must agree."""
+def export_argv(spec: TrialSpec, config_path: str) -> list[str]:
+    """The user's command with the tuned config: its config file replaced by `config_path`,
+    for the Hugging Face Trainer also its micro-batch and accumulation flags, which must
+    agree; everything else as the user wrote it."""
     job = spec.user_job
     argv = job.argv_with_config(config_path)
     if is_hugging_face(job.command, job.config_index):
         accum = spec.config.grad_accum(spec.workload.global_batch_size)
         argv = with_flag(argv, HF_MBS, str(spec.config.mbs))  # the user's, where given
         argv = with_flag(argv, HF_ACCUM, str(accum))
+    return argv
+
+
+def trial_argv(spec: TrialSpec, config_path: str) -> list[str]:
+    """`export_argv` for a trial, whose config lies at `config_path` in its folder: a
+    Trainer's also without the job's side effects (`side_effects.hf_trial_argv`)."""
+    argv = export_argv(spec, config_path)
+    job = spec.user_job
+    if is_hugging_face(job.command, job.config_index):
+        return hf_trial_argv(argv, Path(config_path).parent)
     return argv
 
 
@@ -324,6 +337,8 @@ class DeepSpeedScript(Framework):
         narrowed = with_workload(problem, workload, DEEPSPEED_KNOBS)
         space = _users_offload(narrowed.space, job)
         users = users_knobs(job, workload, problem.cluster.world_size)
+        if not problem.model_given and trainer_fills_bucket(job):
+            del users["reduce_bucket"]  # the stand-in's width: `model_probe` reads the model's
         return dataclasses.replace(
             narrowed,
             space=with_users_values(space, users),
@@ -336,13 +351,23 @@ class DeepSpeedScript(Framework):
         return users_knobs(job, workload, world_size)
 
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
-        path = folder / DS_CONFIG_FILE
         config = trial_ds_config(spec.user_job, spec.workload, spec.config)
-        path.write_text(json.dumps(config, indent=2) + "\n")
-        return [path]
+        return [_write_json(folder / DS_CONFIG_FILE, config)]
+
+    def write_trial_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
+        config = trial_ds_config(spec.user_job, spec.workload, spec.config)
+        return [_write_json(folder / DS_CONFIG_FILE, without_monitors(config))]
 
     def trial_argv(self, spec: TrialSpec, config_path: str) -> list[str]:
         return trial_argv(spec, config_path)
+
+    def export_argv(self, spec: TrialSpec, config_path: str) -> list[str]:
+        return export_argv(spec, config_path)
+
+
+def _write_json(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
 
 
 class HuggingFaceTrainer(DeepSpeedScript):

@@ -3,7 +3,8 @@
 The trial's flags replace the user's parallel layout, batch, recomputation, bucket and
 overlap flags (the same flags the megatron engine exports); the rest of the command stays as
 the user wrote it. A trial runs a fixed number of iterations, each logged, without
-evaluation or checkpoints. The model the estimator sees is read from the user's flags.
+evaluation, checkpoints, TensorBoard, W&B or profiling; the export keeps them. The model the
+estimator sees is read from the user's flags.
 
 Steps are read from Megatron-LM's own log, in the format of `training_log` in
 megatron/training/training.py at core_v0.14.0 (printed by the last rank; core_v0.16 adds
@@ -83,9 +84,14 @@ RUN_LENGTH = {
     "--save-interval": 1,
     "--load": 1,
     "--rampup-batch-size": 3,
+    "--tensorboard-dir": 1,
+    "--wandb-project": 1,
+    "--profile": 0,
 }
 """What a trial sets itself: its length, a log line per iteration, no evaluation, no
-checkpoint written to or read from the user's folders, the steady global batch."""
+checkpoint written to or read from the user's folders, the steady global batch; and what it
+leaves out: TensorBoard and W&B (Megatron-LM writes to them only where these are given) and
+the profiler (`--profile`, its steps inside the trial's)."""
 GPT2_VOCAB = 50257
 """GPT2BPETokenizer's vocabulary, for commands that give a vocabulary file, not a size."""
 

@@ -7,7 +7,8 @@ flags (`--section.field VALUE`). The trial's tensor-parallel degree, data-parall
 `hsdp`), local batch and activation
 checkpointing are flags added after the user's own; the global batch, the pipeline degree and
 the HSDP replicas stay the user's (`with_users_layout` pins them in the space). A
-trial runs a fixed number of steps, each logged, without checkpoints or validation.
+trial runs a fixed number of steps, each logged, without checkpoints, validation, metrics
+reporting or profiling (`TRIAL_SETTINGS`); the export keeps them.
 
 Steps are read from the metrics line of `MetricsProcessor.log` in
 torchtitan/components/metrics.py at v0.2.2, which every rank prints (rank 0's is read):
@@ -57,6 +58,10 @@ RUN_LENGTH = {
     "--checkpoint.no_enable": 0,
     "--validation.enable": 0,
     "--validation.no_enable": 0,
+    **{f"--{name}": 0 for name in ("metrics.enable_tensorboard", "metrics.enable_wandb")},
+    **{f"--metrics.no_{name}": 0 for name in ("enable_tensorboard", "enable_wandb")},
+    **{f"--profiling.{name}": 0 for name in ("enable_profiling", "enable_memory_snapshot")},
+    **{f"--profiling.no_{name}": 0 for name in ("enable_profiling", "enable_memory_snapshot")},
 }
 TRIAL_SETTINGS = [
     "--metrics.log_freq",
@@ -64,8 +69,16 @@ TRIAL_SETTINGS = [
     "--metrics.disable_color_printing",
     "--checkpoint.no_enable",
     "--validation.no_enable",
+    "--metrics.no_enable_tensorboard",
+    "--metrics.no_enable_wandb",
+    "--profiling.no_enable_profiling",
+    "--profiling.no_enable_memory_snapshot",
 ]
-"""A metrics line per step without colours; nothing written to or read from checkpoints."""
+"""A metrics line per step without colours; nothing written to or read from checkpoints
+(`Checkpoint.enable`: no initial load either), no validation, no TensorBoard or W&B
+(`Metrics.enable_tensorboard`, `enable_wandb`), no profiler traces or memory snapshots
+(`Profiling`), whatever the TOML says (config/job_config.py, v0.2.2). The export keeps the
+user's."""
 NOT_YET = {
     "--parallelism.context_parallel_degree": "context parallelism",
     "--parallelism.expert_parallel_degree": "expert parallelism",

@@ -11,8 +11,8 @@ import pytest
 from autotune.engines.command import parse_job
 from autotune.engines.deepspeed.jobs import (
     ds_precision,
+    export_argv,
     global_batch,
-    trial_argv,
     trial_ds_config,
     users_knobs,
 )
@@ -147,7 +147,7 @@ def test_hugging_face_batch_flags_follow_the_trial(workdir: Path) -> None:
         config=TrainConfig(dp=2, mbs=4),
         job=job,
     )
-    argv = trial_argv(spec, "/t/ds_config.json")
+    argv = export_argv(spec, "/t/ds_config.json")
     assert argv == [
         "train.py",
         "--per_device_train_batch_size",
@@ -158,7 +158,7 @@ def test_hugging_face_batch_flags_follow_the_trial(workdir: Path) -> None:
         "4",
     ]
     plain = parse_job(["train.py", "--deepspeed_config", "ds.json"], workdir, "deepspeed")
-    assert trial_argv(dataclasses.replace(spec, job=plain), "x.json") == [
+    assert export_argv(dataclasses.replace(spec, job=plain), "x.json") == [
         "train.py",
         "--deepspeed_config",
         "x.json",
@@ -329,7 +329,7 @@ def test_hugging_face_batch_flags_are_read_and_rewritten_in_every_spelling(
         config=TrainConfig(dp=2, mbs=4),
         job=hyphens,
     )
-    assert trial_argv(spec, "/t/ds.json") == [
+    assert export_argv(spec, "/t/ds.json") == [
         "train.py",
         "--per-device-train-batch-size",
         "4",
@@ -337,7 +337,7 @@ def test_hugging_face_batch_flags_are_read_and_rewritten_in_every_spelling(
         "--deepspeed",
         "/t/ds.json",
     ]
-    assert trial_argv(dataclasses.replace(spec, job=last), "/t/ds.json") == [
+    assert export_argv(dataclasses.replace(spec, job=last), "/t/ds.json") == [
         "train.py",
         "--per_device_train_batch_size",
         "4",
