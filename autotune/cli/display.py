@@ -355,15 +355,24 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
     )
     if figures.measured:
         console.print(f"  figures from {figures.method}")
-    for name, r in figures.ratios():
+    if (r := figures.runner_up) is not None:
         apart = f" (95% interval {r.low:.2f}x-{r.high:.2f}x)" if figures.measured else ""
         console.print(
-            f"  {r.ratio:.2f}x {name}{apart}, trial {r.other.first} "
+            f"  {r.ratio:.2f}x the runner-up{apart}, trial {r.other.first} "
             f"{display_label(TrialAttrs.of(r.other.trial).label)}"
-            + (f": {r.other.tokens_per_s:,.0f} tok/s" if name != "the runner-up" else "")
+        )
+    if (y := figures.yours) is not None:
+        apart = f"; 95% interval {y.low:.2f}x-{y.high:.2f}x" if figures.measured else ""
+        label = display_label(TrialAttrs.of(y.other.trial).label)
+        console.print(
+            f"  {y.ratio:.2f}x your own config ({label}, trial {y.other.first}: "
+            f"{y.other.tokens_per_s:,.0f} tok/s{apart})"
         )
     if figures.is_yours:
-        console.print("  the winner is your own config")
+        console.print(
+            f"  1.00x your own config ({display_label(row['label'])}, trial "
+            f"{best.first}: the winner is your own config)"
+        )
     console.print(
         f"  {figures.median:.2f}x the median and {figures.worst:.2f}x the worst of "
         f"{figures.configs} configs measured"

@@ -120,4 +120,4 @@ def test_a_summary_whose_winner_is_your_own_config_says_so() -> None:
     add_measured(study, 100.0, TrainConfig(mbs=2), label=True)
     study.set_user_attr(USERS_CONFIG, config_key(yours))
     text = printed(250, study_summary, study, study_ref("s", None, Path("r")), [])
-    assert "the winner is your own config" in text, text
+    assert "1.00x your own config (dp=1, trial 0: the winner is your own config)" in text, text
