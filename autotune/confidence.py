@@ -24,9 +24,9 @@ measuring (trial/length): 99.75% at each look, since the rule looks after every 
 Bonferroni bound over the few looks a trial gets)."""
 
 EARLY_STOP_SIGMAS = 2.33
-"""Standard deviations of the difference between two launches that early stopping allows
-for (99% one-sided): a trial is stopped as slower only beyond what launches differ by, even
-against a best that is the luckiest of a few launches (study/noise)."""
+"""Standard deviations of the difference between a launch and the best config's mean that
+early stopping allows for (99% one-sided): a trial is stopped as slower only beyond what
+launches differ by (study/noise)."""
 
 PROPOSAL_OPTIMISM_SIGMAS = 1.0
 """Standard deviations of optimism when the guided search proposes a config (about an 84%

@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 from rich.markup import escape
 
-from autotune.calibration.saved import load_calibration, noise_path
+from autotune.calibration.saved import calibration_path, load_calibration, noise_path
 from autotune.errors import InputError
 from autotune.export import export_best
 from autotune.launchers import LaunchSettings, get_launcher
@@ -24,6 +24,7 @@ from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress, SearchSettings
 from autotune.study.noise import (
     length_spread,
+    noise_kind,
     read_spread,
     remember_spread,
     save_spread,
@@ -77,12 +78,15 @@ def tune(
     ref = study_ref(
         settings.study_name or default_study_name(problem), settings.storage, settings.results
     )
-    noise_file = noise_path(settings.results, problem.cluster)
-    slice_error_file = noise_file.with_suffix("").with_suffix(".slice.json")
+    slice_error_file = calibration_path(settings.results, problem.cluster).with_suffix(
+        ".slice.json"
+    )
     read = None
     if problem.reads_model and launcher.source == "measured":
+        noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
         read = _read_users_model(problem, launcher, ref, settings, noise_file, say)
         problem = read.problem
+    noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
     say(
         f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
@@ -117,6 +121,12 @@ def tune(
         say_slice(study, problem.cluster, slice_error_file, say)
     exported, report = _write_outputs(study, ref, outcome, say)
     return Tuned(study=study, ref=ref, outcome=outcome, exported=exported, report=report)
+
+
+def study_kind(problem: Problem) -> str:
+    """The kind of study whose between-trial spread this one starts from."""
+    framework = problem.job.framework if problem.job is not None else None
+    return noise_kind(problem.engine.name, problem.workload, framework)
 
 
 def _checked_launcher(

@@ -14,6 +14,7 @@ from autotune.engines import get_engine
 from autotune.errors import InputError
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.calibration import Calibration
+from autotune.space import config_key
 from autotune.study.storage import stored_specs
 from autotune.study.trial_attrs import TrialAttrs
 
@@ -27,9 +28,11 @@ class CalibrationReport:
     after: Calibration
     held_out_before: float | None
     held_out_after: float | None
-    """Median absolute error on trials left out of the fit (two folds), None when too few."""
+    """Median absolute error on configs left out of the fit (two folds of whole configs, all
+    the repeats of a config in one), None with fewer than `MIN_TRIALS` configs a fold."""
     in_sample_before: float
     in_sample_after: float
+    """Median absolute error on every measured trial, the fit's own."""
     saved_to: list[Path]
 
 
@@ -45,6 +48,18 @@ def observations(study: optuna.Study) -> list[Observation]:
     ]
 
 
+def config_folds(data: list[Observation]) -> tuple[list[Observation], list[Observation]]:
+    """Two folds of whole configs, dealt alternately in the order first measured: every
+    measurement of a config (its trial and its repeats) lies in one fold, so the other
+    fold's error is on configs the fit never saw."""
+    keys = list(dict.fromkeys(config_key(o.config) for o in data))
+    first = set(keys[::2])
+    return (
+        [o for o in data if config_key(o.config) in first],
+        [o for o in data if config_key(o.config) not in first],
+    )
+
+
 def calibrate_study(study: optuna.Study, study_folder: Path, results: Path) -> CalibrationReport:
     data = observations(study)
     if len(data) < MIN_TRIALS:
@@ -55,9 +70,9 @@ def calibrate_study(study: optuna.Study, study_folder: Path, results: Path) -> C
     cluster = data[0].cluster
     before, _ = load_calibration(results, cluster, stored_specs(study)[0])
     after = fit(data, before)
-    halves = (data[::2], data[1::2])
+    halves = config_folds(data)
     held_before = held_after = None
-    if len(data) >= 2 * MIN_TRIALS:
+    if min(len({config_key(o.config) for o in half}) for half in halves) >= MIN_TRIALS:
         held_before = statistics.mean(
             median_abs_pct_error(before, test) for _, test in (halves, halves[::-1])
         )

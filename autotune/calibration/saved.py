@@ -20,9 +20,10 @@ def calibration_path(results: Path, cluster: Cluster) -> Path:
     return results / "calibration" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', cluster.name)}.json"
 
 
-def noise_path(results: Path, cluster: Cluster) -> Path:
-    """Where the cluster's between-trial spread is kept, beside its calibration."""
-    return calibration_path(results, cluster).with_suffix(".noise.json")
+def noise_path(results: Path, cluster: Cluster, kind: str) -> Path:
+    """Where the between-trial spread of the cluster's studies of one kind
+    (`study.noise.noise_kind`) is kept, beside its calibration."""
+    return calibration_path(results, cluster).with_suffix(f".noise.{kind}.json")
 
 
 def read_calibration(path: Path, default: Calibration | None = None) -> Calibration:

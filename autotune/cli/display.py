@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:  # a plan needs none of the study's imports (optuna, scipy)
     import pandas as pd
 
     from autotune.calibration.from_study import CalibrationReport
-    from autotune.study.confirm import Standing
+    from autotune.study.figures import Figures
 
 
 def space_summary(console: Console, problem: Problem, found: Enumeration, sample: int) -> None:
@@ -217,26 +216,18 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
 
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
-    from autotune.report.table import users_config_trial
-    from autotune.study.confirm import standings
-    from autotune.study.slice import full_first
+    from autotune.study.figures import winner_figures
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import TrialAttrs
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
     failed = frame[frame["status"] == "fail"]
-    ranked = full_first(standings(study))
-    if ok.empty or not ranked:
+    figures = winner_figures(study)
+    if ok.empty or figures is None:
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
-        _winner(console, study, ok, ranked)
-        if (yours := users_config_trial(study)) is not None:
-            console.print(
-                f"  {ranked[0].tokens_per_s / yours.tokens_per_s:.2f}x your own config "
-                f"({display_label(TrialAttrs.of(yours.trial).label)}, trial {yours.first}: "
-                f"{yours.tokens_per_s:,.0f} tok/s)"
-            )
+        _winner(console, ok, figures)
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
@@ -331,52 +322,66 @@ def calibration(console: Console, report: CalibrationReport) -> None:
     console.print(table)
     if report.held_out_before is not None:
         console.print(
-            f"median error on held-out trials: {report.held_out_before:.1%} before, "
-            f"{report.held_out_after:.1%} after fitting (two folds)"
+            f"median error on held-out configs: {report.held_out_before:.1%} before, "
+            f"{report.held_out_after:.1%} after fitting (two folds, each config's repeats "
+            "in one)"
         )
     console.print(
-        f"median error on all trials: {report.in_sample_before:.1%} before, "
+        f"median error on all trials (in sample): {report.in_sample_before:.1%} before, "
         f"{report.in_sample_after:.1%} after"
     )
     console.print("saved: " + ", ".join(str(p) for p in report.saved_to))
 
 
-def _winner(console: Console, study: optuna.Study, ok: Any, ranked: list[Standing]) -> None:
-    """The best config on the mean of its measurements, with its 95% interval, and how far
-    ahead of the runner-up it is, between-trial noise included."""
-    from autotune.study.confirm import ratio_interval
-    from autotune.study.noise import study_spread
+def _winner(console: Console, ok: Any, figures: Figures) -> None:
+    """The best config with its 95% interval, how far ahead of the runner-up, your own config
+    and the median it is (between-trial noise included), and where its figures come from."""
     from autotune.study.trial_attrs import TrialAttrs
 
-    best, between = ranked[0], study_spread(study)
+    best, basis = figures.best, figures.basis
     row = ok[ok["number"] == best.trial.number].iloc[0]
-    measured = row["source"] == "measured"
-    n = len(best.values)
+    n = len(basis.values)
     how = (
-        f" ±{best.interval(between):.1%} (95%, {n} trial{'s' if n > 1 else ''})"
-        if measured
+        f" ±{figures.interval:.1%} (95%, {n} trial{'s' if n > 1 else ''})"
+        if figures.measured
         else ""
     )
-    mfu = f", MFU {row['mfu'] * best.tokens_per_s / row['tokens_per_s']:.1%}" if row["mfu"] else ""
+    mfu = (
+        f", MFU {row['mfu'] * basis.tokens_per_s / row['tokens_per_s']:.1%}" if row["mfu"] else ""
+    )
     console.print(
         f"[bold]best[/]: trial {best.first}  {display_label(row['label'])}  "
-        f"{best.tokens_per_s:,.0f} tok/s"
-        f"{how}{mfu} ({row['source']})"
+        f"{figures.tokens_per_s:,.0f} tok/s{how}{mfu or ''} ({row['source']})"
     )
-    if len(ranked) > 1:
-        ratio, low, high = ratio_interval(best, ranked[1], between)
-        apart = f" (95% interval {low:.2f}x-{high:.2f}x)" if measured else ""
+    if figures.measured:
+        console.print(f"  figures from {figures.method}")
+    if (r := figures.runner_up) is not None:
+        apart = f" (95% interval {r.low:.2f}x-{r.high:.2f}x)" if figures.measured else ""
         console.print(
-            f"  {ratio:.2f}x the runner-up{apart}, trial {ranked[1].first} "
-            f"{display_label(TrialAttrs.of(ranked[1].trial).label)}"
+            f"  {r.ratio:.2f}x the runner-up{apart}, trial {r.other.first} "
+            f"{display_label(TrialAttrs.of(r.other.trial).label)}"
         )
-    means = [s.tokens_per_s for s in ranked]
+    if (y := figures.yours) is not None:
+        apart = f"; 95% interval {y.low:.2f}x-{y.high:.2f}x" if figures.measured else ""
+        label = display_label(TrialAttrs.of(y.other.trial).label)
+        console.print(
+            f"  {y.ratio:.2f}x your own config ({label}, trial {y.other.first}: "
+            f"{y.other.tokens_per_s:,.0f} tok/s{apart})"
+        )
+    if figures.is_yours:
+        console.print(
+            f"  1.00x your own config ({display_label(row['label'])}, trial "
+            f"{best.first}: the winner is your own config)"
+        )
     console.print(
-        f"  {best.tokens_per_s / statistics.median(means):.2f}x the median and "
-        f"{best.tokens_per_s / min(means):.2f}x the worst of {len(ranked)} configs measured"
+        f"  {figures.median:.2f}x the median and {figures.worst:.2f}x the worst of "
+        f"{figures.configs} configs measured"
     )
-    if measured and between is not None:
+    if (tie := figures.tie()) is not None:
+        console.print(f"  [yellow]{tie}[/]")
+    between = figures.between
+    if figures.measured and between is not None:
         console.print(
             f"  between-trial spread {between.relative:.1%} (from {between.dof} degrees of "
-            "freedom of repeated configs)"
+            "freedom of repeated configs" + (f"; {figures.prior})" if figures.prior else ")")
         )

@@ -63,8 +63,8 @@ class Calibration:
 
 # GPU defaults: what scripts/fit_costmodel.py fits to the published runs
 # (calibration/published.py; tests/calibration/test_costmodel_fit.py checks these are its output,
-# scripts/validate_costmodel.py reports the error held out by source); the CPU default is a
-# first guess for gloo hosts.
+# scripts/validate_costmodel.py reports the error on them, in sample, and held out by source);
+# the CPU default is a first guess for gloo hosts.
 DEFAULT_CALIBRATION = {
     "ampere": Calibration(
         compute_efficiency=0.7, gemm_half_size=387.0, bandwidth_scale=1.25, overlap=1.0

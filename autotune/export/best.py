@@ -32,6 +32,7 @@ from autotune.export.nccl_verdict import nccl_verdict
 from autotune.launchers import torchrun
 from autotune.report.table import best_trial
 from autotune.study.confirm import standings
+from autotune.study.figures import winner_figures
 from autotune.study.noise import study_spread
 from autotune.study.slice_cost import slice_summary
 from autotune.study.storage import stored_job, stored_specs
@@ -132,6 +133,7 @@ def _write_all(
 ) -> None:
     attrs = TrialAttrs.of(trial)
     source = attrs.source or "measured"
+    standing = _standing(study, trial)
     files = (
         get_framework(spec.job.framework).write_files(spec, folder)
         if spec.job is not None
@@ -146,7 +148,9 @@ def _write_all(
     for name, text in (
         (
             "train.sh",
-            train_script(engine, spec, trial, study.study_name, files[0].name if files else ""),
+            train_script(
+                engine, spec, trial, study.study_name, files[0].name if files else "", standing
+            ),
         ),
         ("train.sbatch", sbatch_script(spec, trial, study.study_name)),
     ):
@@ -160,16 +164,8 @@ def _write_all(
                 "workload": spec.workload.name,
                 "cluster": spec.cluster.name,
                 "config": spec.config.as_dict(),
-                "metrics": {
-                    "tokens_per_s": attrs.tokens_per_s,
-                    "step_time_s": attrs.step_time_s,
-                    "step_time_stdev_s": attrs.step_time_stdev_s,
-                    "tflops_per_device": attrs.tflops_per_device,
-                    "mfu": attrs.mfu,
-                    "peak_memory_bytes": attrs.peak_memory_bytes,
-                    "model_state_bytes": attrs.model_state_bytes,
-                },
-                "standing": _standing(study, trial),
+                "metrics": _metrics(trial, standing),
+                "standing": standing,
                 **slice_summary(study, spec.cluster),
                 "provenance": provenance(study.study_name, trial.number, spec),
             },
@@ -178,8 +174,31 @@ def _write_all(
     )
 
 
+def _metrics(trial: optuna.trial.FrozenTrial, standing: dict[str, Any] | None) -> dict[str, Any]:
+    """The exported trial's metrics, its throughput figures (tokens/s, step time, TFLOP/s,
+    MFU) scaled to the config's standing, so that every file states the summary's figure."""
+    attrs = TrialAttrs.of(trial)
+    tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
+    scale = standing["tokens_per_s"] / trial.value if standing and trial.value else 1.0
+    step = attrs.step_time_s
+    return {
+        "tokens_per_s": tps,
+        "step_time_s": step and step / scale,
+        "step_time_stdev_s": attrs.step_time_stdev_s,
+        "tflops_per_device": attrs.tflops_per_device and attrs.tflops_per_device * scale,
+        "mfu": attrs.mfu and attrs.mfu * scale,
+        "peak_memory_bytes": attrs.peak_memory_bytes,
+        "model_state_bytes": attrs.model_state_bytes,
+    }
+
+
 def _standing(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
-    """The config's mean over its trial and repeats, and how sure it is (study.confirm)."""
+    """The exported config's throughput, its interval and ratios as the summary states them
+    (`study.figures`); for a config exported in the winner's place (NCCL's defaults kept),
+    the mean of its trial and repeats."""
+    figures = winner_figures(study)
+    if figures is not None and figures.best.trial.number == trial.number:
+        return figures.as_dict()
     found = next((s for s in standings(study) if s.trial.number == trial.number), None)
     if found is None:
         return None
@@ -296,14 +315,14 @@ def train_script(
     trial: optuna.trial.FrozenTrial,
     study_name: str,
     job_config: str = "",
+    standing: dict[str, Any] | None = None,
 ) -> str:
     """torchrun for the best config with autotune's worker, or the user's own command with
     `job_config` (a file in this folder) where it was tuned; one node or, with NNODES > 1, a
-    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK."""
+    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK; `_figure_words` atop."""
     cluster = spec.cluster
     attrs = TrialAttrs.of(trial)
-    tps = attrs.tokens_per_s
-    measured = f"{tps:,.0f} tokens/s" if tps else "?"
+    measured = _figure_words(attrs, standing)
     launcher = " ".join(
         [
             'exec "${TORCHRUN:-torchrun}"',
@@ -350,6 +369,18 @@ def train_script(
             "",
         ]
     )
+
+
+def _figure_words(attrs: TrialAttrs, standing: dict[str, Any] | None) -> str:
+    """The throughput train.sh's header states: the standing's, with its interval and
+    where it comes from, else the trial's own."""
+    tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
+    words = f"{tps:,.0f} tokens/s" if tps else "?"
+    if standing and standing.get("interval_95"):
+        n = standing["measurements"]
+        basis = standing.get("figures_from") or f"the mean of {n} trial{'s' if n > 1 else ''}"
+        words += f" ±{standing['interval_95']:.1%} (95%, {basis})"
+    return words
 
 
 def job_command(spec: TrialSpec, config_file: str) -> str:

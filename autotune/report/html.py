@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import math
 import warnings
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,9 @@ import plotly.graph_objects as go
 
 from autotune.errors import InputError
 from autotune.report.cost import cost_line, study_cost
-from autotune.report.table import best_standing, trial_table
+from autotune.report.header import report_header
+from autotune.report.table import trial_table
 from autotune.study.choices import CHOICES_ATTR
-from autotune.study.slice_confirm import slice_lines
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
 from autotune.units import column_text, display_label, knob_text
@@ -55,7 +54,7 @@ def write_report(study: optuna.Study, out: Path) -> Path:
         )
         if f is not None
     ]
-    parts = [_header(study, frame, source)]
+    parts = [report_header(study, frame, source)]
     for i, fig in enumerate(figures):
         fig.update_layout(template="plotly_white", height=420)
         if not fig.layout.margin.t:
@@ -66,7 +65,6 @@ def write_report(study: optuna.Study, out: Path) -> Path:
     cost = study_cost(study)
     if cost is not None:
         parts.append(f"<h2>Where the time went</h2><p>{html.escape(cost_line(cost))}</p>")
-    parts += [f"<p>{html.escape(line)}</p>" for line in slice_lines(study)]
     parts.append(_table(frame))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, _PAGE.format(title=html.escape(study.study_name), body="\n".join(parts)))
@@ -80,32 +78,6 @@ def _source(frame: pd.DataFrame) -> str:
 
 def _titled(title: str, source: str) -> str:
     return f"{title} ({source})"
-
-
-def _header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
-    attrs = study.user_attrs
-    workload = attrs.get("workload", {}).get("name", "?")
-    cluster = attrs.get("cluster", {}).get("name", "?")
-    ok = frame[frame["status"] == "complete"]
-    winner = best_standing(study)
-    lines = [
-        f"<h1>autotune study {html.escape(study.study_name)}</h1>",
-        f"<p class='source'>Figures are <b>{html.escape(source)}</b>.</p>",
-        f"<p>Tuned {html.escape(str(attrs.get('engine', '?')))} on "
-        f"{html.escape(workload)} / {html.escape(cluster)}: {len(frame)} trials ran, "
-        f"{len(ok)} completed.</p>",
-    ]
-    if winner is not None and not ok.empty:
-        median = ok["tokens_per_s"].astype(float).median()
-        tokens = winner.tokens_per_s
-        lines.append(
-            f"<p>Winner: trial {winner.first}, "
-            f"<code>{html.escape(display_label(TrialAttrs.of(winner.trial).label))}</code>, "
-            f"{tokens:,.0f} tokens/s (the mean of {len(winner.values)} trial(s)), "
-            f"{tokens / median:.2f}x the median trial.</p>"
-        )
-    lines.append(f"<p class='made'>Made {datetime.now().isoformat(timespec='seconds')}.</p>")
-    return "\n".join(lines)
 
 
 def _best_so_far(frame: pd.DataFrame, trials: dict[int, Any], source: str) -> go.Figure | None:

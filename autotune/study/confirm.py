@@ -31,7 +31,7 @@ from autotune.study.noise import (
 )
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.storage import INTERRUPTED
-from autotune.study.trial_attrs import CONFIRMS, TrialAttrs
+from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, TrialAttrs
 
 EQUIVALENT = NOISE_FLOOR
 """Two configs whose throughputs surely differ by less than this are as good as each other:
@@ -127,7 +127,8 @@ def equivalent(best: Standing, other: Standing, between: Spread | None) -> bool:
 
 
 def standings(study: optuna.Study) -> list[Standing]:
-    """Each measured config's standing, best first; a config whose latest repeat failed
+    """Each measured config's standing, best first, on the measurements that choose (not the
+    winner's repeats after the choice); a config whose latest repeat failed
     (out of memory, a crash; not one stopped by the user) does not stand. A trial that runs
     after a confirmation (a resumed study, another worker) stands like any other and can
     win."""
@@ -139,10 +140,21 @@ def standings(study: optuna.Study) -> list[Standing]:
     found = []
     for first, trials in measurements(study).items():
         latest = max(trials, key=lambda t: t.number)
-        if failed.get(first, -1) > latest.number:
+        chose = tuple(t.value for t in trials if t.value and not TrialAttrs.of(t).after_choice)
+        if failed.get(first, -1) > latest.number or not chose:
             continue
-        found.append(Standing(first, latest, tuple(t.value for t in trials if t.value)))
+        found.append(Standing(first, latest, chose))
     return sorted(found, key=lambda s: -s.tokens_per_s)
+
+
+def best_mean(study: optuna.Study) -> tuple[float | None, float]:
+    """The best config's mean throughput (None before any) and the standard error of its
+    logarithm: what the search's stop rule compares with."""
+    ranked = standings(study)
+    if not ranked:
+        return None, 0.0
+    best = ranked[0]
+    return best.tokens_per_s, best.sd(study_spread(study)) / math.sqrt(len(best.values))
 
 
 def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]:
@@ -247,5 +259,40 @@ def confirm(
             run(trial, standing.config)
             numbers.append(trial.number)
         if len(numbers) == before and round_ >= IDLE_ROUNDS:  # each repeat another worker's
+            break
+    return numbers
+
+
+def after_choice(study: optuna.Study) -> list[float]:
+    """Tokens/s of the winner's repeats taken after it was chosen."""
+    ranked = standings(study)
+    if not ranked:
+        return []
+    done = measurements(study).get(ranked[0].first, [])
+    return [t.value for t in done if t.value and TrialAttrs.of(t).after_choice]
+
+
+def repeat_winner(
+    study: optuna.Study,
+    params_of: Callable[[TrainConfig], dict[str, object]],
+    distributions: dict[str, optuna.distributions.BaseDistribution],
+    run: Callable[[optuna.Trial, TrainConfig], object],
+    count: int,
+) -> list[int]:
+    """Up to `count` repeats of the chosen winner (fewer where it has some), marked
+    `AFTER_CHOICE`: its figures are stated from them; returns their trial numbers."""
+    numbers: list[int] = []
+    while (ranked := standings(study)) and len(after_choice(study)) < count:
+        best = ranked[0]
+        if TrialAttrs.of(best.trial).source != "measured":
+            break
+        marks: dict[str, object] = {CONFIRMS: best.first, AFTER_CHOICE: True}
+        trial = ask_enqueued(study, params_of(best.config), marks, distributions)
+        if trial is None:
+            break
+        had = len(after_choice(study))
+        run(trial, best.config)
+        numbers.append(trial.number)
+        if len(after_choice(study)) == had:  # it failed: the next would too
             break
     return numbers

@@ -25,7 +25,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import confirm
+from autotune.study.confirm import confirm, repeat_winner, standings
 from autotune.study.effort import STANDARD, Effort
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
@@ -97,12 +97,18 @@ class StudyOutcome:
     """Trials that re-measured the leaders (see study.confirm)."""
 
 
-def best_step_time(study: optuna.Study) -> float | None:
-    """The best step time measured so far (None before any trial completed): how long the
-    next trial measures depends on it."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    times = [step for t in done if (step := TrialAttrs.of(t).step_time_s)]
-    return min(times) if times else None
+def best_step_time(study: optuna.Study) -> tuple[float, int] | None:
+    """The best config's mean step time (its standing, not its luckiest launch) and how many
+    launches it is the mean of; None before any trial completed: how long the next trial
+    measures depends on it."""
+    ranked = standings(study)
+    if not ranked:
+        return None
+    best = ranked[0]
+    step = TrialAttrs.of(best.trial).step_time_s
+    if not step or not best.trial.value:
+        return None
+    return step * best.trial.value / best.tokens_per_s, len(best.values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,13 +311,15 @@ class _Search:
             predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
         )
         trial.set_user_attr(PREDICTED, prediction.as_attr())
+        best = best_step_time(self.study)
+        margin = self.budget.early_stop_margin
         steps = dataclasses.replace(
             self.settings.steps,
             precision=self.trial_precision(),
-            best_s=best_step_time(self.study),
+            best_s=best[0] if best else None,
             margin=(
-                early_stop_margin(self.budget.early_stop_margin, self.study)
-                if self.budget.early_stop_margin is not None
+                early_stop_margin(margin, self.study, best[1] if best else 1)
+                if margin is not None
                 else None
             ),
         )
@@ -348,7 +356,8 @@ class _Search:
         between-trial spread asks, profiled only where the config has no profile yet, while
         the time budget
         lasts, and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
-        command relaunches for each)."""
+        command relaunches for each); then the winner's repeats after its choice
+        (`Effort.after_choice`), from which its figures are stated."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
 
@@ -371,7 +380,7 @@ class _Search:
             limit = self.budget.max_time_s
             return limit is None or time.monotonic() - self.start < limit
 
-        return confirm(
+        numbers = confirm(
             self.study,
             self.space.params,
             self.space.distributions,
@@ -379,4 +388,13 @@ class _Search:
             time_left,
             limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
             effort=self.budget.effort,
+        )
+        if not time_left():
+            return numbers
+        return numbers + repeat_winner(
+            self.study,
+            self.space.params,
+            self.space.distributions,
+            run_confirmation,
+            self.budget.effort.after_choice,
         )

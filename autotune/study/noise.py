@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.confidence import EARLY_STOP_SIGMAS
+from autotune.specs import Workload
 from autotune.study.trial_attrs import NOISE_PRIOR, TrialAttrs
 
 NOISE_FLOOR = 0.02
@@ -29,18 +30,24 @@ shared machine shows (results/bench/repeatability.md measures one); a trial's ow
 far smaller."""
 LENGTH_DOF = 4
 """Degrees of freedom of the between-trial spread before trial lengths follow it alone."""
-PRIOR_DOF = 20
-"""The most degrees of freedom a cluster's saved spread counts for in the next study."""
+PRIOR_DOF = 4
+"""The most degrees of freedom a saved spread counts for in the next study: a few repeats'
+worth, so that the study's own repeats soon outweigh it."""
+PRIOR_AGREES = 0.95
+"""One-sided level of the F test by which the study's own repeats show launches differing
+more than the prior allows; beyond it the prior is left behind. A study quieter than its
+prior keeps it: a few repeats that happen to agree closely must not tighten its verdicts."""
 
 
 @dataclass(frozen=True)
 class Spread:
     """The between-trial spread of one config's throughput: the standard deviation of its
     logarithm (about the relative spread), pooled over repeated configs, with its degrees of
-    freedom."""
+    freedom and, for one saved by an earlier study, where it comes from."""
 
     relative: float
     dof: int
+    source: str = ""
 
     def pooled(self, other: Spread | None) -> Spread:
         if other is None or other.dof == 0:
@@ -84,24 +91,60 @@ def between_trials(study: optuna.Study) -> Spread | None:
 
 def study_spread(study: optuna.Study) -> Spread | None:
     """The between-trial spread every verdict of the study uses: its own repeats pooled
-    with the cluster's from earlier studies (`NOISE_PRIOR`, set when the study starts)."""
+    with the prior from earlier studies of its kind (`NOISE_PRIOR`, set when it starts),
+    unless they disagree with it."""
+    prior, own = noise_prior(study), between_trials(study)
+    if own is None:
+        return prior
+    return own.pooled(prior) if prior is not None and agrees(own, prior) else own
+
+
+def noise_prior(study: optuna.Study) -> Spread | None:
     stored = study.user_attrs.get(NOISE_PRIOR)
-    prior = Spread(**stored) if stored else None
-    own = between_trials(study)
-    return own.pooled(prior) if own is not None else prior
+    return Spread(**stored) if stored else None
 
 
-def early_stop_margin(base: float, study: optuna.Study) -> float:
-    """How much slower than the best step time so far a trial must surely be to stop.
+def agrees(own: Spread, prior: Spread) -> bool:
+    """The study's spread is no wider than its prior could have given (a one-sided F test
+    on their variances)."""
+    from scipy import stats
 
-    The trial's level and the best's each carry one launch's between-trial noise (and the
-    best, a minimum over launches, is lucky more often than not), so the margin is at least
-    what two launches of one config differ by at `EARLY_STOP_SIGMAS`: with 10% between trials, 39%.
-    Before any repeat, a measured study assumes a shared machine's `UNKNOWN_BETWEEN`."""
+    ratio = (own.relative / max(prior.relative, 1e-9)) ** 2
+    return bool(ratio <= stats.f.ppf(PRIOR_AGREES, own.dof, max(prior.dof, 1)))
+
+
+def prior_note(study: optuna.Study) -> str | None:
+    """Where the study's prior spread comes from, and whether its repeats left it behind."""
+    prior, own = noise_prior(study), between_trials(study)
+    if prior is None:
+        return None
+    where = f"{prior.relative:.1%} from {prior.source or 'an earlier study'} ({prior.dof} dof)"
+    if own is not None and not agrees(own, prior):
+        return f"prior {where} left behind: this study's repeats disagree with it"
+    return f"prior {where}"
+
+
+def noise_kind(engine: str, workload: Workload, framework: str | None) -> str:
+    """What makes launches of a config alike besides the cluster: the engine (and the user's
+    framework), dense or mixture of experts, and the model's scale (the power of ten of
+    about its parameters)."""
+    params = 12 * workload.num_layers * workload.hidden_size**2
+    kind = "moe" if workload.is_moe else "dense"
+    scale = round(math.log10(max(params, 1)))
+    return "-".join([engine, *([framework] if framework else []), kind, f"1e{scale}"])
+
+
+def early_stop_margin(base: float, study: optuna.Study, launches: int = 1) -> float:
+    """How much slower than the best config's mean step time a trial must surely be to stop.
+
+    The trial's level carries one launch's between-trial noise and the best's mean that of
+    its `launches`, so the margin is at least what they differ by at `EARLY_STOP_SIGMAS`:
+    with 10% between trials and the best launched once, 39%. Before any repeat, a measured
+    study assumes a shared machine's `UNKNOWN_BETWEEN`."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     measured = any(TrialAttrs.of(t).source == "measured" for t in trials)
-    sd = assumed_between(study, measured)
-    return max(base, math.expm1(EARLY_STOP_SIGMAS * sd * math.sqrt(2)))
+    sd = assumed_between(study, measured) * math.sqrt(1 + 1 / max(1, launches))
+    return max(base, math.expm1(EARLY_STOP_SIGMAS * sd))
 
 
 def assumed_between(study: optuna.Study, measured: bool) -> float:
@@ -143,17 +186,19 @@ def read_spread(path: Path) -> Spread | None:
 
 
 def remember_spread(study: optuna.Study, path: Path) -> None:
-    """Start the study from the cluster's spread, once (a resumed study keeps its own)."""
+    """Start the study from the spread of earlier studies of its kind (`noise_kind`), once
+    (a resumed study keeps its own)."""
     prior = read_spread(path)
     if prior is not None and NOISE_PRIOR not in study.user_attrs:
         study.set_user_attr(NOISE_PRIOR, dataclasses.asdict(prior))
 
 
 def save_spread(study: optuna.Study, path: Path) -> None:
-    """The study's spread (its repeats with its prior) as the cluster's, for the next one;
-    its degrees of freedom capped, so that old studies never outweigh a new one's repeats."""
+    """The study's spread (its repeats with its prior) for the next study of its kind,
+    named after it; its degrees of freedom capped at `PRIOR_DOF`, so that old studies never
+    outweigh a new one's repeats."""
     known = study_spread(study)
     if known is not None:
-        kept = Spread(known.relative, min(known.dof, PRIOR_DOF))
+        kept = Spread(known.relative, min(known.dof, PRIOR_DOF), f"study {study.study_name!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(kept)) + "\n")

@@ -11,8 +11,9 @@ import optuna
 
 from autotune.estimate.ranking import Ranked
 from autotune.space import TrainConfig, config_key
+from autotune.study.confirm import best_mean
 from autotune.study.guided import GuidedSearch
-from autotune.study.verdicts import best_value, collisions, running_keys
+from autotune.study.verdicts import collisions, running_keys
 
 RETRY_WINDOW_S = 60.0
 """How long after a collision the other workers leave its config to the one that retries it:
@@ -66,12 +67,13 @@ class Proposer:
         if self.baseline is not None and config_key(self.baseline) not in avoided:
             return self.baseline, None
         if self.guide is not None:
-            why = self.guide.converged(claimed, best_value(self.study))
+            best = best_mean(self.study)
+            why = self.guide.converged(claimed, *best)
             if why:
                 return None, why
             # A deferred config comes back when nothing else could still win.
             config = None
-            if self.guide.converged(avoided, best_value(self.study)) is None:
+            if self.guide.converged(avoided, *best) is None:
                 config = self.guide.propose(avoided)
             config = config or self.guide.propose(claimed)
         else:

@@ -29,6 +29,9 @@ QUEUE = "queue_s"
 """Seconds the trial waited for resources before it started (a SLURM queue)."""
 CONFIRMS = "confirms"
 """On a confirmation: the number of the trial it re-measures for longer."""
+AFTER_CHOICE = "after_choice"
+"""On a repeat of the chosen winner taken once the choice was made: it states the winner's
+figures and takes no part in choosing (`study.figures`)."""
 SOURCE = "source"
 """measured, simulated or replayed."""
 LABEL = "label"
@@ -135,6 +138,10 @@ class TrialAttrs:
     @property
     def confirms(self) -> int | None:
         return self.values.get(CONFIRMS)
+
+    @property
+    def after_choice(self) -> bool:
+        return bool(self.values.get(AFTER_CHOICE))
 
     @property
     def source(self) -> str | None:

@@ -92,3 +92,32 @@ def test_the_runs_summary_never_prints_the_storage_password() -> None:
     url = "postgresql://tuner:s3cret-pw@db.example:5432/studies"
     text = printed(160, study_summary, units_study(), study_ref("units", url, Path("r")), [])
     assert "s3cret-pw" not in text and "postgresql://tuner:***@db.example:5432/studies" in text
+
+
+def test_a_summary_whose_leaders_are_within_noise_says_so_and_what_would_settle_them() -> None:
+    """Two configs 1% apart on a cluster whose launches differ by 10%: the summary says in
+    words that either will do, and names the option that repeats them more."""
+    from autotune.space import TrainConfig
+    from tests.fakes import add_measured, new_study
+
+    study = new_study(between=0.10)
+    add_measured(study, 101.0, TrainConfig(mbs=1), label=True)
+    add_measured(study, 100.0, TrainConfig(mbs=2), label=True)
+    text = printed(250, study_summary, study, study_ref("s", None, Path("r")), [])
+    assert "trials 0 and 1 are within noise of each other; either will do" in text, text
+    assert "more repeats of each would resolve a 5% gap" in text
+    assert "autotune run --thorough" in text
+
+
+def test_a_summary_whose_winner_is_your_own_config_says_so() -> None:
+    from autotune.space import TrainConfig, config_key
+    from autotune.study.trial_attrs import USERS_CONFIG
+    from tests.fakes import add_measured, new_study
+
+    study = new_study(between=0.01)
+    yours = TrainConfig(mbs=1)
+    add_measured(study, 130.0, yours, label=True, config_key=config_key(yours))
+    add_measured(study, 100.0, TrainConfig(mbs=2), label=True)
+    study.set_user_attr(USERS_CONFIG, config_key(yours))
+    text = printed(250, study_summary, study, study_ref("s", None, Path("r")), [])
+    assert "1.00x your own config (dp=1, trial 0: the winner is your own config)" in text, text

@@ -9,6 +9,8 @@ import statistics
 import torch
 
 from autotune.rank.measure import StepMeter
+from autotune.space import TrainConfig
+from autotune.study.loop import best_step_time
 from autotune.study.noise import (
     UNKNOWN_BETWEEN,
     Spread,
@@ -18,7 +20,7 @@ from autotune.study.noise import (
 )
 from autotune.trial.length import relative_halfwidth, stopped_for
 from autotune.trial.spec import StepPlan
-from tests.fakes import new_study
+from tests.fakes import add_measured, new_study
 
 PLAN = StepPlan()  # at least 3 measured steps, at most 8, 2% precision
 BEST_S = 1.0
@@ -152,6 +154,28 @@ def test_early_stopping_never_prunes_a_config_racing_itself_on_a_noisy_cluster()
         fixed += measure(steps, StepPlan(best_s=best_s, margin=0.10))[0] == "slower"
     assert noise_aware <= 100, noise_aware
     assert fixed >= 200, fixed
+
+
+def test_a_config_as_fast_as_a_best_launched_eight_times_is_hardly_ever_stopped() -> None:
+    """The best config launched eight times on a cluster whose launches differ by 10%: a
+    trial of a config as fast is measured against the best's mean (the study's
+    `best_step_time`), not its luckiest launch, and stops as slower in at most 2% of 500."""
+    rng = random.Random(5)
+    stopped = 0
+    for _ in range(500):
+        study = new_study(between=0.10)
+        first = add_measured(study, 1000 / rng.lognormvariate(0.0, 0.10), TrainConfig(mbs=1))
+        for _ in range(7):
+            launch = rng.lognormvariate(0.0, 0.10)
+            add_measured(
+                study, 1000 / launch, TrainConfig(mbs=1), step_time_s=launch, confirms=first
+            )
+        best = best_step_time(study)
+        assert best is not None and best[1] == 8
+        plan = StepPlan(best_s=best[0], margin=early_stop_margin(0.10, study, best[1]))
+        steps = noisy_steps(rng, rng.lognormvariate(0.0, 0.10), 8, spread=0.02)
+        stopped += measure(steps, plan)[0] == "slower"
+    assert stopped <= 10, stopped
 
 
 def test_trials_measure_no_tighter_than_launches_differ() -> None:

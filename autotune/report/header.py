@@ -1,0 +1,47 @@
+"""The report's opening: what was tuned, the winner with the figures every output states
+(`study.figures`), leaders within noise in words, a slice study's confirmation and cost."""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+
+import optuna
+import pandas as pd
+
+from autotune.study.figures import winner_figures
+from autotune.study.slice_confirm import slice_lines
+from autotune.study.trial_attrs import TrialAttrs
+from autotune.units import display_label
+
+
+def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
+    attrs = study.user_attrs
+    workload = attrs.get("workload", {}).get("name", "?")
+    cluster = attrs.get("cluster", {}).get("name", "?")
+    ok = frame[frame["status"] == "complete"]
+    figures = winner_figures(study)
+    lines = [
+        f"<h1>autotune study {html.escape(study.study_name)}</h1>",
+        f"<p class='source'>Figures are <b>{html.escape(source)}</b>.</p>",
+        f"<p>Tuned {html.escape(str(attrs.get('engine', '?')))} on "
+        f"{html.escape(workload)} / {html.escape(cluster)}: {len(frame)} trials ran, "
+        f"{len(ok)} completed.</p>",
+    ]
+    if figures is not None and not ok.empty:
+        label = html.escape(display_label(TrialAttrs.of(figures.best.trial).label))
+        interval = f" ±{figures.interval:.1%} (95%)" if figures.measured else ""
+        ratios = "".join(
+            f", {r.ratio:.2f}x {n} ({r.low:.2f}x-{r.high:.2f}x)" for n, r in figures.ratios()
+        )
+        lines.append(
+            f"<p>Winner: trial {figures.best.first}, <code>{label}</code>, "
+            f"{figures.tokens_per_s:,.0f} tokens/s{interval} (from {html.escape(figures.method)}, "
+            f"{len(figures.basis.values)} trial(s)), {figures.median:.2f}x the median config"
+            f"{ratios}.</p>"
+        )
+        if (tie := figures.tie()) is not None:
+            lines.append(f"<p>{html.escape(tie)}.</p>")
+    lines += [f"<p>{html.escape(line)}</p>" for line in slice_lines(study)]
+    lines.append(f"<p class='made'>Made {datetime.now().isoformat(timespec='seconds')}.</p>")
+    return "\n".join(lines)

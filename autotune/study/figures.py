@@ -1,0 +1,174 @@
+"""The winner's figures, in one place: its throughput, its interval and its ratios to the
+runner-up, the user's own config and the median, as the summary, the report, best.yaml and
+train.sh all state them.
+
+A config wins for measuring fast, so the measurements that made it lead read high: with four
+equal configs at 10% noise the best one's mean is several percent above the truth. The
+figures therefore come from the winner's repeats taken once it was chosen, which took no part
+in choosing it (`AFTER_CHOICE`; `Effort.after_choice` of them); where it has none (no
+confirmation, a simulated study), from all its measurements, said so (`WITH_CHOICE`)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
+from autotune.study.confirm import Standing, after_choice, ratio_interval, standings
+from autotune.study.noise import Spread, prior_note, study_spread
+from autotune.study.slice import full_first
+from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
+
+AFTER_CHOICE = "repeats taken after it was chosen"
+WITH_CHOICE = "all its trials, those that chose it included (they read high)"
+PREDICTED = "the model's prediction"
+RESOLVE_GAP = 0.05
+"""The gap the summary says how many more repeats would resolve."""
+RESOLVE_POWER = 0.8
+"""How often those repeats would resolve that gap."""
+SETTLE_OPTION = "--thorough"
+"""The `autotune run` option that repeats the leaders more (up to 40 times each)."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """The winner's throughput over another config's, with its 95% interval."""
+
+    other: Standing
+    ratio: float
+    low: float
+    high: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "trial": self.other.first,
+            "ratio": self.ratio,
+            "interval_95": [self.low, self.high],
+        }
+
+    @property
+    def faster(self) -> bool:
+        """The winner is surely faster (the interval lies above 1)."""
+        return self.low > 1
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the user is told about the winner, from `basis` (the measurements that did not
+    choose it, where there are some)."""
+
+    best: Standing
+    """The winner's standing on all its measurements (what chose it)."""
+    basis: Standing
+    method: str
+    between: Spread | None
+    measured: bool
+    runner_up: Ratio | None
+    yours: Ratio | None
+    median: float
+    """The winner's throughput over the median config's."""
+    worst: float
+    configs: int
+    prior: str | None = None
+    """Where the between-trial spread's prior comes from (`noise.prior_note`)."""
+    is_yours: bool = False
+    """The winner is the config the user's own command runs today."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.basis.tokens_per_s
+
+    @property
+    def interval(self) -> float:
+        """Relative half-width of the 95% interval of the winner's throughput."""
+        return self.basis.interval(self.between) if self.measured else 0.0
+
+    def ratios(self) -> list[tuple[str, Ratio]]:
+        """The ratios stated, each with what it compares with."""
+        named = (("the runner-up", self.runner_up), ("your own config", self.yours))
+        return [(name, r) for name, r in named if r is not None]
+
+    def as_dict(self) -> dict[str, Any]:
+        """best.yaml's `standing`: the figures the summary states."""
+        between = self.between
+        return {
+            "tokens_per_s": self.tokens_per_s,
+            "interval_95": self.interval,
+            "measurements": len(self.basis.values),
+            "figures_from": self.method,
+            "between_trial_spread": between.relative if between is not None else None,
+            "runner_up": self.runner_up.as_dict() if self.runner_up else None,
+            "your_config": self.yours.as_dict() if self.yours else None,
+            "median_ratio": self.median,
+            "within_noise": self.tie(),
+            "noise_prior": self.prior,
+        }
+
+    def tie(self) -> str | None:
+        """In words, when the study could not separate the winner from the runner-up."""
+        r = self.runner_up
+        if r is None or not self.measured or r.faster:
+            return None
+        more = _repeats_to_resolve(self.best, r.other, self.between)
+        return (
+            f"trials {self.best.first} and {r.other.first} are within noise of each other; "
+            f"either will do; about {more} more repeats of each would resolve a "
+            f"{RESOLVE_GAP:.0%} gap (`autotune run {SETTLE_OPTION}` resumes this study and "
+            "repeats its leaders more)"
+        )
+
+
+def winner_figures(study: optuna.Study) -> Figures | None:
+    """The winner's figures; None before any config completed."""
+    ranked = full_first(standings(study))
+    if not ranked:
+        return None
+    best, between = ranked[0], study_spread(study)
+    measured = TrialAttrs.of(best.trial).source == "measured"
+    basis, method = _basis(study, best) if measured else (best, PREDICTED)
+    yours_key = study.user_attrs.get(USERS_CONFIG)
+    yours = next((s for s in ranked[1:] if TrialAttrs.of(s.trial).config_key == yours_key), None)
+    means = [s.tokens_per_s for s in ranked]
+    return Figures(
+        best=best,
+        basis=basis,
+        method=method,
+        between=between,
+        measured=measured,
+        runner_up=_ratio(basis, ranked[1], between) if len(ranked) > 1 else None,
+        yours=_ratio(basis, yours, between) if yours is not None else None,
+        median=basis.tokens_per_s / statistics.median(means),
+        worst=basis.tokens_per_s / min(means),
+        configs=len(ranked),
+        prior=prior_note(study),
+        is_yours=yours_key is not None and TrialAttrs.of(best.trial).config_key == yours_key,
+    )
+
+
+def _ratio(basis: Standing, other: Standing, between: Spread | None) -> Ratio:
+    ratio, low, high = ratio_interval(basis, other, between, INTERVAL_TWO_SIDED_PROBABILITY)
+    return Ratio(other, ratio, low, high)
+
+
+def _basis(study: optuna.Study, best: Standing) -> tuple[Standing, str]:
+    """The winner's repeats taken after it was chosen; all its measurements, so named,
+    where it has none."""
+    after = tuple(after_choice(study))
+    if not after:
+        return best, WITH_CHOICE
+    return Standing(best.first, best.trial, after), AFTER_CHOICE
+
+
+def _repeats_to_resolve(best: Standing, other: Standing, between: Spread | None) -> int:
+    """Repeats of each of the two that would show a `RESOLVE_GAP` between them at the
+    winner's confidence, `RESOLVE_POWER` of the time, beyond those each has."""
+    from scipy import stats
+
+    sd = max(best.sd(between), other.sd(between))
+    z = stats.norm.ppf(WINNER_ONE_SIDED_PROBABILITY) + stats.norm.ppf(RESOLVE_POWER)
+    each = math.ceil(2 * (z * sd / math.log1p(RESOLVE_GAP)) ** 2)
+    return max(1, each - min(len(best.values), len(other.values)))

@@ -1,0 +1,69 @@
+"""The between-trial spread a study starts from: saved by earlier studies of its kind only,
+worth a few repeats, and left behind when the study's own repeats disagree with it."""
+
+import random
+from pathlib import Path
+
+from autotune.calibration.saved import noise_path
+from autotune.space import TrainConfig
+from autotune.specs import load_cluster, load_workload
+from autotune.study.confirm import contenders
+from autotune.study.noise import (
+    noise_kind,
+    prior_note,
+    remember_spread,
+    save_spread,
+    study_spread,
+)
+from tests.fakes import add_measured, new_study
+
+CLUSTER = load_cluster("dgx-h100:2")
+DENSE = noise_kind("deepspeed", load_workload("llama3-8b"), None)
+MOE = noise_kind("megatron", load_workload("mixtral-8x7b"), None)
+
+
+def quiet_study_saved(results: Path) -> None:
+    """A dense study whose repeats differ by about 1%, saved for the next of its kind."""
+    rng = random.Random(3)
+    study = new_study()
+    for mbs in (1, 2, 4):
+        first = add_measured(study, 100.0, TrainConfig(mbs=mbs))
+        for _ in range(6):
+            value = 100.0 * rng.lognormvariate(0.0, 0.01)
+            add_measured(study, value, TrainConfig(mbs=mbs), confirms=first)
+    save_spread(study, noise_path(results, CLUSTER, DENSE))
+
+
+def leaders_five_percent_apart(results: Path, kind: str) -> list[int]:
+    """A new study of `kind` started from what is saved, its two leaders measured once
+    each, 5% apart: the configs it would repeat before naming one."""
+    study = new_study()
+    remember_spread(study, noise_path(results, CLUSTER, kind))
+    add_measured(study, 105.0, TrainConfig(mbs=1))
+    add_measured(study, 100.0, TrainConfig(mbs=2))
+    return [s.first for s in contenders(study)]
+
+
+def test_a_noise_prior_from_another_kind_of_study_does_not_tighten_a_verdict(
+    tmp_path: Path,
+) -> None:
+    quiet_study_saved(tmp_path)
+    assert DENSE != MOE
+    assert leaders_five_percent_apart(tmp_path, DENSE) == []  # its own kind: settled
+    assert leaders_five_percent_apart(tmp_path, MOE) == [0, 1]  # another: still unsure
+
+
+def test_a_prior_the_studys_repeats_disagree_with_is_left_behind(tmp_path: Path) -> None:
+    quiet_study_saved(tmp_path)
+    study = new_study()
+    remember_spread(study, noise_path(tmp_path, CLUSTER, DENSE))
+    rng = random.Random(4)
+    for mbs in (1, 2):
+        first = add_measured(study, 100.0, TrainConfig(mbs=mbs))
+        for _ in range(4):
+            value = 100.0 * rng.lognormvariate(0.0, 0.15)
+            add_measured(study, value, TrainConfig(mbs=mbs), confirms=first)
+    spread = study_spread(study)
+    assert spread is not None and spread.relative > 0.08 and spread.dof == 8
+    note = prior_note(study)
+    assert note is not None and "left behind" in note and "study" in note
