@@ -219,6 +219,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.report.table import trial_table as table_of
     from autotune.report.table import users_config_trial
     from autotune.study.confirm import standings
+    from autotune.study.parity import summary_line as parity_line
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import TrialAttrs
 
@@ -236,6 +237,8 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
                 f"({display_label(TrialAttrs.of(yours.trial).label)}, trial {yours.first}: "
                 f"{yours.tokens_per_s:,.0f} tok/s)"
             )
+    if (parity := parity_line(study)) is not None:
+        console.print(parity)
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))

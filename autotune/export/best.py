@@ -31,6 +31,7 @@ from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.launchers import torchrun
 from autotune.report.table import best_trial
+from autotune.study import parity
 from autotune.study.confirm import standings
 from autotune.study.noise import study_spread
 from autotune.study.storage import stored_job, stored_specs
@@ -169,6 +170,7 @@ def _write_all(
                     "model_state_bytes": attrs.model_state_bytes,
                 },
                 "standing": _standing(study, trial),
+                **({"parity": _parity(study, trial, spec)} if spec.job is not None else {}),
                 "provenance": provenance(study.study_name, trial.number, spec),
             },
             sort_keys=False,
@@ -188,6 +190,18 @@ def _standing(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str,
         "measurements": len(found.values),
         "between_trial_spread": between.relative if between is not None else None,
     }
+
+
+def _parity(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, spec: TrialSpec
+) -> dict[str, Any]:
+    """The exported config's loss curve against the user's config's (`study.parity`)."""
+    found = parity.of_trial(
+        study, trial.number, TrialAttrs.of(trial).losses, spec.workload.precision
+    )
+    if found is None:
+        return {"verdict": "not_checked", "why": "no loss to compare (see docs: loss parity)"}
+    return found.as_dict()
 
 
 def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:
