@@ -4,14 +4,23 @@ run-to-run floor trains another model; the summary says which knob and by how mu
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any, cast
 
 import optuna
+import pytest
+import yaml
 
 from autotune.space import TrainConfig, config_key
 from autotune.specs.loading import load_cluster, load_workload
 from autotune.study import parity
 from autotune.study.trial_attrs import ERROR, KIND, USERS_CONFIG
+from tests.conftest import REPO, autotune
 from tests.fakes import add_measured, measured_attrs, new_study
+
+SCRIPTS = REPO / "tests" / "data" / "user_scripts"
 
 YOURS = TrainConfig(dp=2, mbs=8)
 CURVE = (6.41, 6.42, 6.44, 6.40, 6.42, 6.46, 6.37, 6.47)
@@ -100,3 +109,66 @@ def test_the_summary_says_same_with_the_largest_difference_and_the_floor() -> No
         "parity: same: the loss stays within 0.1% of your config's over 8 steps "
         "(floor 0.5%, from precision)"
     )
+
+
+SPACE = "engine: deepspeed\nknobs:\n  zero: [0, 3]\n  mbs: [4, 8]\n"
+"""ZeRO 0 or 3 and micro-batch 4 or 8 at ds_config.json's global batch of 16."""
+
+
+@pytest.fixture(scope="module")
+def lr_follows_mbs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A real study of the DeepSpeed test script whose learning rate follows the micro-batch:
+    its output and its results folder."""
+    workdir = tmp_path_factory.mktemp("project")
+    for name in ("ds_train.py", "ds_config.json"):
+        shutil.copy(SCRIPTS / name, workdir / name)
+    (workdir / "space.yaml").write_text(SPACE)
+    results = workdir / "results"
+    done = autotune(
+        "run", "--cluster", "local:2", "--space", "space.yaml", "--sampler", "grid",
+        "--trials", "4", "--no-confirm", "--results", str(results), "--study", "s",
+        "--", "ds_train.py", "--deepspeed_config", "ds_config.json", "--lr-per-sample", "5e-3",
+        cwd=workdir, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, results / "s"
+
+
+def trials_of(folder: Path) -> list[dict[str, Any]]:
+    listed = autotune(
+        "trials", "--study", "s", "--results", str(folder.parent), "--format", "json"
+    )
+    assert listed.returncode == 0, listed.stderr
+    return cast(list[dict[str, Any]], json.loads(listed.stdout))
+
+
+@pytest.mark.slow
+def test_a_script_whose_lr_follows_the_micro_batch_is_flagged_and_not_exported(
+    lr_follows_mbs: tuple[str, Path],
+) -> None:
+    out, folder = lr_follows_mbs
+    rows = trials_of(folder)
+    assert {row["mbs"] for row in rows} == {4, 8}
+    assert {row["kind"] for row in rows if row["mbs"] == 4} == {parity.DIFFERS}
+    best = yaml.safe_load((folder / "best" / "best.yaml").read_text())
+    assert best["config"]["mbs"] == 8  # the user's micro-batch: their learning rate
+    assert "trains another model than your config: mbs 8->4 moves the loss" in out
+
+
+@pytest.mark.slow
+def test_a_zero_stage_change_trains_the_same_model(lr_follows_mbs: tuple[str, Path]) -> None:
+    out, folder = lr_follows_mbs
+    rows = trials_of(folder)
+    zero3 = [row for row in rows if (row["zero"], row["mbs"]) == (3, 8)]
+    assert [row["kind"] for row in zero3] == ["ok"]
+    assert "parity: " in out
+
+
+@pytest.mark.slow
+def test_best_yaml_records_the_parity_of_what_it_exports(lr_follows_mbs: tuple[str, Path]) -> None:
+    _, folder = lr_follows_mbs
+    block = yaml.safe_load((folder / "best" / "best.yaml").read_text())["parity"]
+    assert block["verdict"] == "same"
+    assert block["steps_compared"] >= 3
+    assert 0 <= block["largest_difference"] <= block["floor"]
+    assert (block["floor"], block["floor_from"]) == (0.005, "precision")
