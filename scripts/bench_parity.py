@@ -1,7 +1,8 @@
 """Loss parity on real studies of the tiny user scripts: no false `differs`, every script whose
 training follows the micro-batch flagged, and what parity costs.
 
-Runs `autotune run` (local:2, random sampler, a seed per study, --no-confirm) on copies of
+Runs `autotune run` (local:2, random sampler, a seed per study, --no-confirm; DeepSpeed's knobs
+in `DS_SPACE`, the helper's in plain_space.yaml) on copies of
 tests/data/user_scripts: the DeepSpeed script, the Hugging Face Trainer script and the
 `autotune.step` helper script, each as written (their configs across ZeRO 0-3, buckets,
 overlap and micro-batch/accumulation at a fixed global batch must all be `same`) and with its
@@ -9,7 +10,7 @@ learning rate set per sample of the micro-batch (`--lr-per-sample`: every config
 micro-batch differs from the reference must be `differs` and none exported). Writes
 results/bench/parity.md and every trial's verdict to results/benchmarks/parity_studies.json.
 
-    .venv/bin/python scripts/bench_parity.py [--studies 20] [--flagged 6] [--trials 6]
+    .venv/bin/python scripts/bench_parity.py [--studies 14] [--flagged 6] [--trials 5]
 """
 
 from __future__ import annotations
@@ -40,9 +41,21 @@ HF_ARGS = [
     "--use_cpu", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
     "--deepspeed", "hf_ds_config.json",
 ]  # fmt: skip
+DS_SPACE = (
+    "engine: deepspeed\nknobs:\n  zero: [0, 1, 2, 3]\n  mbs: [1, 2, 4, 8]\n"
+    "  reduce_bucket: [50000000, 500000000]\n  allgather_bucket: [50000000, 500000000]\n"
+    "  overlap_comm: [false, true]\n"
+)
+"""ZeRO 0-3, buckets, overlap and the micro-batch at the scripts' global batch of 16 (the
+user's own values join it)."""
+SPACED = ["--space", "ds_space.yaml"]
 CASES = {
-    "deepspeed": ([], ["ds_train.py", "--deepspeed_config", "ds_config.json"], "--lr-per-sample"),
-    "huggingface": ([], ["hf_train.py", *HF_ARGS], "--lr_per_sample"),
+    "deepspeed": (
+        SPACED,
+        ["ds_train.py", "--deepspeed_config", "ds_config.json"],
+        "--lr-per-sample",
+    ),
+    "huggingface": (SPACED, ["hf_train.py", *HF_ARGS], "--lr_per_sample"),
     "helper": (
         ["--engine", "torch", "--space", "plain_space.yaml"],
         ["plain_train.py", "--steps", "60"],
@@ -58,6 +71,7 @@ def study(case: str, seed: int, flagged: bool, trials: int, root: Path) -> dict[
     options, command, flag = CASES[case]
     workdir = root / f"{case}-{seed}-{int(flagged)}"
     shutil.copytree(SCRIPTS, workdir)
+    (workdir / "ds_space.yaml").write_text(DS_SPACE)
     if flagged:
         command = [*command, flag, LR_PER_SAMPLE[case]]
     argv = [
@@ -184,9 +198,9 @@ def _row(case: str, flagged: bool, group: list[dict[str, object]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--studies", type=int, default=20, help="studies as written, in all")
+    parser.add_argument("--studies", type=int, default=14, help="studies as written, in all")
     parser.add_argument("--flagged", type=int, default=6, help="studies of flagged scripts")
-    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args()
     cases = list(CASES)
     plan = [(cases[i % 3], i, False) for i in range(args.studies)]

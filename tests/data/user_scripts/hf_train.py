@@ -4,6 +4,7 @@ downloads) on synthetic tokens. --lr_per_sample X sets the learning rate to X ti
 per-device batch, a script whose training follows the micro-batch (for loss parity's tests)."""
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -36,8 +37,10 @@ class Script:
 def main() -> None:
     parser = HfArgumentParser((TrainingArguments, Script))  # type: ignore[arg-type]
     args, script = parser.parse_args_into_dataclasses()
-    if script.lr_per_sample is not None:
-        args.learning_rate = script.lr_per_sample * args.per_device_train_batch_size
+    if script.lr_per_sample is not None:  # parsed again: the arguments fill "auto" as parsed
+        lr = script.lr_per_sample * args.per_device_train_batch_size
+        argv = [*sys.argv[1:], "--learning_rate", str(lr)]
+        args, script = parser.parse_args_into_dataclasses(args=argv)
     config = GPT2Config(
         n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=64, bos_token_id=0,
         eos_token_id=0,
