@@ -19,8 +19,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.space import TrainConfig
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
-from autotune.units import label_items
+from autotune.units import knob_text
 
 DIFFERS = "differs"
 """The kind of a trial whose loss curve leaves the user's config's: it trains another model."""
@@ -121,11 +122,14 @@ def of_trial(
     return judge(curve, [TrialAttrs.of(t).losses for t in runs], precision)
 
 
-def changed_knobs(config: Any, reference: Any) -> str:
+def changed_knobs(config: TrainConfig, reference: TrainConfig) -> str:
     """The knobs a config sets otherwise than the reference, e.g. `mbs 8->4`."""
-    mine, theirs = label_items(config), label_items(reference)
-    names = [k for k in {**theirs, **mine} if mine.get(k) != theirs.get(k)]
-    return ", ".join(f"{k} {theirs.get(k, '-')}->{mine.get(k, '-')}" for k in names) or "none"
+    mine, theirs = config.as_dict(), reference.as_dict()
+    names = [k for k in mine if mine[k] != theirs.get(k)]
+    return (
+        ", ".join(f"{k} {knob_text(k, theirs.get(k))}->{knob_text(k, mine[k])}" for k in names)
+        or "none"
+    )
 
 
 def differs_note(parity: Parity, knobs: str, reference: str) -> str:
@@ -138,6 +142,8 @@ def differs_note(parity: Parity, knobs: str, reference: str) -> str:
 
 
 def _pct(share: float) -> str:
+    if share < 0.0001:
+        return "0%" if share == 0 else "<0.01%"
     return f"{100 * share:.2g}%" if share < 0.01 else f"{100 * share:.1f}%"
 
 
