@@ -27,7 +27,7 @@ DIFFERS = "differs"
 """The kind of a trial whose loss curve leaves the user's config's: it trains another model."""
 PRECISION_FLOOR = {"fp32": 0.005, "bf16": 0.02, "fp16": 0.02}
 """The least relative loss difference that counts, by the job's precision: 0.5% in fp32
-(2.5x the largest step difference a legitimate micro-batch change made in
+(3x the largest step difference, 0.16%, a legitimate micro-batch change made in
 results/bench/parity.md); half-precision rounding (bf16 keeps 8 bits) adds 1.5%."""
 REPEAT_MARGIN = 2.0
 """The floor over the largest difference measured between runs of the user's config."""
