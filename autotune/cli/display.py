@@ -217,6 +217,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
     from autotune.study.figures import winner_figures
+    from autotune.study.parity import summary_line as parity_line
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import TrialAttrs
 
@@ -228,6 +229,8 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
         _winner(console, ok, figures)
+    if (parity := parity_line(study)) is not None:
+        console.print(parity)
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))

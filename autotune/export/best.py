@@ -14,7 +14,6 @@ import datetime
 import errno
 import importlib.metadata
 import platform
-import re
 import shutil
 import socket
 import tempfile
@@ -24,13 +23,13 @@ from typing import Any
 import optuna
 import yaml
 
-from autotune import shell
 from autotune.engines import get_engine, get_framework
 from autotune.engines.base import Engine
 from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
-from autotune.launchers import torchrun
+from autotune.export.scripts import nccl_env_text, sbatch_script, simulated_banner, train_script
 from autotune.report.table import best_trial
+from autotune.study import parity
 from autotune.study.confirm import standings
 from autotune.study.figures import winner_figures
 from autotune.study.noise import study_spread
@@ -42,11 +41,6 @@ from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
 COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")
 """Engine files that take `#` comments, so a simulated export says so at their top."""
-
-NVIDIA_CAUTION = (
-    "NVIDIA documents NCCL_ALGO and NCCL_PROTO as debugging variables that "
-    "production code should generally not set; keep them only while they win."
-)
 
 
 MARKER = ".autotune-export"
@@ -167,6 +161,7 @@ def _write_all(
                 "metrics": _metrics(trial, standing),
                 "standing": standing,
                 **slice_summary(study, spec.cluster),
+                **({"parity": _parity(study, trial, spec)} if spec.job is not None else {}),
                 "provenance": provenance(study.study_name, trial.number, spec),
             },
             sort_keys=False,
@@ -211,6 +206,18 @@ def _standing(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str,
     }
 
 
+def _parity(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, spec: TrialSpec
+) -> dict[str, Any]:
+    """The exported config's loss curve against the user's config's (`study.parity`)."""
+    found = parity.of_trial(
+        study, trial.number, TrialAttrs.of(trial).losses, spec.workload.precision
+    )
+    if found is None:
+        return {"verdict": "not_checked", "why": "no loss to compare (see docs: loss parity)"}
+    return found.as_dict()
+
+
 def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:
     versions: dict[str, str | None] = {}
     for package in PACKAGES:
@@ -227,171 +234,3 @@ def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str,
         "backend": spec.cluster.backend,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-
-
-def simulated_banner(trial: optuna.trial.FrozenTrial) -> list[str]:
-    """The first comment lines of an export whose figures were predicted, not measured."""
-    if TrialAttrs.of(trial).source != "simulated":
-        return []
-    return [
-        "# SIMULATED: this config and its figures come from autotune's model, not from a "
-        "measured trial. Measure it on the real cluster before relying on it."
-    ]
-
-
-def nccl_env_text(
-    env: dict[str, str],
-    spec: TrialSpec,
-    trial: optuna.trial.FrozenTrial,
-    note: str | None = None,
-) -> str:
-    lines = [
-        *simulated_banner(trial),
-        shell.comment(
-            f"NCCL settings of study trial {trial.number} ({spec.cluster.name}, "
-            f"{spec.cluster.backend} backend)."
-        ),
-    ]
-    if spec.cluster.backend != "nccl":
-        lines.append("# The gloo backend was tuned: NCCL settings do not apply; none are set.")
-    elif not env:
-        lines.append("# NCCL's own choices won: nothing is set.")
-    else:
-        lines.append(f"# {NVIDIA_CAUTION}")
-    if note:
-        lines.append(shell.comment(note))
-    lines += [f"{name}={shell.quote(value)}" for name, value in env.items()]
-    return "\n".join(lines) + "\n"
-
-
-RENDEZVOUS = torchrun.Rendezvous(
-    endpoint='"${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}"',
-    node_rank='"${NODE_RANK:?set NODE_RANK}"',
-)
-"""train.sh on one node of several: where they meet and which node this is, set by
-train.sbatch or by hand."""
-
-
-def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str) -> str:
-    """A SLURM job for the best config: one task per node, each running train.sh with the
-    rendezvous on the job's first node. Submit it from this folder: `sbatch train.sbatch`."""
-    cluster = spec.cluster
-    devices = (
-        f"--gpus-per-node={cluster.devices_per_node}"
-        if cluster.backend == "nccl"
-        else f"--cpus-per-task={cluster.devices_per_node}"
-    )
-    options = [
-        f"--job-name=autotune-{re.sub(r'[^A-Za-z0-9_.-]', '_', study_name)}",
-        f"--nodes={cluster.nodes}",
-        "--ntasks-per-node=1",
-        devices,
-        "--output=train-%j.log",
-        *cluster.slurm.options(),
-    ]
-    return "\n".join(
-        [
-            "#!/usr/bin/env bash",
-            *(shell.sbatch_line(option) for option in options),
-            *simulated_banner(trial),
-            shell.comment(
-                f"autotune: best config of study {study_name!r}, trial {trial.number}, on "
-                f"{cluster.name}. Add --time for your run; submit from this folder."
-            ),
-            "set -euo pipefail",
-            'cd "${SLURM_SUBMIT_DIR:-.}"',
-            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-            f'export RDZV_ENDPOINT="$head:{torchrun.RDZV_PORT}"',
-            "exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
-            "bash -c 'NODE_RANK=$SLURM_NODEID exec ./train.sh'",
-            "",
-        ]
-    )
-
-
-def train_script(
-    engine: Engine,
-    spec: TrialSpec,
-    trial: optuna.trial.FrozenTrial,
-    study_name: str,
-    job_config: str = "",
-    standing: dict[str, Any] | None = None,
-) -> str:
-    """torchrun for the best config with autotune's worker, or the user's own command with
-    `job_config` (a file in this folder) where it was tuned; one node or, with NNODES > 1, a
-    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK; `_figure_words` atop."""
-    cluster = spec.cluster
-    attrs = TrialAttrs.of(trial)
-    measured = _figure_words(attrs, standing)
-    launcher = " ".join(
-        [
-            'exec "${TORCHRUN:-torchrun}"',
-            *torchrun.options(
-                cluster.nodes, cluster.devices_per_node, None if cluster.nodes == 1 else RENDEZVOUS
-            ),
-        ]
-    )
-    where = f"on {cluster.nodes} node(s) x {cluster.devices_per_node} device(s)"
-    if spec.job is not None:
-        what = f"# Runs your own command with it {where}, from the folder it was tuned in."
-        launch = [
-            'here="$(pwd)"',
-            *(
-                f'export {name}="{value}"'
-                for name, value in get_framework(spec.job.framework)
-                .export_environment(job_config)
-                .items()
-            ),
-            f"cd {shell.quote(spec.user_job.workdir)}",
-            f"{launcher} {job_command(spec, job_config)}",
-        ]
-    else:
-        what = (
-            f"# Runs it with autotune's worker {where}. For your own training script: "
-            f"{engine.script_hint(spec)}."
-        )
-        worker = shell.join(torchrun.rank_words(engine.worker_module))
-        launch = [f"{launcher} {worker} {TRIAL_FILE}"]
-    return "\n".join(
-        [
-            "#!/usr/bin/env bash",
-            *simulated_banner(trial),
-            shell.comment(
-                f"autotune: best config of study {study_name!r}, trial {trial.number} "
-                f"({attrs.source or 'measured'}: {measured})."
-            ),
-            what,
-            "set -euo pipefail",
-            'cd "$(dirname "$0")"',
-            "set -a; source ./nccl.env; set +a",
-            *filter(None, [shell.exports(engine.environment(cluster))]),
-            *launch,
-            "",
-        ]
-    )
-
-
-def _figure_words(attrs: TrialAttrs, standing: dict[str, Any] | None) -> str:
-    """The throughput train.sh's header states: the standing's, with its interval and
-    where it comes from, else the trial's own."""
-    tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
-    words = f"{tps:,.0f} tokens/s" if tps else "?"
-    if standing and standing.get("interval_95"):
-        n = standing["measurements"]
-        basis = standing.get("figures_from") or f"the mean of {n} trial{'s' if n > 1 else ''}"
-        words += f" ±{standing['interval_95']:.1%} (95%, {basis})"
-    return words
-
-
-def job_command(spec: TrialSpec, config_file: str) -> str:
-    """The user's command for the best config, for a shell, its config argument naming
-    `config_file` in this folder ($here) while the command runs from the user's folder."""
-    argv = get_framework(spec.user_job.framework).export_argv(spec, config_file)
-    words = [shell.quote(arg) for arg in argv]
-    index = spec.user_job.config_index
-    if index is None:  # flags rewritten, or the script reads $AUTOTUNE_CONFIG
-        return " ".join(words)
-    argument = spec.user_job.command[index]
-    flag = shell.quote(argument.partition("=")[0] + "=") if argument.startswith("--") else ""
-    words[index] = f'{flag}"$here/{config_file}"'
-    return " ".join(words)

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.rank import failures, faults, harness, measure
+from autotune.rank.loss import StepLoss, seed_everything
 from autotune.rank.model_shape import ModelShape
 from autotune.trial.spec import METRICS_FILE, TrialSpec, read_command
 
@@ -53,6 +54,8 @@ class StepHook:
         self.profiling: torch.profiler.profile | None = None
         self.model_shape: ModelShape | None = None
         """The model's shape, where the framework's hook can read it (DeepSpeed)."""
+        self.loss = StepLoss()
+        """Each step's loss, as the framework's hook or `autotune.step.done` tells it."""
 
     def before_step(self, states: States) -> None:
         """Where the framework lets the hook in before its optimizer step (gradients are
@@ -66,6 +69,7 @@ class StepHook:
         measure.sync(device)
         now = time.perf_counter()
         self.steps += 1
+        self.loss.end_step()
         if self.meter is None:
             self._first_step(device, check)
         elif self.profiling is not None:
@@ -75,8 +79,11 @@ class StepHook:
         measure.sync(device)
         self.last_end = time.perf_counter()
 
-    def step_done(self) -> None:
-        """`autotune.step.done()` from the user's loop: nothing to check, no states known."""
+    def step_done(self, loss: object = None) -> None:
+        """`autotune.step.done(loss=...)` from the user's loop: nothing to check, no states
+        known; the step's loss where the user gave it."""
+        if loss is not None:
+            self.loss.set_step(loss)
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.after_step(device, check=_nothing, states=_unknown_states)
@@ -121,7 +128,9 @@ class StepHook:
         assert self.meter is not None and self.tally is not None
         if self.meter.log is not None:
             self.meter.log.close()
-        result = measure.summarize(self.spec, self.meter, self.tally, profile, self.clock)
+        result = measure.summarize(
+            self.spec, self.meter, self.tally, profile, self.clock, self.loss.curve
+        )
         if self.model_shape is not None:
             result = dataclasses.replace(result, model_shape=self.model_shape.as_dict())
         harness.finish(self.folder, self.rank, result)
@@ -153,6 +162,7 @@ def run_for_trial(
     start; None: this rank cannot tell, e.g. one that prints no step lines). Returns when
     the command ends by itself."""
     try:
+        seed_everything()
         run_command(argv, spec.user_job.workdir)
     except SystemExit as exc:
         if exc.code not in (0, None):

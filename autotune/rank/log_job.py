@@ -12,6 +12,7 @@ logged beside it.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import torch
 
 from autotune.rank import failures, harness, job_hook
 from autotune.rank.logged import Logged, LoggedMemory, LoggedStep
+from autotune.rank.loss import known
 from autotune.rank.measure import Memory, StepMeter, trial_result
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import (
@@ -76,10 +78,12 @@ class LoggedRun:
         self.meter = StepMeter(spec.steps, torch.device("cpu"), log, collective=False)
         self.steps = 0
         self.peak: LoggedMemory | None = None
+        self.losses: list[float] = []
 
     def read(self, line: str) -> None:
         for item in self.framework.parse_line(line, self.spec):
             if isinstance(item, LoggedStep):
+                self.losses.append(math.nan if item.loss is None else item.loss)
                 self._step(item.seconds)
             elif self.peak is None or item.peak_bytes > self.peak.peak_bytes:
                 self.peak = item
@@ -120,7 +124,7 @@ class LoggedRun:
         meter = self.meter
         return trial_result(
             self.spec, meter.measured, len(meter.warmup), meter.stopped_for, memory, None,
-            self.clock,
+            self.clock, known(self.losses),
         )  # fmt: skip
 
 

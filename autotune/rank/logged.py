@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LoggedStep:
-    """One optimizer step's wall time, as the framework timed and printed it."""
+    """One optimizer step's wall time, as the framework timed and printed it, and its loss
+    where the line tells it (averaged over micro-batches and ranks by the framework)."""
 
     seconds: float
+    loss: float | None = None
 
 
 @dataclass(frozen=True)

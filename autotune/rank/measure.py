@@ -16,6 +16,7 @@ from typing import TextIO
 import torch
 import torch.distributed as dist
 
+from autotune.rank.loss import over_ranks
 from autotune.specs.throughput import throughput
 from autotune.trial import length
 from autotune.trial.result import TrialResult
@@ -133,8 +134,10 @@ def summarize(
     tally: StateTally,
     profile: dict[str, float] | None,
     clock: dict[str, float],
+    losses: list[float] | None = None,
 ) -> TrialResult:
-    """The trial's result from every rank's measurements (a collective: all ranks call it)."""
+    """The trial's result from every rank's measurements (a collective: all ranks call it);
+    `losses`: this rank's loss of each step, where the loop's hook read them."""
     states = _gather_ints(tally.total, meter.device)
     slowest = _max_over_ranks(meter.measured, meter.device)  # a step ends with its slowest rank
     return trial_result(
@@ -150,6 +153,7 @@ def summarize(
         ),
         profile=profile,
         clock=clock,
+        losses=over_ranks(losses, meter.device) if losses else (),
     )
 
 
@@ -171,8 +175,10 @@ def trial_result(
     memory: Memory,
     profile: dict[str, float] | None,
     clock: dict[str, float],
+    losses: tuple[float, ...] = (),
 ) -> TrialResult:
-    """The result of a measured trial, from its slowest-rank step times."""
+    """The result of a measured trial, from its slowest-rank step times and, where known,
+    the loss of each step from the first."""
     median = statistics.median(step_times)
     w, cluster = spec.workload, spec.cluster
     rate = throughput(w, cluster, median)
@@ -203,6 +209,7 @@ def trial_result(
         world_size=cluster.world_size,
         phases_s={later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)},
         versions={"torch": torch.__version__},
+        losses=losses,
         nccl_version=(
             ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
         ),

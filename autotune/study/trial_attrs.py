@@ -21,7 +21,8 @@ CONFIG_KEY = "config_key"
 CLAIM = "claim"
 """The config a running trial holds, so two workers never measure it both."""
 KIND = "kind"
-"""The outcome kind: ok, oom, crash, ... (`trial.spec.OUTCOMES`), or interrupted."""
+"""The outcome kind: ok, oom, crash, ... (`trial.spec.OUTCOMES`), interrupted, or differs (a
+config that trains another model than the user's: `study/parity.py`)."""
 ERROR = "error"
 COMMAND = "command"
 """The command line the trial launched."""
@@ -226,6 +227,11 @@ class TrialAttrs:
     @property
     def nccl_version(self) -> str | None:
         return self.values.get("nccl_version")
+
+    @property
+    def losses(self) -> tuple[float, ...]:
+        """The loss of each step from the first (`TrialResult.losses`); () where not known."""
+        return tuple(self.values.get("losses") or ())
 
 
 def pruned_as(trial: FrozenTrial) -> Pruned | None:

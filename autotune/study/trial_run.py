@@ -4,6 +4,7 @@ and a note for the dashboard."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from autotune import runner as trials
 from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig
+from autotune.study import parity
 from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
 from autotune.study.slice import SliceRun
@@ -110,6 +112,7 @@ def run_one(
             trial.set_user_attr(name, value)
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)
+    record = _parity(run, trial, config, record)
     predicted = TrialAttrs.of(trial).predicted
     note = trial_note(config, record.kind, launcher.source, record.error, record.result, predicted)
     save_note(trial, note)
@@ -132,6 +135,25 @@ def _run_or_interrupt(
         trial.set_user_attr(ERROR, "interrupted by the user")
         run.study.tell(trial, state=TrialState.FAIL)
         raise
+
+
+def _parity(
+    run: StudyRun, trial: optuna.Trial, config: TrainConfig, record: trials.TrialRecord
+) -> trials.TrialRecord:
+    """A trial that ran, as `differs` when its loss curve leaves the reference config's (the
+    user's own: `study.parity`)."""
+    if record.kind != "ok" or record.result is None or not record.result.losses:
+        return record
+    precision = run.problem.workload.precision
+    result = parity.of_trial(run.study, trial.number, record.result.losses, precision)
+    reference = parity.reference_runs(run.study)
+    if result is None or result.verdict != parity.DIFFERS or not reference:
+        return record
+    knobs = parity.changed_knobs(config, TrialAttrs.of(reference[0]).config)
+    error = parity.differs_note(result, knobs, parity.reference_name(run.study))
+    trial.set_user_attr(KIND, parity.DIFFERS)
+    trial.set_user_attr(ERROR, error)
+    return dataclasses.replace(record, kind=parity.DIFFERS, error=error)
 
 
 def _attrs(record: trials.TrialRecord) -> dict[str, Any]:

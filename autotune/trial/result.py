@@ -28,6 +28,7 @@ STUDY_FIGURES = (
     "interval",
     "nccl_version",
     "phases_s",
+    "losses",
 )
 """The figures the study keeps on each trial (user attributes), for the table and report."""
 
@@ -70,6 +71,9 @@ class TrialResult:
     replayed_at: float | None = None
     model_shape: dict[str, Any] | None = field(default=None, hash=False)
     """The user's model as a DeepSpeed job's hook read it (`engines.model_shape`)."""
+    losses: tuple[float, ...] = ()
+    """The loss of each optimizer step from the first, averaged over its micro-batches and
+    the ranks (`rank/loss.py`); () where the job does not tell it (loss parity)."""
 
     def figures(self) -> dict[str, Any]:
         """What the study keeps of it (`STUDY_FIGURES`)."""
@@ -91,7 +95,7 @@ class TrialResult:
             return None
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("step_times_s", "model_state_bytes_per_rank"):
+        for name in ("step_times_s", "model_state_bytes_per_rank", "losses"):
             if name in values:
                 values[name] = tuple(values[name] or ())
         values.setdefault("source", "measured")

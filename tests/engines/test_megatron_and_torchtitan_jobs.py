@@ -98,7 +98,8 @@ def report_memory_line(rank: int, max_allocated_mb: float) -> str:
 def test_megatron_iteration_lines_give_step_times(micro: bool) -> None:
     spec = megatron_spec(TrainConfig(tp=8, dp=2, mbs=1))
     line = training_log_line(17, 20, 5234.5, micro)
-    assert megatron_job.parse_line(line, spec) == (LoggedStep(5.2345),)
+    # the step's loss as Megatron-LM averaged it over micro-batches and data-parallel ranks
+    assert megatron_job.parse_line(line, spec) == (LoggedStep(5.2345, 7.123),)
 
 
 def test_megatron_memory_report_gives_the_peak_allocated() -> None:
@@ -368,7 +369,7 @@ def test_torchtitan_metrics_lines_give_the_steps_time_and_memory(
     spec = titan_spec(TrainConfig(tp=2, dp=4, zero=3, mbs=1), titan_dir)
     step, memory = torchtitan_job.parse_line(metrics_line(5, 7000.4, 61.25, color), spec)
     # 64 sequences of 8192 tokens over 8 devices at 7,000 tokens/s each
-    assert step == LoggedStep(64 * 8192 / (7000 * 8))
+    assert step == LoggedStep(64 * 8192 / (7000 * 8), 8.12345)  # and its global average loss
     assert memory == LoggedMemory(int(61.25 * 2**30), "torchtitan_max_reserved")
 
 
@@ -456,7 +457,7 @@ def test_exported_train_scripts_run_the_users_command_with_the_tuned_flags(
     titan_dir: Path,
 ) -> None:
     from autotune.engines import get_engine
-    from autotune.export.best import train_script
+    from autotune.export.scripts import train_script
     from tests.engines.megatron.test_megatron import best_trial, check_golden
 
     golden = TESTS / "golden" / "jobs"

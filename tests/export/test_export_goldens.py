@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import ENGINES, get_engine
-from autotune.export.best import nccl_env_text, sbatch_script, train_script
+from autotune.export.scripts import nccl_env_text, sbatch_script, train_script
 from autotune.launchers import LaunchRequest, torchrun
 from autotune.launchers.slurm_scripts import step_script
 from autotune.space import TrainConfig

@@ -13,7 +13,7 @@ import pytest
 
 from autotune.engines import get_engine
 from autotune.errors import InputError
-from autotune.export.best import nccl_env_text, sbatch_script, train_script
+from autotune.export.scripts import nccl_env_text, sbatch_script, train_script
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.specs.cluster import SlurmSettings

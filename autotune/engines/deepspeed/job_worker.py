@@ -2,8 +2,10 @@
 
 `autotune.rank` runs it on every rank. It wraps DeepSpeed's optimizer step
 (`DeepSpeedEngine.step` at a gradient-accumulation boundary, `PipelineEngine.train_batch`) so
-that a `job_hook.StepHook` sees each step, and its forward, whose first batch tells the model's
-shape (`model_shape`), then runs the script with the trial's ds_config in place of the user's.
+that a `job_hook.StepHook` sees each step; its backward, whose losses make the step's loss
+(`rank/loss.py`; the Trainer's too, which runs DeepSpeed's backward); and its forward, whose
+first batch tells the model's shape (`model_shape`), then runs the script with the trial's
+ds_config in place of the user's.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def install(hook: StepHook) -> None:
     """Wrap DeepSpeed's step entry points so that `hook` sees each optimizer step."""
     plain_step = DeepSpeedEngine.step
     plain_forward = DeepSpeedEngine.forward
+    plain_backward = DeepSpeedEngine.backward
     shape_looked_for: list[bool] = []
     pipeline_batch = PipelineEngine.train_batch
 
@@ -115,6 +118,12 @@ def install(hook: StepHook) -> None:
             if (tokens := token_ids(args, kwargs)) is not None:
                 hook.model_shape = read_shape(engine.module, tokens)
         return plain_forward(engine, *args, **kwargs)
+
+    def backward(engine: DeepSpeedEngine, loss: Any, *args: Any, **kwargs: Any) -> Any:
+        # scale_wrt_gas=False: the caller divided the loss by the accumulation (the Trainer)
+        scaled = (args[1] if len(args) > 1 else kwargs.get("scale_wrt_gas", True)) is False
+        hook.loss.add_micro(loss, summed=scaled)
+        return plain_backward(engine, loss, *args, **kwargs)
 
     def after(engine: DeepSpeedEngine) -> None:
         hook.after_step(
@@ -134,11 +143,13 @@ def install(hook: StepHook) -> None:
 
     def train_batch(engine: PipelineEngine, *args: Any, **kwargs: Any) -> Any:
         loss = pipeline_batch(engine, *args, **kwargs)
+        hook.loss.set_step(loss)  # averaged over its micro-batches and data-parallel ranks
         after(engine)
         return loss
 
     DeepSpeedEngine.step = step
     DeepSpeedEngine.forward = forward
+    DeepSpeedEngine.backward = backward
     PipelineEngine.train_batch = train_batch
 
 

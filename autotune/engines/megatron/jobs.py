@@ -98,6 +98,9 @@ GPT2_VOCAB = 50257
 ITERATION = re.compile(
     r" iteration\s+(\d+)/\s*\d+ \|.*? elapsed time per iteration \(ms\): ([0-9.]+) \|"
 )
+LM_LOSS = re.compile(r"\| lm loss: ([-+0-9.eE]+) \|")
+"""The iteration line's loss, averaged by Megatron-LM over the step's micro-batches and
+data-parallel ranks."""
 MEMORY = re.compile(
     r"\[Rank \d+\] \(after \d+ iterations\) memory \(MB\) \| allocated: [0-9.]+ \| "
     r"max allocated: ([0-9.]+) \|"
@@ -107,7 +110,8 @@ MEMORY = re.compile(
 def parse_line(line: str, spec: TrialSpec) -> Logged:
     """A step's time or this rank's peak memory, from one line of Megatron-LM's output."""
     if match := ITERATION.search(line):
-        return (LoggedStep(float(match.group(2)) / 1000),)
+        loss = LM_LOSS.search(line)
+        return (LoggedStep(float(match.group(2)) / 1000, float(loss.group(1)) if loss else None),)
     if match := MEMORY.search(line):
         return (LoggedMemory(int(float(match.group(1)) * 2**20), "megatron_max_allocated"),)
     return ()

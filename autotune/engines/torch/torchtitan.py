@@ -87,7 +87,7 @@ DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048}
 """torchtitan's `Training` defaults (config/job_config.py, v0.2.2)."""
 
 METRICS = re.compile(
-    r"(?<!validate )step:\s*\d+\s+loss:.*?memory:\s*([0-9.]+)GiB.*?tps: ([0-9,]+)"
+    r"(?<!validate )step:\s*\d+\s+loss:\s*([-+0-9.eE]+).*?memory:\s*([0-9.]+)GiB.*?tps: ([0-9,]+)"
 )
 
 
@@ -114,12 +114,13 @@ def parse_line(line: str, spec: TrialSpec) -> Logged:
     match = METRICS.search(re.sub(ANSI_COLOUR, "", line))
     if not match:
         return ()
-    memory = LoggedMemory(int(float(match.group(1)) * 2**30), "torchtitan_max_reserved")
-    tps = int(match.group(2).replace(",", ""))
+    memory = LoggedMemory(int(float(match.group(2)) * 2**30), "torchtitan_max_reserved")
+    tps = int(match.group(3).replace(",", ""))
     if tps == 0:  # under half a token per second: no time to read
         return (memory,)
     tokens = spec.workload.global_batch_size * spec.workload.seq_length
-    return (LoggedStep(tokens / (tps * spec.cluster.world_size)), memory)
+    seconds = tokens / (tps * spec.cluster.world_size)
+    return (LoggedStep(seconds, float(match.group(1))), memory)  # the global average loss
 
 
 def reporting_rank(world_size: int) -> int:

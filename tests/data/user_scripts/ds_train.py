@@ -1,10 +1,13 @@
 """A user's DeepSpeed training script, as people write them: DeepSpeed's own argument
 parsing, a model, a data loader and the usual loop. autotune tunes it without edits.
 
---hardcoded-config makes it ignore the config file it is given (for the config_ignored test).
+--hardcoded-config makes it ignore the config file it is given (for the config_ignored test);
+--lr-per-sample X sets the learning rate (the optimizer's and the schedule's peak) to X times
+the micro-batch, a script whose training follows the micro-batch (for loss parity's tests).
 """
 
 import argparse
+import json
 import os
 
 import deepspeed
@@ -35,6 +38,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--hardcoded-config", action="store_true")
+    parser.add_argument("--lr-per-sample", type=float, default=None)
     parser.add_argument("--local_rank", type=int, default=-1)
     parser = deepspeed.add_config_arguments(parser)
     args = parser.parse_args()
@@ -47,6 +51,13 @@ def main() -> None:
             "train_micro_batch_size_per_gpu": 16,
             "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
         }
+    if args.lr_per_sample is not None:
+        with open(args.deepspeed_config) as f:
+            config = json.load(f)
+        args.deepspeed_config = None
+        lr = args.lr_per_sample * config["train_micro_batch_size_per_gpu"]
+        config["optimizer"]["params"]["lr"] = lr
+        config["scheduler"]["params"]["warmup_max_lr"] = lr
     model = TinyLM(args.vocab, args.width, args.layers)
     engine, _, _, _ = deepspeed.initialize(
         args=args, model=model, model_parameters=model.parameters(), config=config

@@ -1,8 +1,11 @@
 """A Hugging Face Trainer script with DeepSpeed (`--deepspeed FILE`), its arguments parsed by
 HfArgumentParser as the Transformers examples do: a small randomly initialised GPT-2 (no
-downloads) on synthetic tokens."""
+downloads) on synthetic tokens. --lr_per_sample X sets the learning rate to X times the
+per-device batch, a script whose training follows the micro-batch (for loss parity's tests)."""
 
 import os
+import sys
+from dataclasses import dataclass
 
 import torch
 from transformers import (
@@ -26,8 +29,18 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.data[i], "labels": self.data[i]}
 
 
+@dataclass
+class Script:
+    lr_per_sample: float | None = None
+
+
 def main() -> None:
-    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+    parser = HfArgumentParser((TrainingArguments, Script))  # type: ignore[arg-type]
+    args, script = parser.parse_args_into_dataclasses()
+    if script.lr_per_sample is not None:  # parsed again: the arguments fill "auto" as parsed
+        lr = script.lr_per_sample * args.per_device_train_batch_size
+        argv = [*sys.argv[1:], "--learning_rate", str(lr)]
+        args, script = parser.parse_args_into_dataclasses(args=argv)
     config = GPT2Config(
         n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=64, bos_token_id=0,
         eos_token_id=0,

@@ -1,5 +1,7 @@
 """A training loop of one's own (plain PyTorch DDP), tuned through autotune.step: it reads
-the trial's knobs from $AUTOTUNE_CONFIG and calls autotune.step.done() after each step."""
+the trial's knobs from $AUTOTUNE_CONFIG and calls autotune.step.done(loss=...) after each step
+with the step's loss. --lr-per-sample X sets the learning rate to X times the micro-batch, a
+script whose training follows the micro-batch (for loss parity's tests)."""
 
 import argparse
 import json
@@ -18,6 +20,7 @@ DEFAULTS = {"mbs": 4, "grad_accum": 2, "ddp_bucket_mb": 25}
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--lr-per-sample", type=float, default=None)
     args = parser.parse_args()
     knobs = DEFAULTS
     if "AUTOTUNE_CONFIG" in os.environ:
@@ -27,15 +30,18 @@ def main() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
     ddp = DistributedDataParallel(model, bucket_cap_mb=knobs["ddp_bucket_mb"])
-    optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    lr = 1e-3 if args.lr_per_sample is None else args.lr_per_sample * knobs["mbs"]
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=lr)
     for _ in range(args.steps):
+        total = 0.0
         for _ in range(knobs["grad_accum"]):
             inputs = torch.randn(knobs["mbs"] * 16, 256)
-            loss = (ddp(inputs) - inputs).pow(2).mean()
+            loss = (ddp(inputs) - inputs).pow(2).mean() / knobs["grad_accum"]
             loss.backward()
+            total += loss.item()
         optimizer.step()
         optimizer.zero_grad()
-        autotune_step.done()
+        autotune_step.done(loss=total)
     if dist.get_rank() == 0:
         print(f"trained {args.steps} steps with mbs {knobs['mbs']}")
     dist.destroy_process_group()

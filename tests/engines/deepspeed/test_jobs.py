@@ -17,7 +17,7 @@ from autotune.engines.deepspeed.jobs import (
     users_knobs,
 )
 from autotune.errors import InputError
-from autotune.export.best import job_command
+from autotune.export.scripts import job_command
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload

@@ -22,7 +22,7 @@ from autotune.engines.megatron.exports import (
     pretrain_gpt_flags,
     transformer_config_kwargs,
 )
-from autotune.export.best import nccl_env_text, sbatch_script, train_script
+from autotune.export.scripts import nccl_env_text, sbatch_script, train_script
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
