@@ -51,7 +51,7 @@ from autotune.study.trial_attrs import (
     TrialAttrs,
 )
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
-from autotune.study.verdicts import best_value, claim, verdicts
+from autotune.study.verdicts import best_value, claim, running_keys, verdicts
 from autotune.trial.spec import StepPlan
 from autotune.units import human_duration
 
@@ -275,6 +275,9 @@ class _Search:
                 self.proposer.gave_way.add(trial.number)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
+        if (spent := self.budget_taken(trial.number)) is not None:
+            self._skip(trial, Pruned.CLAIMED, spent)
+            return self.refreshed()
         record = self.measure(trial, config, key)
         return script_fault(self.problem, record, best_value(self.study)) or self.refreshed()
 
@@ -328,14 +331,30 @@ class _Search:
 
     def budget_reason(self) -> str | None:
         b, done = self.budget, len(self.seen)
-        if b.trials is not None and done >= b.trials:
-            return f"trial budget reached ({done} trials)"
+        if b.trials is not None:
+            running = len(running_keys(self.study) - self.seen.keys())
+            if done + running >= b.trials:
+                elsewhere = f", {running} of them running in other workers" if running else ""
+                return f"trial budget reached ({done + running} trials{elsewhere})"
         if b.max_time_s is not None and time.monotonic() - self.start >= b.max_time_s:
             return f"time budget reached ({human_duration(b.max_time_s)})"
         if done >= len(self.ranked):
             n = len(self.ranked)
             return f"search space exhausted: all {n} valid configs that fit were measured"
         return None
+
+    def budget_taken(self, mine: int) -> str | None:
+        """Why the claimed trial `mine` may not run: the budget is spent by the trials with
+        a verdict and those other workers run. Each worker claims before it counts, so of
+        two that take the last trial at once, at least the later to count gives way (both
+        may, and both try again)."""
+        if self.budget.trials is None:
+            return None
+        self.seen = verdicts(self.study)
+        taken = len(self.seen) + len(running_keys(self.study, but=mine) - self.seen.keys())
+        if taken < self.budget.trials:
+            return None
+        return f"trial budget of {self.budget.trials} taken by other workers' trials"
 
     def trial_precision(self) -> float:
         """The step plan's precision, loosened to the study's between-trial spread."""

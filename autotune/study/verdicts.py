@@ -56,10 +56,12 @@ def best_value(study: optuna.Study) -> float | None:
     return max((t.value for t in done if t.value is not None), default=None)
 
 
-def running_keys(study: optuna.Study) -> set[str]:
-    """Configs other workers are measuring right now."""
+def running_keys(study: optuna.Study, but: int | None = None) -> set[str]:
+    """Configs other workers are measuring right now (claimed by a running trial other than
+    trial `but`)."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return {a.claim for a in map(TrialAttrs.of, running) if a.claim is not None}
+    claims = (TrialAttrs.of(t).claim for t in running if t.number != but)
+    return {key for key in claims if key is not None}
 
 
 def collisions(study: optuna.Study, since: datetime.datetime) -> dict[str, int]:
