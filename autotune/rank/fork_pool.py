@@ -28,7 +28,7 @@ from multiprocessing.connection import Client, Connection
 from types import ModuleType
 from typing import Any, NoReturn
 
-from autotune.rank import harness
+from autotune.rank import build_lock, harness
 from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, TRIAL_FILE
 
@@ -41,12 +41,13 @@ torchrun's store would be taken for this one's."""
 def main(args: list[str], started: float) -> None:
     """Fork a child per trial of the worker `args[0]` sent on the socket `args[1]`."""
     die_with_parent()
-    harness.clear_stale_build_locks()
     name, address = args
     module = importlib.import_module(name)
     import torch._dynamo  # noqa: F401  torch.optim's first optimizer imports it, slowly
 
-    if (preload := getattr(module, "preload", None)) is not None:
+    # Not while a build lock is left: the load would wait on it; each trial settles it.
+    preload = getattr(module, "preload", None)
+    if preload is not None and not build_lock.clear_stale():
         preload()
     gc.freeze()  # the imports' objects are shared with the children page for page
     rank = int(os.environ.get("RANK", "0"))

@@ -37,7 +37,6 @@ from autotune.trial.spec import TRIAL_FILE, TrialSpec
 def main(args: list[str], started: float) -> None:
     """Serve trials of the engine worker `args[0]` sent on the socket `args[1]`."""
     die_with_parent()
-    harness.clear_stale_build_locks()
     module, address = args
     build: harness.Build = importlib.import_module(module).SESSION
     gc.freeze()  # the imports' objects stay: the collection after each trial skips them
@@ -78,6 +77,7 @@ def _trial(
     with harness.output_to(log), _environment(env):
         reset_peak_memory(device)
         try:
+            harness.settle_build_locks(folder, rank)
             result = harness.run_trial(build, spec, folder, rank, clock)
         except BaseException:
             traceback.print_exc()
