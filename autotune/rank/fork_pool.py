@@ -28,7 +28,7 @@ from multiprocessing.connection import Client, Connection
 from types import ModuleType
 from typing import Any, NoReturn
 
-from autotune.rank import build_lock, harness
+from autotune.rank import build_lock, harness, loopback
 from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, TRIAL_FILE
 
@@ -88,6 +88,8 @@ def _run(module: ModuleType, request: dict[str, Any], started: float) -> NoRetur
         os.environ.update(request["env"])
         os.environ.pop(AGENT_STORE_ENV, None)
         os.environ["MASTER_PORT"] = str(request["port"])
+        if os.environ.get("MASTER_ADDR") in loopback.LOOPBACK_NAMES:
+            loopback.bind_stores()  # rank 0's store, on loopback as the pool's are
         os.environ[LAUNCH_EPOCH_ENV] = repr(request["launched"])
         os.chdir(request["folder"])
         trial_file = os.path.join(request["folder"], TRIAL_FILE)
