@@ -64,6 +64,20 @@ def running_keys(study: optuna.Study, but: int | None = None) -> set[str]:
     return {key for key in claims if key is not None}
 
 
+def in_flight(study: optuna.Study, seen: dict[str, int], but: int | None = None) -> int:
+    """Configs without a verdict in `seen` that other workers are measuring now (trial `but`
+    aside)."""
+    return len(running_keys(study, but) - seen.keys())
+
+
+def budget_taken(study: optuna.Study, budget: int, mine: int) -> bool:
+    """Whether the trials with a verdict and those other workers run spend `budget`, the
+    claimed trial `mine` aside. Each worker claims before it counts, so of two that take the
+    last trial at once, at least the later to count gives way (both may, and try again)."""
+    seen = verdicts(study)
+    return len(seen) + in_flight(study, seen, but=mine) >= budget
+
+
 def collisions(study: optuna.Study, since: datetime.datetime) -> dict[str, int]:
     """Configs a worker gave way on to another's claim since `since`, each with the lowest
     number of the trials that gave it way: the worker that ran that trial retries the
