@@ -26,13 +26,23 @@ fi
 # torchtitan's config parser checks the commands trials give it; the package alone (its
 # requirements are for training, which this CPU cannot do: its kernels need triton).
 .venv/bin/pip install --quiet --no-deps "torchtitan==0.2.2"
-# DeepSpeed compiles its CPU ops on first use. Build them now, once, rather than inside the
-# first trials (where a trial killed mid-build would leave a lock that stalls later ones).
+# DeepSpeed compiles its CPU ops on first use. Build them now, once, into this install's own
+# folder (.venv/torch_extensions, where every trial's ranks look: autotune/rank/build_lock.py),
+# rather than inside the first trials (where a trial killed mid-build would leave a lock) or
+# into the folder every install of this user shares.
 if .venv/bin/python -c "import sys, torch; sys.exit(1 if torch.cuda.is_available() else 0)"; then
+  extensions="$(.venv/bin/python -c "
+import os
+from autotune.rank.build_lock import settle, use_install_folder
+use_install_folder()
+settle()  # a lock an interrupted setup left
+print(os.environ.get('TORCH_EXTENSIONS_DIR', ''))")"
+  if [ -n "$extensions" ]; then export TORCH_EXTENSIONS_DIR="$extensions"; fi
   # With the venv's ninja, as trials use (the local launcher puts the venv's bin first on
   # PATH): ninja versions hash build commands differently and would rebuild each other's.
   PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu .venv/bin/python -c "
-from deepspeed.ops.op_builder.cpu import FusedAdamBuilder, ShareMemCommBuilder
+from deepspeed.ops.op_builder.cpu import CPUAdamBuilder, FusedAdamBuilder, ShareMemCommBuilder
 ShareMemCommBuilder().load(verbose=False)
-FusedAdamBuilder().load(verbose=False)" >/dev/null
+FusedAdamBuilder().load(verbose=False)
+CPUAdamBuilder().load(verbose=False)  # the offload_optimizer knob's DeepSpeedCPUAdam" >/dev/null
 fi

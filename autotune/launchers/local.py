@@ -52,8 +52,7 @@ class LocalLauncher(Launcher):
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [
-            torchrun.executable(),
-            *torchrun.options(request.nnodes, request.nprocs_per_node, rendezvous=None),
+            *torchrun.one_host(request.nnodes, request.nprocs_per_node),
             *torchrun.rank_words(request.worker_module),
             request.worker_file,
         ]

@@ -30,6 +30,8 @@ from autotune.launchers.base import (
 )
 from autotune.launchers.slurm_accounting import (
     GRACE_S,
+    Accounting,
+    NoAccountingError,
     final_accounting,
     finished,
     is_running,
@@ -80,6 +82,8 @@ class SlurmLauncher(Launcher):
         self.settings = checked(settings or SlurmSettings())
         self.gpus = gpus
         self.allocation = in_allocation()
+        self.accounting: bool = True
+        """False once sacct said this cluster keeps none: later trials do not ask it."""
         submits = () if self.allocation else ("sbatch",)
         for command in (*submits, "srun", "sacct", "scancel", "squeue"):
             _require(command)
@@ -151,11 +155,25 @@ class SlurmLauncher(Launcher):
         ident = job or read_id(request.folder)
         end = time.monotonic()
         run_s = end - (started or end)
-        accounting = final_accounting(ident) if ident else None
+        accounting = self._accounting(ident, request.folder) if ident else None
         queue_s = (started or end) - submitted
         if accounting is not None and job is not None:
             queue_s = accounting.queue_s
         return slurm_outcome(request.folder, accounting, timed_out, run_s, queue_s, proc)
+
+    def _accounting(self, ident: str, folder: Path) -> Accounting | None:
+        """sacct's word on the trial's job or step; None, without waiting for it, once the
+        cluster was found to keep no accounting (the outcome then comes from the trial's
+        files and srun's exit status)."""
+        if not self.accounting:
+            return None
+        try:
+            return final_accounting(ident)
+        except NoAccountingError as exc:
+            self.accounting = False
+            with (folder / LOG_FILE).open("a") as log:
+                log.write(f"autotune: {exc}; trials read no SLURM accounting from now on\n")
+            return None
 
     def _start(
         self, request: LaunchRequest

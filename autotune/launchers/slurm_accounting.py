@@ -81,8 +81,17 @@ def finished(proc: subprocess.Popen[bytes] | None, state: str | None) -> bool:
     return state in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
+class NoAccountingError(RuntimeError):
+    """This cluster keeps no accounting: sacct can never say how a job ended."""
+
+
+NO_ACCOUNTING = "accounting storage is disabled"
+"""What sacct says (exit 1) on a cluster whose AccountingStorageType is none."""
+
+
 def final_accounting(ident: str, wait_s: float = 30.0) -> Accounting | None:
-    """sacct's final word on a job or step (the database may lag its end by a moment)."""
+    """sacct's final word on a job or step (the database may lag its end by a moment);
+    NoAccountingError at once where the cluster keeps no accounting."""
     deadline = time.monotonic() + wait_s
     while True:
         allocation_only = [] if "." in ident else ["-X"]  # a job's own line, not its steps
@@ -90,6 +99,9 @@ def final_accounting(ident: str, wait_s: float = 30.0) -> Accounting | None:
             "sacct", "-j", ident, "-n", "-P", *allocation_only,
             "-o", "JobID,State,ExitCode,Submit,Start", check=False,
         )  # fmt: skip
+        said = f"{done.stderr}\n{done.stdout}"
+        if done.returncode != 0 and NO_ACCOUNTING in said.lower():
+            raise NoAccountingError(slurm_error(said) or NO_ACCOUNTING)
         for line in done.stdout.splitlines():
             job_id, state, exit_code, submit, start = (line.split("|") + [""] * 5)[:5]
             if job_id != ident:

@@ -46,6 +46,23 @@ class Rendezvous:
     run_id: str | None = None
 
 
+LOOPBACK_AGENT = "autotune.rank.loopback"
+"""torchrun with its stores listening on loopback only, for runs on this host alone."""
+
+
+def one_host(nnodes: int, nprocs_per_node: int) -> list[str]:
+    """torchrun and its options for a run on this host alone: its stores and its ranks'
+    MASTER_ADDR on loopback, reachable from no other host."""
+    return [
+        sys.executable,
+        "-m",
+        LOOPBACK_AGENT,
+        *options(nnodes, nprocs_per_node, rendezvous=None),
+        "--local-addr",
+        "127.0.0.1",
+    ]
+
+
 def options(nnodes: int, nprocs_per_node: int, rendezvous: Rendezvous | None) -> list[str]:
     """torchrun's options for the layout; without a rendezvous, one standalone node. No
     restarts: a failed trial is a verdict, not something to retry behind autotune's back."""

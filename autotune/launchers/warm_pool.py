@@ -38,8 +38,8 @@ PER_TRIAL_ENV = (FAULT_ENV,)
 """Variables a pooled rank sets for one trial only; every other one is the pool's."""
 MAX_TRIALS = 24
 """Trials one pool serves before a fresh one (the default study and its repeats fit in
-one): process groups an engine makes per trial (NCCL communicators hold device memory) are
-not all freed by the engines, so a pool is recycled before they add up."""
+one): each trial's process groups are destroyed after it (rank/warm_pool.py), but what else
+an engine keeps in its modules across trials is recycled with the pool before it adds up."""
 POLL_S = 0.5
 """How often the time limit is checked while waiting for the ranks (answers and exits
 wake the wait at once)."""
@@ -93,8 +93,7 @@ class WarmPool:
 
     def _start(self, key: PoolKey, address: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         command = [
-            torchrun.executable(),
-            *torchrun.options(key.nnodes, key.nprocs_per_node, rendezvous=None),
+            *torchrun.one_host(key.nnodes, key.nprocs_per_node),
             *torchrun.rank_words(POOL_WORKERS[key.kind]),
             key.worker_module,
             address,
@@ -212,7 +211,7 @@ class WarmPool:
 
 def free_port() -> int:
     """A port no one listens on now, for a forked trial's rank 0 to take (its store listens
-    on every address, as torchrun's does)."""
+    on loopback, as the pool's torchrun's do)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
+        probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

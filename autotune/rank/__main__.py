@@ -3,12 +3,15 @@
 It notes the clock before anything heavy is imported, then imports MODULE (an engine's or a
 framework's rank worker, a pool's rank, commbench's worker) and calls its
 `main(args, started)`, so a trial's import time is measured from here and no worker module
-has to take the time before its own imports.
+has to take the time before its own imports. Compiled ops come from this install's own
+folder (`build_lock.py`).
 """
 
 import importlib
 import sys
 import time
+
+from autotune.rank.build_lock import use_install_folder
 
 
 def main() -> None:
@@ -16,6 +19,7 @@ def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m autotune.rank MODULE ARG...")
     module, *args = sys.argv[1:]
+    use_install_folder()  # before any engine is imported
     importlib.import_module(module).main(args, started)
 
 

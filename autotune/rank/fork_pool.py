@@ -28,7 +28,7 @@ from multiprocessing.connection import Client, Connection
 from types import ModuleType
 from typing import Any, NoReturn
 
-from autotune.rank import harness
+from autotune.rank import build_lock, harness, loopback
 from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, TRIAL_FILE
 
@@ -41,12 +41,13 @@ torchrun's store would be taken for this one's."""
 def main(args: list[str], started: float) -> None:
     """Fork a child per trial of the worker `args[0]` sent on the socket `args[1]`."""
     die_with_parent()
-    harness.clear_stale_build_locks()
     name, address = args
     module = importlib.import_module(name)
     import torch._dynamo  # noqa: F401  torch.optim's first optimizer imports it, slowly
 
-    if (preload := getattr(module, "preload", None)) is not None:
+    # Not while a build lock is left: the load would wait on it; each trial settles it.
+    preload = getattr(module, "preload", None)
+    if preload is not None and not build_lock.clear_stale():
         preload()
     gc.freeze()  # the imports' objects are shared with the children page for page
     rank = int(os.environ.get("RANK", "0"))
@@ -87,6 +88,8 @@ def _run(module: ModuleType, request: dict[str, Any], started: float) -> NoRetur
         os.environ.update(request["env"])
         os.environ.pop(AGENT_STORE_ENV, None)
         os.environ["MASTER_PORT"] = str(request["port"])
+        if os.environ.get("MASTER_ADDR") in loopback.LOOPBACK_NAMES:
+            loopback.bind_stores()  # rank 0's store, on loopback as the pool's are
         os.environ[LAUNCH_EPOCH_ENV] = repr(request["launched"])
         os.chdir(request["folder"])
         trial_file = os.path.join(request["folder"], TRIAL_FILE)

@@ -20,6 +20,7 @@ from typing import NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
+from autotune.rank import build_lock
 from autotune.rank.failures import check_nccl_environment, write_error
 from autotune.rank.faults import maybe_inject_fault
 from autotune.rank.measure import (
@@ -88,7 +89,6 @@ def start(args: list[str], started: float) -> tuple[TrialSpec, Path, int, dict[s
     its rank, and the clock that splits the trial's wall time into phases (`started`: when
     `autotune.rank` began, before the heavy imports)."""
     die_with_parent()
-    clear_stale_build_locks()
     trial_file = Path(args[0]).resolve()
     spec = TrialSpec.from_json(trial_file.read_text())
     clock = {
@@ -96,7 +96,9 @@ def start(args: list[str], started: float) -> tuple[TrialSpec, Path, int, dict[s
         "started": started,
         "imported": time.time(),
     }
-    return spec, trial_file.parent, int(os.environ.get("RANK", "0")), clock
+    rank = int(os.environ.get("RANK", "0"))
+    settle_build_locks(trial_file.parent, rank)
+    return spec, trial_file.parent, rank, clock
 
 
 def exit_now(code: int = 0) -> NoReturn:
@@ -188,17 +190,11 @@ def _profiled_step(session: Session) -> dict[str, float]:
     return profile_summary(prof, wall)
 
 
-STALE_BUILD_LOCK_S = 600
-"""A JIT build of an engine's ops (DeepSpeed's) takes a minute or two; a lock this old was
-left by a trial killed mid-build, and would make every later trial wait on it forever."""
-
-
-def clear_stale_build_locks() -> None:
-    root = Path(
-        os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions")
-    )
-    now = time.time()
-    for lock in root.glob("*/*/lock"):
-        with contextlib.suppress(OSError):
-            if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S:
-                lock.unlink()
+def settle_build_locks(folder: Path, rank: int) -> None:
+    """No op load waits for ever on a build lock a killed build left (`build_lock.py`); one
+    that may be stale and cannot be cleared fails the trial with one line."""
+    try:
+        build_lock.settle()
+    except build_lock.BuildLockError as exc:
+        write_error(folder, rank, exc, kind="launch_error")
+        raise

@@ -4,9 +4,10 @@ then trial after trial, each building its engine afresh.
 torchrun starts `python -m autotune.rank autotune.rank.warm_pool <engine worker module>
 <socket>` on every rank (launchers/warm_pool.py). Each rank connects to the launcher's socket
 and waits for a trial folder; it runs the trial with `harness.py` (the same code a one-trial
-launch runs), its output appended to the trial's log, and answers when every rank
-is done. A trial that fails writes its `error-rank<N>.json` and ends the rank, which takes the
-pool down: the next trial starts a fresh one, so no trial runs in a process a failure left.
+launch runs), its output appended to the trial's log, destroys the process groups the
+trial made, and answers when every rank is done. A trial that fails writes its
+`error-rank<N>.json` and ends the rank, which takes the pool down: the next trial starts a
+fresh one, so no trial runs in a process a failure left.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
 from autotune.rank import harness
 from autotune.rank.measure import reset_peak_memory
@@ -35,7 +37,6 @@ from autotune.trial.spec import TRIAL_FILE, TrialSpec
 def main(args: list[str], started: float) -> None:
     """Serve trials of the engine worker `args[0]` sent on the socket `args[1]`."""
     die_with_parent()
-    harness.clear_stale_build_locks()
     module, address = args
     build: harness.Build = importlib.import_module(module).SESSION
     gc.freeze()  # the imports' objects stay: the collection after each trial skips them
@@ -76,6 +77,7 @@ def _trial(
     with harness.output_to(log), _environment(env):
         reset_peak_memory(device)
         try:
+            harness.settle_build_locks(folder, rank)
             result = harness.run_trial(build, spec, folder, rank, clock)
         except BaseException:
             traceback.print_exc()
@@ -83,7 +85,22 @@ def _trial(
         if rank == 0:
             result.write(folder)
         dist.barrier()
+        live = destroy_trial_groups()
+        print(f"autotune pool: rank {rank} holds {live} process group(s) after the trial")
     return device
+
+
+def destroy_trial_groups() -> int:
+    """Destroy every process group the trial made, the pool's world alone kept (on NCCL each
+    holds device memory outside PyTorch's peak statistics, so a late trial would run out of
+    memory where a fresh launch would not); how many groups live now. Every rank destroys
+    them in the same order, as torch shuts groups down, for NCCL versions whose abort is
+    collective. torch lists live groups only in its private `_world`."""
+    live = distributed_c10d._world.pg_names
+    for group in sorted(live, key=live.__getitem__, reverse=True):
+        if group is not dist.group.WORLD:
+            dist.destroy_process_group(group)
+    return len(distributed_c10d._world.pg_map)
 
 
 def _device(spec: TrialSpec) -> torch.device:

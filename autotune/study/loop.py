@@ -51,12 +51,14 @@ from autotune.study.trial_attrs import (
     TrialAttrs,
 )
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
-from autotune.study.verdicts import best_value, claim, verdicts
+from autotune.study.verdicts import best_value, budget_taken, claim, in_flight, verdicts
 from autotune.trial.spec import StepPlan
 from autotune.units import human_duration
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
+AWAIT_S = 2.0
+"""How often a worker whose budget other workers' running trials would spend looks again."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
 
@@ -281,6 +283,9 @@ class _Search:
                 self.proposer.gave_way.add(trial.number)
             self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
+        if (n := self.budget.trials) is not None and budget_taken(self.study, n, trial.number):
+            self._skip(trial, Pruned.CLAIMED, f"trial budget of {n} taken by other workers")
+            return self.refreshed()
         record = self.measure(trial, config, key)
         return script_fault(self.problem, record, best_value(self.study)) or self.refreshed()
 
@@ -335,15 +340,28 @@ class _Search:
         return self.budget_reason()
 
     def budget_reason(self) -> str | None:
-        b, done = self.budget, len(self.seen)
-        if b.trials is not None and done >= b.trials:
-            return f"trial budget reached ({done} trials)"
+        b = self.budget
+        if b.trials is not None and len(self._await_others(b.trials)) >= b.trials:
+            return f"trial budget reached ({len(self.seen)} trials)"
         if b.max_time_s is not None and time.monotonic() - self.start >= b.max_time_s:
             return f"time budget reached ({human_duration(b.max_time_s)})"
-        if done >= len(self.ranked):
+        if len(self.seen) >= len(self.ranked):
             n = len(self.ranked)
             return f"search space exhausted: all {n} valid configs that fit were measured"
         return None
+
+    def _await_others(self, budget: int) -> dict[str, int]:
+        """The verdicts, once the budget is spent, or has room left beside the trials other
+        workers run: while those would spend it, wait for them rather than stop (one whose
+        worker dies leaves its trial to this one) or run one more."""
+        limit = self.budget.max_time_s
+        while 0 < budget - len(self.seen) <= in_flight(self.study, self.seen):
+            if limit is not None and time.monotonic() - self.start >= limit:
+                break
+            time.sleep(AWAIT_S)
+            fail_abandoned_trials(self.study)
+            self.seen = verdicts(self.study)
+        return self.seen
 
     def trial_precision(self) -> float:
         """The step plan's precision, loosened to the study's between-trial spread."""

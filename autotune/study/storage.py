@@ -30,6 +30,10 @@ from autotune.trial.spec import UserJob
 
 CREATE_ATTEMPTS = 5
 GRACE_S = 60
+SQLITE_BUSY_S = 300.0
+"""How long a call on a SQLite study waits while another connection holds the file locked
+(another worker's write, a backup, a `sqlite3` shell) before it fails; SQLite's default, 5 s,
+ended a run with a traceback and left its trial WAITING."""
 INTERRUPTED = "interrupted"
 """Outcome kind of a trial stopped by the user or by the tuner's death: not a verdict."""
 
@@ -86,8 +90,10 @@ def _without_password(text: str, url: str) -> str:
 
 
 def _storage(url: str) -> optuna.storages.BaseStorage:
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_S}
     failure: Exception | None = None
     for _ in range(CREATE_ATTEMPTS):
         try:
@@ -97,20 +103,26 @@ def _storage(url: str) -> optuna.storages.BaseStorage:
                     url,
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=GRACE_S,
-                    engine_kwargs={"pool_pre_ping": True},
+                    engine_kwargs=engine_kwargs,
                 )
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
-            # Workers starting together on a fresh database race to create Optuna's tables;
-            # the losers find them made a moment later.
-            failure = exc
-            time.sleep(random.uniform(0.2, 1.0))
         except Exception as exc:  # SQLAlchemy raises many kinds; all mean "cannot open it"
             failure = exc
-            break
+            if not _lost_table_race(exc):
+                break
+            time.sleep(random.uniform(0.2, 1.0))
     text = str(failure).strip()
     message = text.splitlines()[0] if text else type(failure).__name__
     message = _without_password(message, url)
     raise InputError(f"cannot open storage {masked_url(url)}: {message}") from None
+
+
+def _lost_table_race(exc: Exception) -> bool:
+    """Workers starting together on a fresh database race to create Optuna's tables; the
+    losers (PostgreSQL: a duplicate; SQLite: "table ... already exists") find them made a
+    moment later."""
+    if isinstance(exc, sqlalchemy.exc.IntegrityError | sqlalchemy.exc.ProgrammingError):
+        return True
+    return isinstance(exc, sqlalchemy.exc.OperationalError) and "already exists" in str(exc)
 
 
 def problem_attrs(problem: Problem) -> dict[str, Any]:

@@ -56,10 +56,26 @@ def best_value(study: optuna.Study) -> float | None:
     return max((t.value for t in done if t.value is not None), default=None)
 
 
-def running_keys(study: optuna.Study) -> set[str]:
-    """Configs other workers are measuring right now."""
+def running_keys(study: optuna.Study, but: int | None = None) -> set[str]:
+    """Configs other workers are measuring right now (claimed by a running trial other than
+    trial `but`)."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return {a.claim for a in map(TrialAttrs.of, running) if a.claim is not None}
+    claims = (TrialAttrs.of(t).claim for t in running if t.number != but)
+    return {key for key in claims if key is not None}
+
+
+def in_flight(study: optuna.Study, seen: dict[str, int], but: int | None = None) -> int:
+    """Configs without a verdict in `seen` that other workers are measuring now (trial `but`
+    aside)."""
+    return len(running_keys(study, but) - seen.keys())
+
+
+def budget_taken(study: optuna.Study, budget: int, mine: int) -> bool:
+    """Whether the trials with a verdict and those other workers run spend `budget`, the
+    claimed trial `mine` aside. Each worker claims before it counts, so of two that take the
+    last trial at once, at least the later to count gives way (both may, and try again)."""
+    seen = verdicts(study)
+    return len(seen) + in_flight(study, seen, but=mine) >= budget
 
 
 def collisions(study: optuna.Study, since: datetime.datetime) -> dict[str, int]:

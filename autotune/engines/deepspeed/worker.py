@@ -65,8 +65,42 @@ def mlp_of(w: Workload, ep: int) -> MlpOf | None:
     return lambda layer: ExpertLayer(w, ep) if layer % w.moe_layer_freq == 0 else MLP(w)
 
 
+GROUP_MAPS = (
+    "_EXPERT_PARALLEL_GROUP",
+    "_EXPERT_PARALLEL_GROUP_RANKS",
+    "_EXPERT_DATA_PARALLEL_GROUP",
+    "_EXPERT_DATA_PARALLEL_GROUP_RANKS",
+    "_ALL_TO_ALL_GROUP",
+)
+GROUP_VALUES = (
+    "_WORLD_GROUP",
+    "_ZERO_PARAM_INTRA_PARALLEL_GROUP",
+    "_TENSOR_MODEL_PARALLEL_GROUP",
+    "_MODEL_PARALLEL_GROUP",
+    "_DATA_PARALLEL_GROUP",
+    "_MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE",
+    "_MPU_TENSOR_MODEL_PARALLEL_RANK",
+    "mpu",
+)
+"""`deepspeed.utils.groups`' globals that hold the groups DeepSpeed made: dicts, and values
+that start as None."""
+
+
+def forget_groups() -> None:
+    """DeepSpeed keeps the groups it made (its clone of the world, expert and ZeRO groups) in
+    module globals and hands them to the next engine; a warm pool destroys a trial's groups
+    after it, so the next trial starts from none, as a fresh launch does."""
+    groups = deepspeed.utils.groups
+    for name in GROUP_MAPS:
+        setattr(groups, name, {})
+    for name in GROUP_VALUES:
+        setattr(groups, name, None)
+    groups.expert_tensor_parallel_world_size = 1
+
+
 class DeepSpeedSession:
     def __init__(self, spec: TrialSpec, folder: Path) -> None:
+        forget_groups()
         deepspeed.init_distributed(dist_backend=spec.cluster.backend)
         w, c = spec.workload, spec.config
         config = json.loads((folder / DS_CONFIG_FILE).read_text())
