@@ -21,7 +21,7 @@ from autotune.model_probe import ModelRead, read_model
 from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
-from autotune.study.loop import Progress, SearchSettings
+from autotune.study.loop import Progress
 from autotune.study.noise import (
     length_spread,
     noise_kind,
@@ -31,6 +31,7 @@ from autotune.study.noise import (
     trial_precision,
 )
 from autotune.study.samplers import make_sampler
+from autotune.study.settings import SearchSettings
 from autotune.study.slice import SliceSettings, check_trial_nodes
 from autotune.study.slice_confirm import say_slice, with_kept_error
 from autotune.study.storage import default_study_name, masked_url, study_ref

@@ -48,7 +48,8 @@ from autotune.space import TrainConfig, config_key  # noqa: E402
 from autotune.study.confirm import confirm, repeat_winner  # noqa: E402
 from autotune.study.effort import STANDARD, THOROUGH  # noqa: E402
 from autotune.study.figures import AFTER_CHOICE, Figures, winner_figures  # noqa: E402
-from autotune.study.loop import MIN_REPEATS, Budget, SearchSettings, run_study  # noqa: E402
+from autotune.study.loop import MIN_REPEATS, run_study
+from autotune.study.settings import Budget, SearchSettings  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs  # noqa: E402
 

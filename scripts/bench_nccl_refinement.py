@@ -46,9 +46,10 @@ from autotune.problem import load_problem
 from autotune.report.table import best_trial
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.effort import THOROUGH, THOROUGH_TRIALS
-from autotune.study.loop import Budget, SearchSettings, run_study
+from autotune.study.loop import run_study
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.samplers import make_sampler
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import TrialAttrs
 

@@ -47,7 +47,8 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # no
 from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import config_key  # noqa: E402
 from autotune.study.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
-from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
+from autotune.study.loop import run_study
+from autotune.study.settings import Budget, SearchSettings  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
 from autotune.trial.length import stopped_for  # noqa: E402

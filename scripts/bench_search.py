@@ -36,8 +36,9 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.replay import ReplayLauncher
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.loop import Budget, SearchSettings, run_study
+from autotune.study.loop import run_study
 from autotune.study.samplers import make_sampler
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.result import Source, TrialResult

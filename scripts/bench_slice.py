@@ -51,7 +51,8 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # no
 from autotune.problem import Problem, load_problem  # noqa: E402
 from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import TrainConfig, config_key  # noqa: E402
-from autotune.study.loop import Budget, SearchSettings, run_study  # noqa: E402
+from autotune.study.loop import run_study
+from autotune.study.settings import Budget, SearchSettings  # noqa: E402
 from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings  # noqa: E402
 from autotune.study.slice_cost import trial_gpu_hours  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402

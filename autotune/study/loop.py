@@ -11,7 +11,6 @@ import dataclasses
 import random
 import time
 import warnings
-from dataclasses import dataclass, field
 
 import optuna
 from optuna.trial import TrialState
@@ -26,7 +25,6 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import confirm, repeat_winner, standings
-from autotune.study.effort import STANDARD, Effort
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
     early_stop_margin,
@@ -37,7 +35,7 @@ from autotune.study.noise import (
 )
 from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
-from autotune.study.slice import SliceSettings
+from autotune.study.settings import SearchSettings, StudyOutcome
 from autotune.study.slice_confirm import confirm_full, slice_run
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
@@ -52,7 +50,6 @@ from autotune.study.trial_attrs import (
 )
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
 from autotune.study.verdicts import best_value, budget_taken, claim, in_flight, verdicts
-from autotune.trial.spec import StepPlan
 from autotune.units import human_duration
 
 SEEDS = 3
@@ -61,42 +58,6 @@ AWAIT_S = 2.0
 """How often a worker whose budget other workers' running trials would spend looks again."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
-
-
-COMMAND_TRIALS = 4
-"""The default trial budget when the trials run the user's own command: each relaunches their
-whole job (imports, model, data, framework initialisation), so the model's best and the
-configs it is least sure of are measured, about as many as DeepSpeed's autotuner's fast mode
-runs; `--trials` asks for more, and a resumed study counts the trials it has."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    trials: int | None = 8
-    """Trials that ran in the study, counting those of earlier runs; None: no budget (the
-    stop rule, the space or `max_time_s` ends the search)."""
-    max_time_s: float | None = None
-    """No new trial starts once this run has lasted this long."""
-    timeout_per_trial_s: float = 600.0
-    early_stop_margin: float | None = 0.10
-    """Stop measuring a trial once its step time is surely slower than the best so far by
-    this fraction, or by what two launches differ by where that is more
-    (`noise.early_stop_margin`, `trial.length`); None turns early stopping off."""
-    confirm: bool = True
-    """Re-measure leaders within noise of each other with longer trials before naming one."""
-    effort: Effort = STANDARD
-    """When the guided search stops and how many leaders are repeated how often."""
-
-
-@dataclass(frozen=True)
-class StudyOutcome:
-    ran: int
-    """Trials run by this invocation."""
-    finished_total: int
-    stop_reason: str
-    resumed_failed: list[int] = field(default_factory=list)
-    confirmations: list[int] = field(default_factory=list)
-    """Trials that re-measured the leaders (see study.confirm)."""
 
 
 def best_step_time(study: optuna.Study) -> tuple[float, int] | None:
@@ -111,23 +72,6 @@ def best_step_time(study: optuna.Study) -> tuple[float, int] | None:
     if not step or not best.trial.value:
         return None
     return step * best.trial.value / best.tokens_per_s, len(best.values)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchSettings:
-    """How one run of the loop searches: its budget, trial length and proposer."""
-
-    budget: Budget = field(default_factory=Budget)
-    steps: StepPlan = field(default_factory=StepPlan)
-    strategy: str = "guided"
-    """"guided" (the model proposes), "grid" (enumeration order) or an Optuna sampler's name
-    (the study's sampler proposes)."""
-    seed: int | None = None
-    calibration: Calibration | None = None
-    seed_from_plan: bool = True
-    """With an Optuna sampler, run the plan's best configs first in a new study."""
-    slice: SliceSettings | None = None
-    """Trials on a slice of the cluster, leaders confirmed at full size (`study.slice`)."""
 
 
 def run_study(

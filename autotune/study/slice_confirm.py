@@ -38,7 +38,7 @@ from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
-    from autotune.study.loop import SearchSettings
+    from autotune.study.settings import SearchSettings
 
 SLICE_ERROR = SLICE_ERROR_ATTR
 """On the study: {"error": mean log(full / extrapolated), "configs": [[label, full,

@@ -17,8 +17,9 @@ from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.effort import THOROUGH
 from autotune.study.guided import GuidedSearch
-from autotune.study.loop import Budget, SearchSettings, run_study
+from autotune.study.loop import run_study
 from autotune.study.samplers import make_sampler
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
 from tests.fakes import Quiet
 

@@ -12,8 +12,9 @@ from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import load_problem
 from autotune.space import config_key
-from autotune.study.loop import Budget, SearchSettings, run_study
+from autotune.study.loop import run_study
 from autotune.study.noise import UNKNOWN_BETWEEN
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import CONFIRMS
 from autotune.trial.result import TrialResult

@@ -18,7 +18,8 @@ from autotune.launchers.base import LaunchOutcome, LaunchRequest
 from autotune.model_probe import read_model
 from autotune.problem import Problem, load_problem
 from autotune.specs import load_workload
-from autotune.study.loop import Budget, SearchSettings, run_study
+from autotune.study.loop import run_study
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef, study_ref
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import StepPlan
