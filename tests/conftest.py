@@ -74,16 +74,37 @@ def tiny_cluster_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def slurm() -> None:
-    """A running one-node SLURM (scripts/slurm.sh starts it, as root), or the test skips."""
+def start_slurm(*args: str) -> None:
+    """scripts/slurm.sh ARGS, as root; the test skips where it cannot run or fails."""
     if os.geteuid() != 0:
         pytest.skip("starting SLURM here needs root (scripts/slurm.sh)")
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm.sh")], capture_output=True, text=True, timeout=600
+        ["bash", str(REPO / "scripts" / "slurm.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0:
         pytest.skip(f"SLURM could not start: {done.stderr.strip()[-500:]}")
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """A running one-node SLURM (scripts/slurm.sh starts it, as root), or the test skips."""
+    start_slurm()
+
+
+TWO_NODES = {"SLURM_CONF": "/etc/slurm/autotune2n/slurm.conf"}
+"""The environment that points SLURM's commands at the two-node cluster."""
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes() -> dict[str, str]:
+    """A running two-node SLURM, each node a network namespace of this host with its own
+    address and slurmd (scripts/slurm.sh --nodes 2), beside the one-node cluster; or the test
+    skips. The environment to run its commands with."""
+    start_slurm("--nodes", "2")
+    return TWO_NODES
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

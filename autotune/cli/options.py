@@ -66,7 +66,7 @@ def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--cluster",
             default="local",
             show_default=True,
-            help="Cluster preset (local, local:N, dgx-h100:16, ...) or YAML file.",
+            help="Cluster preset (local, local:N, local:NxM, dgx-h100:16, ...) or YAML file.",
             callback=_not_empty,
         ),
         click.option(

@@ -93,7 +93,8 @@ def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: 
             ),
             "set -euo pipefail",
             'cd "${SLURM_SUBMIT_DIR:-.}"',
-            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            torchrun.NODE_ADDRESS,
+            'head=$(node_addr "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)")',
             f'export RDZV_ENDPOINT="$head:{torchrun.RDZV_PORT}"',
             "exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
             "bash -c 'NODE_RANK=$SLURM_NODEID exec ./train.sh'",

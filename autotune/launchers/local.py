@@ -13,12 +13,14 @@ import os
 import subprocess
 import time
 
+from autotune.errors import InputError
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.launchers.warm_pool import WarmPool, pool_key
 from autotune.problem import Problem
 from autotune.space.transformer_engine import without_transformer_engine
+from autotune.specs.cluster import Cluster
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
 POLL_S = 0.5
@@ -40,6 +42,14 @@ class LocalLauncher(Launcher):
 
     def __init__(self) -> None:
         self._pool: WarmPool | None = None
+
+    def check(self, cluster: Cluster) -> None:
+        """One host only: several nodes meet through SLURM."""
+        if cluster.nodes > 1:
+            raise InputError(
+                f"cluster {cluster.name} has {cluster.nodes} nodes; the local launcher runs "
+                "one: use --launcher slurm"
+            )
 
     def narrow(self, problem: Problem) -> Problem:
         """Without Transformer Engine here, no context parallelism (megatron-core's own

@@ -120,7 +120,11 @@ class SlurmLauncher(Launcher):
         options = resource_options(request, self.gpus, request.time_limit_s)
         if self.allocation:
             return ["srun", *options, "--kill-on-bad-exit=1", "bash", STEP_SCRIPT]
-        return ["sbatch", "--parsable", *options, *self.settings.options(), JOB_SCRIPT]
+        # A failed node's job ends as NODE_FAIL, to be run once more by `run`, not requeued
+        # by SLURM under the same id.
+        return [
+            "sbatch", "--parsable", "--no-requeue", *options, *self.settings.options(), JOB_SCRIPT
+        ]  # fmt: skip
 
     def _write_scripts(self, request: LaunchRequest) -> None:
         step = request.folder / STEP_SCRIPT

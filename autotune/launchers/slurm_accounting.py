@@ -75,10 +75,11 @@ def job_state(job: str) -> str:
 
 
 def finished(proc: subprocess.Popen[bytes] | None, state: str | None) -> bool:
-    """An srun step when its client exits; a job when squeue no longer lists it running."""
+    """An srun step when its client exits; a job once squeue lists it in a final state (a
+    node's failure too) or no more."""
     if proc is not None:
         return proc.poll() is not None
-    return state in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+    return state == "" or state in FINAL_STATES
 
 
 class NoAccountingError(RuntimeError):

@@ -32,8 +32,11 @@ HEARTBEAT_FILE = "tuner_heartbeat"
 HEARTBEAT_STALE_S = 30
 
 
-RENDEZVOUS = torchrun.Rendezvous(endpoint='"$head:$port"', run_id='"$id"')
-"""On the trial's first node, under the trial's SLURM id (the step script's shell variables)."""
+RENDEZVOUS = torchrun.Rendezvous(
+    endpoint='"$head:$port"', run_id='"$id"', local_addr='"$addr"', is_host='"$is_host"'
+)
+"""On the trial's first node's address, under the trial's SLURM id; each node gives its own
+address (the step script's shell variables)."""
 
 
 def checked(settings: SlurmSettings) -> SlurmSettings:
@@ -55,7 +58,10 @@ def step_script(request: LaunchRequest) -> str:
             shell.exports(request.env),
             'id="$SLURM_JOB_ID${SLURM_STEP_ID:+.$SLURM_STEP_ID}"',
             'nodes="${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"',
-            'head=$(scontrol show hostnames "$nodes" | head -n 1)',
+            torchrun.NODE_ADDRESS,
+            'head=$(node_addr "$(scontrol show hostnames "$nodes" | head -n 1)")',
+            'addr=$(node_addr "$SLURMD_NODENAME")',
+            'is_host=$([ "${SLURM_NODEID:-0}" = 0 ] && echo 1 || echo 0)',
             f"port={torchrun.RDZV_PORT}",
             " ".join(
                 [

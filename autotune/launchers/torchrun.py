@@ -12,6 +12,13 @@ RDZV_PORT = "$((20000 + (SLURM_JOB_ID * 7 + ${SLURM_STEP_ID:-0}) % 20000))"
 (a trial inside the tuner's allocation) gets its own, and two jobs rarely share one."""
 
 
+NODE_ADDRESS = (
+    "node_addr() { scontrol -o show node \"$1\" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p'; }"
+)
+"""A shell function: the address SLURM reaches node $1 at (its NodeAddr), which need not be
+what its name resolves to."""
+
+
 def executable() -> str:
     """The torchrun of the Python running autotune, so trials use the same environment."""
     beside = Path(sys.executable).with_name("torchrun")
@@ -44,6 +51,12 @@ class Rendezvous:
     endpoint: str
     node_rank: str | None = None
     run_id: str | None = None
+    local_addr: str | None = None
+    """This node's address, which the first node's becomes the workers' MASTER_ADDR (torchrun
+    takes its hostname's full name otherwise)."""
+    is_host: str | None = None
+    """1 on the node that serves the rendezvous store, 0 on the others (torchrun guesses it by
+    matching the endpoint against its hostname's addresses otherwise)."""
 
 
 LOOPBACK_AGENT = "autotune.rank.loopback"
@@ -75,4 +88,8 @@ def options(nnodes: int, nprocs_per_node: int, rendezvous: Rendezvous | None) ->
         words += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint]
         if rendezvous.run_id is not None:
             words += ["--rdzv-id", rendezvous.run_id]
+        if rendezvous.local_addr is not None:
+            words += ["--local-addr", rendezvous.local_addr]
+        if rendezvous.is_host is not None:
+            words += ["--rdzv-conf", f"is_host={rendezvous.is_host}"]
     return [*words, "--max-restarts", "0"]

@@ -138,15 +138,16 @@ def load_workload(value: str) -> Workload:
 
 
 def load_cluster(value: str) -> Cluster:
-    """`local`, `local:N` (N gloo processes), `dgx-h100:16` (16 nodes), `gb200-nvl72:2` (2
+    """`local`, `local:N` (N gloo processes), `local:NxM` (N nodes of M gloo processes, for a
+    SLURM cluster of this host's namespaces), `dgx-h100:16` (16 nodes), `gb200-nvl72:2` (2
     racks), or a cluster YAML file."""
     kind, colon, count = value.partition(":")
     if (kind == "local" or kind in CLUSTER_KINDS) and colon and not count:
         raise InputError(f"cluster {_short(value)}: give a count after ':' or drop the ':'")
     if kind == "local" or kind in CLUSTER_KINDS:
         if kind == "local":
-            nodes = _count(value, count, MAX_DEVICES_PER_NODE)
-            return _local(nodes, explicit=bool(count))
+            nodes, processes = _local_layout(value, count)
+            return _local(nodes, processes, explicit=bool(count))
         preset = CLUSTER_KINDS[kind]
         nodes = _count(value, count, MAX_NODES // preset.nodes_per_count)
         return Cluster(
@@ -189,8 +190,19 @@ def load_cluster(value: str) -> Cluster:
     )
 
 
-def _local(processes: int, explicit: bool) -> Cluster:
-    """`local` detects; `local:N` asks for N gloo processes on this CPU (may oversubscribe)."""
+def _local_layout(value: str, count: str) -> tuple[int, int]:
+    """Nodes and processes per node: `local:M` is one node of M, `local:NxM` N nodes of M."""
+    nodes, x, processes = count.partition("x")
+    if not x:
+        return 1, _count(value, count, MAX_DEVICES_PER_NODE)
+    if not nodes or not processes:
+        raise InputError(f"cluster {_short(value)}: give local:NxM, N nodes of M processes")
+    return _count(value, nodes, MAX_NODES), _count(value, processes, MAX_DEVICES_PER_NODE)
+
+
+def _local(nodes: int, processes: int, explicit: bool) -> Cluster:
+    """`local` detects; `local:N` asks for N gloo processes on this CPU (may oversubscribe);
+    `local:NxM` for N nodes of M, all on this host (scripts/slurm.sh --nodes N)."""
     detected = detect_local_cluster()
     if not explicit:
         return detected
@@ -200,9 +212,10 @@ def _local(processes: int, explicit: bool) -> Cluster:
         )
     return dataclasses.replace(
         detected,
-        name=f"local:{processes}",
+        name=f"local:{processes}" if nodes == 1 else f"local:{nodes}x{processes}",
+        nodes=nodes,
         devices_per_node=processes,
-        device=cpu_device(processes),
+        device=cpu_device(nodes * processes),
     )
 
 

@@ -28,6 +28,7 @@ def refused(result, message: str) -> None:  # type: ignore[no-untyped-def]
         (["trial", "--config", "pp=4"], "world_size"),
         (["run", "--trials", "0"], "--trials"),
         (["run", "--sampler", "bayes"], "unknown sampler 'bayes'"),
+        (["run", "--cluster", "local:2x1"], "the local launcher runs one: use --launcher slurm"),
         (["run", "--max-time", "soon"], "--max-time: expected a duration"),
         (["space", "--space", "missing.yaml"], "does not exist"),
     ],

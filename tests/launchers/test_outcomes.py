@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from autotune.launchers.base import LOG_FILE, classify, first_error_line
+from autotune.launchers.slurm_accounting import finished
 from autotune.trial.result import TrialResult
 
 
@@ -110,3 +111,9 @@ def test_a_rank_failing_in_teardown_after_the_result_leaves_the_trial_measured(
     assert classify(tmp_path, 1, False, 1.0, since=start).kind == "ok"
     write(tmp_path, "error-rank1.json", {"kind": "crash", "time": start + 1.0, "error": "mid"})
     assert classify(tmp_path, 1, False, 1.0, since=start).kind == "crash"
+
+
+def test_a_submitted_trial_ends_in_any_final_state_slurm_lists() -> None:
+    """squeue lists a job it has just ended under its final state: a node failure too."""
+    assert all(finished(None, state) for state in ("", "NODE_FAIL", "PREEMPTED", "COMPLETED"))
+    assert not any(finished(None, state) for state in ("PENDING", "RUNNING", "COMPLETING"))

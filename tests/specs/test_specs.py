@@ -39,6 +39,12 @@ def test_local_cluster_uses_this_hosts_cores_with_gloo() -> None:
     assert c.device.peak_flops["fp32"] > 0
 
 
+def test_local_nodes_share_this_host_among_all_their_processes() -> None:
+    c = load_cluster("local:2x3")
+    assert (c.name, c.nodes, c.devices_per_node, c.backend) == ("local:2x3", 2, 3, "gloo")
+    assert c.device.memory_bytes == load_cluster("local:6").device.memory_bytes
+
+
 def test_workload_file_uses_megatron_names(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(
@@ -109,6 +115,10 @@ def test_unknown_workload_preset(value: str, message: str) -> None:
         ("dgx-h900", "unknown cluster"),
         ("dgx-h100:0", "positive integer"),
         ("dgx-h100:x", "positive integer"),
+        ("local:2x", "N nodes of M processes"),
+        ("local:x1", "N nodes of M processes"),
+        ("local:0x1", "positive integer"),
+        ("local:2x2x2", "positive integer"),
     ],
 )
 def test_bad_cluster_values(value: str, message: str) -> None:
