@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,7 +39,7 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig, nccl_default
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
-from autotune.study.model_errors import Beliefs, Shared, believe, value_spread
+from autotune.study.model_errors import LEVEL_SPREAD, Beliefs, Shared, believe, value_spread
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.trial_attrs import TrialAttrs
 
@@ -54,6 +55,9 @@ FULL_FIT_AFTER = 8
 model's shared level (`model_errors.LEVEL_SPREAD`) takes up the model's overall error, so
 that a handful of configs of one class measured slower are not explained away as a slower
 machine: part of it stays with their class, and a class never measured keeps its chance."""
+LEVEL_OFF = 3 * LEVEL_SPREAD
+"""Before `FULL_FIT_AFTER`, a mean error beyond this is the machine, not a class (a CPU
+against a GPU model): compute efficiency alone is refitted."""
 
 
 MOE_PARAMETERS = ("moe_expert_host_s", "ep_overlap")
@@ -224,6 +228,8 @@ class GuidedSearch:
         every = FREE_PARAMETERS + (MOE_PARAMETERS if w.is_moe else ())
         if len(data) >= FULL_FIT_AFTER:
             self.calibration = fit(data, self.calibration, free=every, rounds=3)
+        elif data and abs(statistics.fmean(log_errors(self.calibration, data))) > LEVEL_OFF:
+            self.calibration = fit(data, self.calibration, free=("compute_efficiency",))
         self.residuals = log_errors(self.calibration, data)
         for oom in (a for a in attrs.values() if a.kind == "oom"):
             if oom.config_values is not None:
