@@ -20,7 +20,8 @@ own rule as `autotune run` does), Optuna's TPE and GP samplers and random sampli
 rule or do not fit pruned at no cost, a random untried config after 25 such in a row).
 Regret: 1 - the best true throughput found / the world's best. A strategy "wins" a world
 against another when its regret after 12 trials is lower by more than 0.1%, ties counted
-apart. Writes results/benchmarks/search_worlds.md.
+apart. Writes results/bench/search_worlds.md (seeds 0-29, on which the search was tuned) or,
+with another --first-seed, results/bench/search_worlds_check.md.
 
     .venv/bin/python scripts/bench_search_worlds.py [--worlds 30] [--first-seed 0]
 """
@@ -189,7 +190,8 @@ def run_sampler(world: World, strategy: str, seed: int) -> list[int]:
     study = optuna.create_study(direction="maximize", sampler=make_sampler(strategy, seed))
     for row in s.ranked.order[:SEEDS_FROM_PLAN]:
         study.enqueue_trial(choices.params(s.ranked.table.config(int(row))))
-    rng, ran, misses = np.random.default_rng(seed), [], 0
+    rng, misses = np.random.default_rng(seed), 0
+    ran: list[int] = []
     while len(ran) < BUDGET:
         if misses >= MISSES:
             untried = np.setdiff1d(np.arange(len(s.ranked.table)), ran)
@@ -313,7 +315,8 @@ def main() -> None:
             scores[k].append(score(world, ran))
         regrets = {k: round(v[-1].regret[12], 3) for k, v in scores.items()}
         print(seed, world.name, regrets, flush=True)
-    out = args.out or REPO / f"results/benchmarks/search_worlds_{args.first_seed}.md"
+    name = "search_worlds.md" if args.first_seed == 0 else "search_worlds_check.md"
+    out = args.out or REPO / "results/bench" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report(worlds, scores, args, time.monotonic() - started))
     print(f"wrote {out}")
