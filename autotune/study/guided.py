@@ -1,8 +1,9 @@
 """The model-guided search: propose the config the recalibrated model most expects to win.
 
-After every measurement the step-time model is refitted to the measured trials and what it
-still gets wrong is learned (`model_errors`: each knob value's class-wide error, each
-layout's own, shared with its neighbours, the nearer in moves a user would make the more).
+After every measurement (from `FULL_FIT_AFTER` trials on) the step-time model is refitted
+to the measured trials, and what it still gets wrong is learned (`model_errors`: the
+model's level, each knob value's class-wide error, each layout's own, shared with its
+neighbours, the nearer in moves a user would make the more).
 Every unmeasured config predicted to fit is re-ranked by an optimistic score: log predicted
 tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS` times that error's
 spread. A knob value never measured keeps its prior spread, so it stays worth a trial while
@@ -10,7 +11,7 @@ the model's margin against it is within its error; a value every measured config
 ran slower than predicted is expected slower everywhere. Configs scored within `TIE` of the
 best are equals, and the seed chooses among the simplest of them. NCCL settings refine the
 measured leader once the layout has settled: no layout left could beat it by the threshold
-at the proposal's optimism. Out-of-memory trials tighten the memory model: nothing predicted
+at the stop rule's confidence. Out-of-memory trials tighten the memory model: nothing predicted
 to need as much as a config that ran out of memory is proposed again. The search has
 converged when no config's optimistic throughput beats the best measured one by more than
 the threshold, or (thorough, `Effort.stop_risk`) when the expected number of layouts that do
@@ -76,7 +77,7 @@ class Scored:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def best(self, tie: float = 1e-12) -> np.ndarray:
+    def best(self, tie: float) -> np.ndarray:
         """The rows scored within `tie` of the best, best first (equals in table order)."""
         near = np.flatnonzero(self.score >= self.score.max() - tie)
         return self.rows[near[np.argsort(-self.score[near], kind="stable")]]
