@@ -1,19 +1,22 @@
 """The model-guided search: propose the config the recalibrated model most expects to win.
 
-After every measurement the step-time model is refitted to the measured trials, every
-unmeasured config that is predicted to fit is re-ranked, and the next proposal maximises an
-optimistic score: log predicted tokens/s, moved by part of what the model got wrong on the
-nearest measured config (its residual, halved for each knob the two differ by: a real system
-strays from the model alike for configs that differ in few knobs, so the search looks around
-the configs that measured better than predicted), plus the model's uncertainty for that
-config. The
-uncertainty is the spread of the model's errors on the trials so far (a prior before there
-are enough), growing with the config's distance from anything measured. Out-of-memory
-trials tighten the memory model: nothing predicted to need as much as a config that ran out
-of memory is proposed again. The search has converged when no config's optimistic throughput
-beats the best measured one by more than the threshold, or (thorough, `Effort.stop_risk`)
-when the expected number of layouts that do is small: with hundreds of layouts each unlikely
-to win, a bound on each lets the one that wins go.
+After every measurement (from `FULL_FIT_AFTER` trials on) the step-time model is refitted
+to the measured trials, and what it still gets wrong is learned (`model_errors`: the
+model's level, each knob value's class-wide error, each layout's own, shared with its
+neighbours, the nearer in moves a user would make the more).
+Every unmeasured config predicted to fit is re-ranked by an optimistic score: log predicted
+tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS` times that error's
+spread. A knob value never measured keeps its prior spread, so it stays worth a trial while
+the model's margin against it is within its error; a value every measured config of which
+ran slower than predicted is expected slower everywhere. Configs scored within `TIE` of the
+best are equals, and the seed chooses among the simplest of them. NCCL settings refine the
+measured leader once the layout has settled: no layout left could beat it by the threshold
+at the stop rule's confidence. Out-of-memory trials tighten the memory model: nothing predicted
+to need as much as a config that ran out of memory is proposed again. The search has
+converged when no config's optimistic throughput beats the best measured one by more than
+the threshold, or (thorough, `Effort.stop_risk`) when the expected number of layouts that do
+is small: with hundreds of layouts each unlikely to win, a bound on each lets the one that
+wins go.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -36,40 +40,26 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig, nccl_default
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
+from autotune.study.model_errors import LEVEL_SPREAD, Beliefs, Shared, believe, value_spread
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.slice import observed_as
 from autotune.study.trial_attrs import TrialAttrs
 
-PRIOR_SPREAD = 0.15
-"""The model's relative error before measurements say otherwise: about its error on
-published runs held out by source (9-23%; 6.2% in sample, on the runs its defaults are fitted
-to: results/bench/costmodel_validation.md); a new cluster may be worse."""
-PRIOR_WEIGHT = 3
-"""The prior counts as this many residuals when the spread is estimated from trials."""
-MIN_SPREAD = 0.03
-"""Floor on the model's error: measurements themselves are noisy by a few percent."""
-DISTANCE_WEIGHT = 0.1
-"""Extra uncertainty per knob a config differs by from its nearest measured config."""
-NOVELTY_WEIGHT = 0.5
-"""Extra uncertainty, in model spreads, for a config one knob from a measured one where that
-knob takes a value no trial has run (a ZeRO stage, a micro-batch): the model's error for the
-value is unknown, not merely one knob away. On CPU gloo the model ranks ZeRO 1-2 a little
-above ZeRO 0 and measurement says the reverse; without this, the default search can spend its
-trials without running ZeRO 0 (results/bench/default_run.md). Only one knob away: a bonus for
-any untried value makes the search chase configs unlike any measured, which costs trials in
-scripts/bench_search.py's worlds."""
+TIE = 0.002
+"""Scores closer than this (log throughput: 0.2%, far below a trial's noise) are equals."""
 NCCL_SPREAD = 0.3
 """How far NCCL's own choice may be from the best forced setting, as a share of the exposed
 collective time: forcing an algorithm or protocol moves busbw by tens of percent at some
 sizes, and NCCL settings change nothing else. A variant's uncertainty is this times its
 communication share, so compute-bound layouts get no NCCL trials."""
-RESIDUAL_KEPT = 0.5
-"""Share of a measured config's residual that carries to a config one knob away (squared for
-two knobs, ...): the correlation of the model's errors between neighbours, as a Gaussian
-process with a product kernel would have it."""
 FULL_FIT_AFTER = 8
-"""Measured trials before every parameter is fitted; fewer fit compute efficiency only,
-so that a handful of points cannot be explained away by a free parameter each."""
+"""Measured trials before the model's parameters are refitted. Until then the errors
+model's shared level (`model_errors.LEVEL_SPREAD`) takes up the model's overall error, so
+that a handful of configs of one class measured slower are not explained away as a slower
+machine: part of it stays with their class, and a class never measured keeps its chance."""
+LEVEL_OFF = 3 * LEVEL_SPREAD
+"""Before `FULL_FIT_AFTER`, a mean error beyond this is the machine, not a class (a CPU
+against a GPU model): compute efficiency alone is refitted."""
 
 
 MOE_PARAMETERS = ("moe_expert_host_s", "ep_overlap")
@@ -88,9 +78,9 @@ class Scored:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def best(self) -> np.ndarray:
-        """The rows scored within 1e-12 of the best, best first (equals in table order)."""
-        near = np.flatnonzero(self.score >= self.score.max() - 1e-12)
+    def best(self, tie: float) -> np.ndarray:
+        """The rows scored within `tie` of the best, best first (equals in table order)."""
+        near = np.flatnonzero(self.score >= self.score.max() - tie)
         return self.rows[near[np.argsort(-self.score[near], kind="stable")]]
 
 
@@ -111,7 +101,6 @@ class GuidedSearch:
     measured: list[TrainConfig] = field(default_factory=list)
     residuals: list[float] = field(default_factory=list)
     """log(measured / predicted tokens/s) of each measured config, under the refitted model."""
-    spread: float = PRIOR_SPREAD
     _table: ConfigTable = field(init=False, repr=False)
     _predictor: Predictor = field(init=False, repr=False)
     """The model of every candidate, computed once: a refit predicts them in a few array
@@ -139,8 +128,11 @@ class GuidedSearch:
     model predicts only the leader's NCCL variants); `_layout_codes`: their knob codes."""
     _layout_model: Predictor = field(init=False, repr=False)
     _layout_codes: np.ndarray = field(init=False, repr=False)
-    _distances: dict[TrainConfig, np.ndarray] = field(default_factory=dict, init=False, repr=False)
-    """Per measured config, how many knobs each layout differs from it by."""
+    _shared: dict[TrainConfig, Shared] = field(default_factory=dict, init=False, repr=False)
+    """Per measured config, what each layout shares with it (`model_errors.Shared`)."""
+    _move_knobs: np.ndarray = field(init=False, repr=False)
+    """The knobs whose change is a move: those that vary among the layouts, less `dp`,
+    which follows from the others (changing TP with DP following is one move)."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
     leader_measured: tuple[TrainConfig, float] | None = None
@@ -175,6 +167,14 @@ class GuidedSearch:
         everything = len(self._layouts) == len(table)
         self._layout_model = self._predictor if everything else self._predictor.take(self._layouts)
         self._layout_codes = self._codes if everything else self._codes[:, self._layouts]
+        self._move_knobs = np.array(
+            [
+                i
+                for i, name in enumerate(KNOBS)
+                if name != "dp" and len(np.unique(self._layout_codes[i])) > 1
+            ],
+            dtype=np.int64,
+        )
 
     def _encode(self, config: TrainConfig) -> np.ndarray:
         """The config's knob codes; a value no candidate has gets the code past the last."""
@@ -231,19 +231,11 @@ class GuidedSearch:
             else None
         )
         every = FREE_PARAMETERS + (MOE_PARAMETERS if w.is_moe else ())
-        free = every if len(data) >= FULL_FIT_AFTER else ("compute_efficiency",)
-        if data:
-            self.calibration = fit(data, self.calibration, free=free, rounds=3)
-        # Residuals after fitting understate the error by the parameters fitted; the prior
-        # keeps a few trials from making the model look exact.
-        errors = log_errors(self.calibration, data)
-        self.residuals = errors  # log(predicted / measured step time)
-        squares = sum(e * e for e in errors)
-        dof = max(0, len(data) - len(free))
-        self.spread = max(
-            MIN_SPREAD,
-            math.sqrt((PRIOR_WEIGHT * PRIOR_SPREAD**2 + squares) / (PRIOR_WEIGHT + dof)),
-        )
+        if len(data) >= FULL_FIT_AFTER:
+            self.calibration = fit(data, self.calibration, free=every, rounds=3)
+        elif data and abs(statistics.fmean(log_errors(self.calibration, data))) > LEVEL_OFF:
+            self.calibration = fit(data, self.calibration, free=("compute_efficiency",))
+        self.residuals = log_errors(self.calibration, data)
         for oom in (a for a in attrs.values() if a.kind == "oom"):
             if oom.config_values is not None:
                 e = self._estimate(oom.config)
@@ -251,8 +243,16 @@ class GuidedSearch:
 
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = PROPOSAL_OPTIMISM_SIGMAS) -> Scored:
-        """Every config still open, scored: its optimistic log tokens/s and uncertainty."""
+        """Every config still open, scored by its optimistic log tokens/s; NCCL variants
+        only once the layout has settled: no open layout could beat the leader by the
+        threshold at the stop rule's confidence."""
         rows, expected, unc = self._open(excluded)
+        layouts = self._is_layout[rows]
+        if not layouts.all() and self.leader_measured is not None and layouts.any():
+            bar = math.log(self.leader_measured[1] * (1 + self.threshold))
+            bound = expected[layouts] + STOP_RULE_SIGMAS * unc[layouts]
+            if bound.max() > bar:
+                rows, expected, unc = rows[layouts], expected[layouts], unc[layouts]
         return Scored(rows, expected + optimism * unc)
 
     def _open(self, excluded: set[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -270,12 +270,11 @@ class GuidedSearch:
         one's expected log tokens/s and its uncertainty. Only those are predicted: the other
         NCCL variants, most of a space that lists NCCL settings, are never proposed."""
         p = self._layout_model.at(self.calibration)
-        distances, anchors = self._nearest()
-        # A layout: its prediction moved by its nearest measured config's residual.
+        # A layout: its prediction moved by the error the model is expected to make on it.
+        errors = self._errors()
         rows = [self._layouts]
-        expected = [np.log(p.tokens_per_s) + anchors * RESIDUAL_KEPT**distances]
-        untried = self._novel() & (distances == 1)
-        unc = [self.spread * (1 + DISTANCE_WEIGHT * distances + NOVELTY_WEIGHT * untried)]
+        expected = [np.log(p.tokens_per_s) + errors.mean]
+        unc = [errors.spread]
         # NCCL settings refine the measured leader: its measurement, moved by the model's
         # predicted change, plus what NCCL's choice may leave on the table. Kept only while
         # it could beat the leader by the threshold at the stop rule's confidence, so
@@ -301,8 +300,9 @@ class GuidedSearch:
         scored = self.ranked(excluded)
         if not len(scored):
             return None
-        ties = scored.best()
-        # Among equals, the config closest to the defaults (e.g. leaving NCCL its own choice).
+        ties = scored.best(TIE)
+        # Among equals, the configs closest to the defaults (e.g. leaving NCCL its own
+        # choice); the seed chooses among them.
         configs = [self._table.config(i) for i in ties]
         simplest = min(len(c.differs_from_default()) for c in configs)
         return self.rng.choice([c for c in configs if len(c.differs_from_default()) == simplest])
@@ -357,33 +357,23 @@ class GuidedSearch:
         p = self.problem
         return estimate(p.workload, config, p.cluster, p.engine.traits, self.calibration)
 
-    def _novel(self) -> np.ndarray:
-        """Per layout: whether it has a knob value no measured config has had."""
-        novel = np.zeros(len(self._layouts), dtype=bool)
-        if not self.measured:
-            return novel
-        measured = np.stack([self._encode(c) for c in self.measured], axis=1)
-        for codes, seen in zip(self._layout_codes, measured, strict=True):
-            novel |= ~np.isin(codes, seen)
-        return novel
-
-    def _nearest(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per layout: how many knobs it differs by from its nearest measured config, and
-        that config's residual (the mean over equally near ones; 0 before any measurement)."""
-        n = len(self._layouts)
-        if not self.measured:
-            return np.zeros(n, dtype=np.int32), np.zeros(n)
+    def _errors(self) -> Beliefs:
+        """Per layout, the model's expected error and its spread (`model_errors`)."""
+        knobs = self._move_knobs
+        variances = np.array([value_spread(list(KNOBS)[i]) ** 2 for i in knobs])
         for config in self.measured:
-            if config not in self._distances:
-                differing = np.zeros(n, dtype=np.int8)
-                for codes, value in zip(self._layout_codes, self._encode(config), strict=True):
-                    differing += codes != value
-                self._distances[config] = differing
-        distances = [self._distances[c] for c in self.measured]
-        nearest = np.minimum.reduce(distances)
-        total, ties = np.zeros(n), np.zeros(n, dtype=np.int16)
-        for differing, residual in zip(distances, self.residuals, strict=True):
-            tied = differing == nearest
-            np.add(total, residual, out=total, where=tied)
-            ties += tied
-        return nearest.astype(np.int32), total / ties
+            if config not in self._shared:
+                same = self._layout_codes[knobs] == self._encode(config)[knobs][:, None]
+                self._shared[config] = Shared(variances @ same, (~same).sum(axis=0))
+        n = len(self.measured)
+        to_measured = Shared(
+            np.zeros((len(self._layouts), n)), np.zeros((len(self._layouts), n), np.int64)
+        )
+        for j, config in enumerate(self.measured):
+            to_measured.values[:, j] = self._shared[config].values
+            to_measured.moves[:, j] = self._shared[config].moves
+        codes = np.array([self._encode(c)[knobs] for c in self.measured]).reshape(n, len(knobs))
+        same = codes[:, None, :] == codes[None, :, :]
+        between = Shared(same @ variances, (~same).sum(axis=2))
+        errors = np.array(self.residuals, dtype=np.float64)
+        return believe(to_measured, between, errors, float(variances.sum()))
