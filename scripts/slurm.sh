@@ -36,7 +36,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-packages=(slurm-wlm slurmdbd munge mariadb-server)
+packages=(slurm-wlm slurmdbd munge mariadb-server iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
