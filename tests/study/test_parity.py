@@ -111,6 +111,33 @@ def test_the_summary_says_same_with_the_largest_difference_and_the_floor() -> No
     )
 
 
+def test_a_data_order_that_follows_the_micro_batch_differs() -> None:
+    """The same samples' losses, met in another order (a shuffle seeded with the micro-batch:
+    the test scripts' --shuffle-per-mbs): the curve leaves the user's at the steps whose
+    samples moved, though no step's loss is new."""
+    study, _ = study_with_users_config()
+    reordered = (*CURVE[4:], *CURVE[:4])  # the second half of the epoch first
+    found = parity.of_trial(study, 99, reordered, "fp32")
+    assert found is not None and found.verdict == parity.DIFFERS
+    assert abs(found.largest - (6.44 - 6.37) / 6.37) < 1e-9
+    assert found.at_step == 7
+    note = parity.differs_note(found, parity.changed_knobs(TrainConfig(dp=2, mbs=4), YOURS), "x")
+    assert note.startswith("trains another model than x: mbs 8->4 moves the loss 1.1% at step 7")
+
+
+def test_a_global_batch_that_follows_the_micro_batch_differs() -> None:
+    """A micro-batch of 16 at the user's accumulation (the scripts' --gas-follows-mbs): twice
+    the samples a step at the same learning rate, so the loss falls otherwise from the second
+    step, while a micro-batch change at the user's global batch stays within the floor."""
+    study, _ = study_with_users_config()
+    doubled = (CURVE[0], *(v * (1 - 0.01 * i / 7) for i, v in enumerate(CURVE) if i))
+    found = parity.of_trial(study, 99, doubled, "fp32")
+    assert found is not None and found.verdict == parity.DIFFERS
+    assert (found.steps, found.at_step) == (8, 8)
+    kept = parity.of_trial(study, 98, jittered(0.0016), "fp32")  # at the user's global batch
+    assert kept is not None and kept.verdict == "same"
+
+
 SPACE = "engine: deepspeed\nknobs:\n  zero: [0, 3]\n  mbs: [4, 8]\n"
 """ZeRO 0 or 3 and micro-batch 4 or 8 at ds_config.json's global batch of 16."""
 
