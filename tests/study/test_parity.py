@@ -65,6 +65,19 @@ def test_the_floor_comes_from_the_users_repeats_when_they_differ_more() -> None:
     assert half is not None and half.verdict == "same"  # bf16 rounds 8 bits: a wider floor
 
 
+def test_a_loss_that_turns_nan_or_inf_is_never_the_same_model() -> None:
+    for bad in (float("nan"), float("inf")):
+        curve = (*CURVE[:4], bad, *CURVE[5:])
+        found = parity.judge(curve, [CURVE], "fp32")
+        assert found is not None and found.verdict == parity.DIFFERS
+        assert found.at_step == 5
+    # a user's repeat that diverged sets no floor: the precision floor stands
+    diverged = (*CURVE[:4], float("nan"), *CURVE[5:])
+    found = parity.judge(drifted(0.03), [CURVE, diverged], "fp32")
+    assert found is not None and found.verdict == parity.DIFFERS
+    assert found.floor_from == "precision"
+
+
 def test_no_loss_means_no_verdict() -> None:
     assert parity.judge((), [CURVE], "fp32") is None
     assert parity.judge(CURVE, [], "fp32") is None
