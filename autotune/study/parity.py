@@ -13,6 +13,7 @@ over the floor `differs`: its trial fails with that kind, so it is never exporte
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,16 +65,25 @@ def largest_difference(curve: tuple[float, ...], base: tuple[float, ...]) -> tup
     """The largest relative difference over the steps both curves have, and its step (from
     1); (0, 0) when they share none."""
     steps = zip(curve, base, strict=False)  # the steps both ran
-    pairs = [(abs(c - b) / max(abs(b), 1e-12), i + 1) for i, (c, b) in enumerate(steps)]
+    pairs = [(_step_difference(c, b), i + 1) for i, (c, b) in enumerate(steps)]
     return max(pairs, default=(0.0, 0))
+
+
+def _step_difference(loss: float, base: float) -> float:
+    """Relative difference at one step; infinite where one loss is not finite and the other
+    is not the same (a NaN or inf loss never passes for the same model)."""
+    if math.isfinite(loss) and math.isfinite(base):
+        return abs(loss - base) / max(abs(base), 1e-12)
+    same = (math.isnan(loss) and math.isnan(base)) or loss == base
+    return 0.0 if same else math.inf
 
 
 def run_floor(bases: list[tuple[float, ...]], precision: str) -> tuple[float, str]:
     """The floor and what set it, from the curves of the user's config's runs."""
+    spreads = (largest_difference(a, b)[0] for i, a in enumerate(bases) for b in bases[i + 1 :])
     spread = max(
-        (largest_difference(a, b)[0] for i, a in enumerate(bases) for b in bases[i + 1 :]),
-        default=0.0,
-    )
+        (d for d in spreads if math.isfinite(d)), default=0.0
+    )  # a diverged repeat sets none
     least = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["bf16"])
     measured = REPEAT_MARGIN * spread
     return (measured, "repeats") if measured > least else (least, "precision")

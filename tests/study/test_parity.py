@@ -65,6 +65,19 @@ def test_the_floor_comes_from_the_users_repeats_when_they_differ_more() -> None:
     assert half is not None and half.verdict == "same"  # bf16 rounds 8 bits: a wider floor
 
 
+def test_a_loss_that_turns_nan_or_inf_is_never_the_same_model() -> None:
+    for bad in (float("nan"), float("inf")):
+        curve = (*CURVE[:4], bad, *CURVE[5:])
+        found = parity.judge(curve, [CURVE], "fp32")
+        assert found is not None and found.verdict == parity.DIFFERS
+        assert found.at_step == 5
+    # a user's repeat that diverged sets no floor: the precision floor stands
+    diverged = (*CURVE[:4], float("nan"), *CURVE[5:])
+    found = parity.judge(drifted(0.03), [CURVE, diverged], "fp32")
+    assert found is not None and found.verdict == parity.DIFFERS
+    assert found.floor_from == "precision"
+
+
 def test_no_loss_means_no_verdict() -> None:
     assert parity.judge((), [CURVE], "fp32") is None
     assert parity.judge(CURVE, [], "fp32") is None
@@ -109,6 +122,33 @@ def test_the_summary_says_same_with_the_largest_difference_and_the_floor() -> No
         "parity: same: the loss stays within 0.1% of your config's over 8 steps "
         "(floor 0.5%, from precision)"
     )
+
+
+def test_a_data_order_that_follows_the_micro_batch_differs() -> None:
+    """The same samples' losses, met in another order (a shuffle seeded with the micro-batch:
+    the test scripts' --shuffle-per-mbs): the curve leaves the user's at the steps whose
+    samples moved, though no step's loss is new."""
+    study, _ = study_with_users_config()
+    reordered = (*CURVE[4:], *CURVE[:4])  # the second half of the epoch first
+    found = parity.of_trial(study, 99, reordered, "fp32")
+    assert found is not None and found.verdict == parity.DIFFERS
+    assert abs(found.largest - (6.44 - 6.37) / 6.37) < 1e-9
+    assert found.at_step == 7
+    note = parity.differs_note(found, parity.changed_knobs(TrainConfig(dp=2, mbs=4), YOURS), "x")
+    assert note.startswith("trains another model than x: mbs 8->4 moves the loss 1.1% at step 7")
+
+
+def test_a_global_batch_that_follows_the_micro_batch_differs() -> None:
+    """A micro-batch of 16 at the user's accumulation (the scripts' --gas-follows-mbs): twice
+    the samples a step at the same learning rate, so the loss falls otherwise from the second
+    step, while a micro-batch change at the user's global batch stays within the floor."""
+    study, _ = study_with_users_config()
+    doubled = (CURVE[0], *(v * (1 - 0.01 * i / 7) for i, v in enumerate(CURVE) if i))
+    found = parity.of_trial(study, 99, doubled, "fp32")
+    assert found is not None and found.verdict == parity.DIFFERS
+    assert (found.steps, found.at_step) == (8, 8)
+    kept = parity.of_trial(study, 98, jittered(0.0016), "fp32")  # at the user's global batch
+    assert kept is not None and kept.verdict == "same"
 
 
 SPACE = "engine: deepspeed\nknobs:\n  zero: [0, 3]\n  mbs: [4, 8]\n"
