@@ -31,7 +31,7 @@ from autotune.study.noise import (
 )
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.storage import INTERRUPTED
-from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, TrialAttrs
+from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, USERS_CONFIG, TrialAttrs
 
 EQUIVALENT = NOISE_FLOOR
 """Two configs whose throughputs surely differ by less than this are as good as each other:
@@ -159,10 +159,11 @@ def best_mean(study: optuna.Study) -> tuple[float | None, float]:
 
 def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]:
     """The configs to repeat next: the best and each runner-up it is not surely faster than
-    (and, when the best forces NCCL settings, the same layout with NCCL's defaults), those
-    with repeats left and none running; [] when the best stands apart. Where launches differ
-    by 10%, one launch of the fastest config reads 20% low often enough to fall behind
-    several others, so several runners-up are repeated; settled ones leave at once."""
+    (and, when the best forces NCCL settings, the same layout with NCCL's defaults; and the
+    user's own config until it has launched twice), those with repeats left and none
+    running; [] when the best stands apart. Where launches differ by 10%, one launch of the
+    fastest config reads 20% low often enough to fall behind several others, so several
+    runners-up are repeated; settled ones leave at once."""
     ranked = [s for s in standings(study) if TrialAttrs.of(s.trial).source == "measured"]
     if len(ranked) < 2:
         return []
@@ -187,12 +188,23 @@ def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]
         # up to `effort.repeats` each whatever they show, so that stopping once it looks faster
         # cannot make it so.
         close.append(baseline)
+    yours = _users_config(study, ranked)
+    if yours is not None and yours is not best and yours not in close and yours.repeats < 1:
+        close.append(yours)  # your own config, the baseline, gets a second launch
     if not close:
         return []
     running = _repeats_running(study)
     if baseline in close:  # right after the best: a repeat limit cuts runners-up first
         close = [baseline, *(s for s in close if s is not baseline)]
     return [s for s in [best, *close] if s.repeats < effort.repeats and s.first not in running]
+
+
+def _users_config(study: optuna.Study, ranked: list[Standing]) -> Standing | None:
+    """The standing of the user's own config (a study of their command), if it ran."""
+    key = study.user_attrs.get(USERS_CONFIG)
+    if key is None:
+        return None
+    return next((s for s in ranked if config_key(s.config) == key), None)
 
 
 def _settled(best: Standing, other: Standing, between: Spread | None) -> bool:

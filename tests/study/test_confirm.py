@@ -8,10 +8,11 @@ import optuna
 import pandas as pd
 
 from autotune.report.table import best_trial
-from autotune.space import TrainConfig
+from autotune.space import TrainConfig, config_key
 from autotune.study.confirm import confirm, contenders, standings
 from autotune.study.effort import STANDARD, THOROUGH, Effort
 from autotune.study.noise import study_spread
+from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
 from tests.fakes import add_measured, measured_attrs, new_study
 from tests.paths import TESTS
 
@@ -65,6 +66,18 @@ def test_before_the_spread_between_launches_is_known_the_best_two_are_repeated()
     """A 20% lead may be one lucky launch on a cluster that has not shown its noise: the
     first round repeats the best and the runner-up, which measures it."""
     assert firsts(trials((1.00, 0.005), (1.25, 0.005), between=None)) == [0, 1]
+
+
+def test_your_own_config_is_repeated_with_the_leaders_even_when_far_behind() -> None:
+    """A study of the user's command: their config is the baseline every figure compares
+    with, so it launches twice even where the best is surely faster (and once it has, the
+    clear winner is left alone)."""
+    study = trials((1.00, 0.005), (1.25, 0.005))
+    yours = study.trials[1]
+    study.set_user_attr(USERS_CONFIG, config_key(TrialAttrs.of(yours).config))
+    assert firsts(study) == [0, 1]
+    add_measured(study, yours.value, TrialAttrs.of(yours).config, confirms=1, **LABELLED)
+    assert contenders(study) == []
 
 
 def test_the_recorded_sweeps_leaders_are_close_enough_to_repeat() -> None:
