@@ -94,10 +94,26 @@ def ignored_knob(running: dict[str, object], spec: TrialSpec) -> str | None:
     return None
 
 
-def check_config(engine: DeepSpeedEngine, spec: TrialSpec) -> None:
+def ignored_batch(dims: tuple[int, ...] | None, mbs: int) -> str | None:
+    """The first batch's token ids (`dims`: their first two sizes, batch-first or
+    sequence-first) hold no dimension of the trial's micro-batch: the script's DataLoader
+    batches otherwise than its engine, so its tokens/s would be wrong. Pure."""
+    if dims is None or mbs in dims:
+        return None
+    return (
+        f"the script's first batch of token ids has shape {list(dims)} but the trial's "
+        f"DeepSpeed config sets a micro-batch of {mbs}: does its DataLoader take its batch "
+        "size from somewhere else?"
+    )
+
+
+def check_config(
+    engine: DeepSpeedEngine, spec: TrialSpec, batch_dims: tuple[int, ...] | None = None
+) -> None:
     """The script must run with the config it was given, or no trial of it means anything:
-    a knob its code overrides fails the trial as config_ignored."""
-    line = ignored_knob(running_config(engine), spec)
+    a knob its code overrides, or a first batch of another size than the micro-batch, fails
+    the trial as config_ignored."""
+    line = ignored_knob(running_config(engine), spec) or ignored_batch(batch_dims, spec.config.mbs)
     if line is not None:
         raise failures.ConfigIgnoredError(
             f"{line}: it does not take its config from the file it was given"
@@ -110,6 +126,7 @@ def install(hook: StepHook) -> None:
     plain_forward = DeepSpeedEngine.forward
     plain_backward = DeepSpeedEngine.backward
     shape_looked_for: list[bool] = []
+    first_batch: list[tuple[int, ...]] = []
     pipeline_batch = PipelineEngine.train_batch
 
     def forward(engine: DeepSpeedEngine, *args: Any, **kwargs: Any) -> Any:
@@ -117,6 +134,7 @@ def install(hook: StepHook) -> None:
             shape_looked_for.append(True)
             if (tokens := token_ids(args, kwargs)) is not None:
                 hook.model_shape = read_shape(engine.module, tokens)
+                first_batch.append(tuple(int(d) for d in tokens.shape[:2]))
         return plain_forward(engine, *args, **kwargs)
 
     def backward(engine: DeepSpeedEngine, loss: Any, *args: Any, **kwargs: Any) -> Any:
@@ -128,7 +146,7 @@ def install(hook: StepHook) -> None:
     def after(engine: DeepSpeedEngine) -> None:
         hook.after_step(
             torch.device(engine.device),
-            check=lambda: check_config(engine, hook.spec),
+            check=lambda: check_config(engine, hook.spec, next(iter(first_batch), None)),
             states=lambda: model_state(engine),
         )
 

@@ -121,3 +121,12 @@ def test_a_pipeline_that_takes_data_parallel_ranks_names_the_batch() -> None:
     running = job_worker.running_config(FakeEngine(accum=8))
     line = job_worker.ignored_knob(running, SPEC)
     assert line is not None and "train_batch_size=32 over 4 data-parallel ranks" in line
+
+
+def test_a_first_batch_of_another_size_than_the_micro_batch_is_config_ignored() -> None:
+    """A DataLoader that batches by its own number: the engine holds the trial's micro-batch,
+    the tokens it is given do not (batch-first or sequence-first shapes both pass)."""
+    job_worker.check_config(FakeEngine(), SPEC, (2, 128))  # type: ignore[arg-type]
+    job_worker.check_config(FakeEngine(), SPEC, (128, 2))  # type: ignore[arg-type]
+    with pytest.raises(failures.ConfigIgnoredError, match=r"shape \[8, 128\].*micro-batch of 2"):
+        job_worker.check_config(FakeEngine(), SPEC, (8, 128))  # type: ignore[arg-type]
