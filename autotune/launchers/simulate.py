@@ -10,7 +10,7 @@ import time
 
 from autotune.errors import LaunchError
 from autotune.estimate.calibration import Calibration
-from autotune.estimate.predict import estimate
+from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_reason
 from autotune.estimate.traits import EngineTraits
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
@@ -54,15 +54,22 @@ class SimulateLauncher(Launcher):
                 wall_s=time.monotonic() - start,
                 error=f"simulated: {memory_reason(e, spec.cluster.device)}",
             )
-        result = TrialResult(
-            source="simulated",
-            step_time_s=e.step.total_s,
-            tokens_per_s=e.tokens_per_s,
-            tflops_per_device=e.tflops_per_device,
-            mfu=e.mfu,
-            peak_memory_bytes=e.memory.total,
-            model_state_bytes=e.memory.weights + e.memory.gradients + e.memory.optimizer,
-            predicted=e.as_dict(),
-        )
+        result = predicted_result(e)
         result.write(request.folder)
         return LaunchOutcome(kind="ok", error=None, wall_s=time.monotonic() - start, result=result)
+
+
+def predicted_result(e: Estimate, world_size: int | None = None) -> TrialResult:
+    """A trial's result as the model predicts it (`source: simulated`): what the simulate
+    launcher reports, and what a slice study records for a config it ranks by the model."""
+    return TrialResult(
+        source="simulated",
+        step_time_s=e.step.total_s,
+        tokens_per_s=e.tokens_per_s,
+        tflops_per_device=e.tflops_per_device,
+        mfu=e.mfu,
+        peak_memory_bytes=e.memory.total,
+        model_state_bytes=e.memory.weights + e.memory.gradients + e.memory.optimizer,
+        predicted=e.as_dict(),
+        world_size=world_size,
+    )

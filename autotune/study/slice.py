@@ -27,10 +27,10 @@ from autotune import runner as trials
 from autotune.errors import InputError
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import Estimate, estimate
+from autotune.launchers.simulate import predicted_result
 from autotune.problem import Problem
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload
-from autotune.trial.result import TrialResult
 from autotune.trial.spec import StepPlan, TrialSpec
 
 TRIAL_NODES = "trial_nodes"
@@ -181,16 +181,7 @@ class SlicedTrial:
         """The model's prediction for the full job, as a trial that launched nothing."""
         e = self._full_estimate()
         folder.mkdir(parents=True, exist_ok=True)
-        result = TrialResult(
-            source="simulated",
-            step_time_s=e.step.total_s,
-            tokens_per_s=e.tokens_per_s,
-            tflops_per_device=e.tflops_per_device,
-            mfu=e.mfu,
-            peak_memory_bytes=e.memory.total,
-            predicted=e.as_dict(),
-            world_size=self.problem.cluster.world_size,
-        )
+        result = predicted_result(e, self.problem.cluster.world_size)
         kind = "ok" if e.fits else "oom"
         return trials.TrialRecord(
             kind=kind,
