@@ -105,6 +105,11 @@ class StepMeter:
                 self.measured = self.warmup[len(self.warmup) - self.carried :]
                 del self.warmup[len(self.warmup) - self.carried :]
         else:
+            lead = self._agreed(_still_warming(self.measured, len(self.warmup), self.plan))
+            if lead:  # the transient outlasted warm-up: its steps were not steady state
+                self.warmup += self.measured[:lead]
+                del self.measured[:lead]
+                self.carried = max(0, self.carried - lead)
             self.stopped_for = length.stopped_for(self.measured, self.plan)
             self.done = self._decided(self.stopped_for is not None)
 
@@ -242,6 +247,21 @@ def _warmup_end(times: list[float], plan: StepPlan) -> int:
     if len(times) >= plan.max_warmup or sum(times) >= plan.max_warmup_s:
         return CAPPED
     return NOT_YET
+
+
+def _still_warming(measured: list[float], warmup_steps: int, plan: StepPlan) -> int:
+    """How many leading measured steps were still warm-up: each slower than the median of
+    the steps after it by more than the settle tolerance. A fork's or a pool's first steps
+    can fall in two stages (two slow steps that agree end warm-up, then steps drop); counted
+    as measured they read the config slow and widen its interval until the step cap."""
+    lead = 0
+    while (
+        len(measured) - lead > 2
+        and warmup_steps + lead < plan.max_warmup
+        and measured[lead] > (1 + plan.settle_tolerance) * statistics.median(measured[lead + 1 :])
+    ):
+        lead += 1
+    return lead
 
 
 def _agree(code: int, device: torch.device) -> int:

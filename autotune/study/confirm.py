@@ -174,7 +174,7 @@ def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]
         # one lucky launch. The first round measures that spread on the best two.
         close = ranked[1:2]
     else:
-        unsettled = [s for s in ranked[1:] if not _settled(best, s, between)]
+        unsettled = [s for s in ranked[1:] if not _settled(best, s, between, effort)]
         # The closest with repeats left; those out of repeats only keep the best repeating.
         close = [s for s in unsettled if s.repeats < effort.repeats][: effort.contenders - 1]
         close = close or unsettled[:1]
@@ -207,8 +207,22 @@ def _users_config(study: optuna.Study, ranked: list[Standing]) -> Standing | Non
     return next((s for s in ranked if config_key(s.config) == key), None)
 
 
-def _settled(best: Standing, other: Standing, between: Spread | None) -> bool:
-    return separated(best, other, between) or equivalent(best, other, between)
+def _settled(best: Standing, other: Standing, between: Spread | None, effort: Effort) -> bool:
+    return (
+        separated(best, other, between)
+        or equivalent(best, other, between)
+        or (
+            effort.indifference is not None
+            and not_faster_by(best, other, between, effort.indifference)
+        )
+    )
+
+
+def not_faster_by(best: Standing, other: Standing, between: Spread | None, gap: float) -> bool:
+    """other is surely (one-sided, at the verdicts' confidence) not faster than best by
+    `gap` or more."""
+    _, low, _ = ratio_interval(best, other, between, level=2 * WINNER_ONE_SIDED_PROBABILITY - 1)
+    return low > 1 / (1 + gap)
 
 
 def unselected(standing: Standing) -> Standing | None:

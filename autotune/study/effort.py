@@ -30,14 +30,33 @@ class Effort:
     after_choice: int
     """Repeats of the winner once it is chosen, from which its figures are stated: the
     measurements that chose it read high (`study.figures`)."""
+    indifference: float | None
+    """A runner-up leaves the contenders once it is surely (one-sided, as a verdict) not
+    faster than the best by this share: a smaller gap would not change what the user should
+    run, and repeats to resolve it are what the summary offers (`--thorough`). None: only
+    once it is surely slower, or surely within 2%."""
 
 
-STANDARD = Effort(stop_risk=None, contenders=8, repeats=6, repeats_per_trial=2, after_choice=2)
+STANDARD = Effort(
+    stop_risk=None,
+    contenders=8,
+    repeats=6,
+    repeats_per_trial=2,
+    after_choice=2,
+    indifference=0.05,
+)
 """Caps tuned on simulated noisy worlds (scripts/bench_noisy_worlds.py, 10% noise, searched
 to convergence; results/bench/noisy_worlds.md): fewer contenders, or fewer repeats per search
 trial, name the best less often; four launches cannot part configs 5% apart in 10% noise,
 seven mostly can. A quiet cluster settles its leaders long before the caps."""
-THOROUGH = Effort(stop_risk=0.03, contenders=16, repeats=40, repeats_per_trial=6, after_choice=4)
+THOROUGH = Effort(
+    stop_risk=0.03,
+    contenders=16,
+    repeats=40,
+    repeats_per_trial=6,
+    after_choice=4,
+    indifference=None,
+)
 """Tuned on seeds 0-39 of the same worlds at 10% noise, searched until the stop rule says so
 (seeds 40-79 are held out for results/bench/noisy_worlds.md): a stop risk of 0.1 leaves the
 world's best unmeasured in some seeds, where 0.03 hardly ever does; with it, up to 40 repeats

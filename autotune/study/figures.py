@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
-from autotune.study.confirm import Standing, after_choice, ratio_interval, standings
+from autotune.study.confirm import Standing, after_choice, ratio_interval, standings, unselected
 from autotune.study.noise import Spread, prior_note, study_spread
 from autotune.study.slice import full_first
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
@@ -139,7 +139,7 @@ def winner_figures(study: optuna.Study) -> Figures | None:
         method=method,
         between=between,
         measured=measured,
-        runner_up=_ratio(basis, ranked[1], between) if len(ranked) > 1 else None,
+        runner_up=_ratio(basis, _runner_up(ranked[1]), between) if len(ranked) > 1 else None,
         yours=_ratio(basis, yours, between) if yours is not None else None,
         median=basis.tokens_per_s / statistics.median(means),
         worst=basis.tokens_per_s / min(means),
@@ -147,6 +147,12 @@ def winner_figures(study: optuna.Study) -> Figures | None:
         prior=prior_note(study),
         is_yours=yours_key is not None and TrialAttrs.of(best.trial).config_key == yours_key,
     )
+
+
+def _runner_up(standing: Standing) -> Standing:
+    """The runner-up on its repeats where it has some: it too came second for measuring fast,
+    so the launch that put it there reads high (and the winner's lead low)."""
+    return unselected(standing) or standing
 
 
 def _ratio(basis: Standing, other: Standing, between: Spread | None) -> Ratio:

@@ -116,6 +116,27 @@ def test_a_step_slower_than_the_one_before_ends_warm_up_and_alone_counts() -> No
     assert meter.warmed_up and meter.warmup == [1.0] and meter.measured == [2.0]
 
 
+def test_a_transient_that_outlasts_warm_up_is_not_measured() -> None:
+    """Step times of a forked trial of a user's script (DeepSpeed, 1 s steps): two slow steps
+    agree, which ends warm-up, then steps drop by a third. The slow ones are warm-up: the
+    trial stops precise at the steady level instead of reading 10% slow and measuring to its
+    cap of 8 steps."""
+    meter = StepMeter(PLAN, torch.device("cpu"), None, collective=False)
+    steps = iter((1.70, 1.53, 1.60, 1.09, 1.13, 1.07, 1.08, 1.10, 1.09, 1.08, 1.07))
+    while not meter.done:
+        meter.record(next(steps))
+    assert meter.stopped_for == "precise" and len(meter.measured) < PLAN.measured_steps
+    assert max(meter.measured) < 1.2 and meter.warmup[:3] == [1.70, 1.53, 1.60]
+    assert meter.warmup_ended_at(100.0) <= 100.0
+
+
+def test_one_slow_step_amid_steady_ones_stays_measured() -> None:
+    meter = StepMeter(PLAN, torch.device("cpu"), None, collective=False)
+    for seconds in (2.0, 1.0, 1.05, 1.6, 0.95, 1.0):
+        meter.record(seconds)
+    assert meter.measured == [1.0, 1.05, 1.6, 0.95, 1.0]
+
+
 def test_warm_up_ends_at_its_time_cap_when_steps_never_settle() -> None:
     plan = StepPlan(max_warmup_s=3.0, max_warmup=12)
     meter = StepMeter(plan, torch.device("cpu"), None, collective=False)

@@ -1,0 +1,138 @@
+"""The default study's reported winner against fresh launches of it, as production launches
+the export: the README's first command (`autotune run`: tiny workload, DeepSpeed, 2 gloo
+processes), then its winner launched `--launches` times by `autotune trial` (a cold torchrun
+launch each, 8 measured steps at most, as a trial measures), the whole repeated `--runs`
+times. Goal (issue 39): the reported throughput within 5% of the fresh launches' median, and
+that median inside the reported 95% interval. Measured, not simulated. Writes
+results/bench/fresh_launches.md.
+
+    .venv/bin/python scripts/bench_fresh_launches.py [--runs 3] [--launches 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from autotune.space import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GOAL = 0.05
+
+
+@dataclass(frozen=True)
+class Run:
+    winner: str
+    reported: float
+    interval: float
+    """Relative half-width of the reported 95% interval."""
+    wall_s: float
+    fresh: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.fresh)
+
+    @property
+    def ratio(self) -> float:
+        return self.reported / self.median
+
+    @property
+    def covered(self) -> bool:
+        return abs(self.median / self.reported - 1) <= self.interval
+
+
+def study(work: Path) -> tuple[str, float, float, float]:
+    """One default study in `work`: its winner's label, reported tokens/s and interval."""
+    start = time.monotonic()
+    done = subprocess.run(
+        [str(BIN / "autotune"), "run", "--results", str(work / "results")],
+        cwd=work, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        sys.exit(f"autotune run failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    best = yaml.safe_load(next((work / "results").glob("*/best/best.yaml")).read_text())
+    standing = best["standing"]
+    label = TrainConfig(**best["config"]).label()
+    return label, standing["tokens_per_s"], standing["interval_95"], wall
+
+
+def fresh_launch(work: Path, label: str, n: int) -> float:
+    out = work / f"fresh-{n}"
+    done = subprocess.run(
+        [str(BIN / "autotune"), "trial", "--config", label, "--out", str(out)],
+        cwd=work, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        sys.exit(f"autotune trial failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return float(json.loads((out / "result.json").read_text())["tokens_per_s"])
+
+
+def report(runs: list[Run], command: str) -> str:
+    lines = [
+        "# The default study's winner against fresh launches of it",
+        "",
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `{command}`: {__doc__}",
+        "",
+        "| run | winner | reported tok/s (95% interval) | fresh launches | their median "
+        "| reported / median | median inside the interval | wall time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(runs):
+        fresh = ", ".join(f"{v:,.0f}" for v in r.fresh)
+        lines.append(
+            f"| {i} | {r.winner} | {r.reported:,.0f} ±{r.interval:.1%} | {fresh} | "
+            f"{r.median:,.0f} | {r.ratio:.3f} | {'yes' if r.covered else 'no'} | "
+            f"{r.wall_s:.0f} s |"
+        )
+    within = sum(abs(r.ratio - 1) <= GOAL for r in runs)
+    covered = sum(r.covered for r in runs)
+    lines += [
+        "",
+        f"- Reported within {GOAL:.0%} of the fresh launches' median: **{within} of {len(runs)}**"
+        f" runs (reported / median {min(r.ratio for r in runs):.3f} to "
+        f"{max(r.ratio for r in runs):.3f}).",
+        f"- The median inside the reported 95% interval: **{covered} of {len(runs)}** runs.",
+        "- One machine shared with other work: each run's fresh launches follow its study at "
+        "once, so both meet the same moment of the machine.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--launches", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=REPO / "results/bench/fresh_launches.md")
+    args = parser.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            work = Path(tmp) / f"run-{i}"
+            work.mkdir()
+            label, reported, interval, wall = study(work)
+            fresh = tuple(fresh_launch(work, label, n) for n in range(args.launches))
+            runs.append(Run(label, reported, interval, wall, fresh))
+            print(f"run {i}: {label} reported {reported:,.0f} fresh {fresh}", flush=True)
+    command = f".venv/bin/python scripts/bench_fresh_launches.py --runs {args.runs} " + (
+        f"--launches {args.launches}"
+    )
+    args.out.write_text(report(runs, command))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
