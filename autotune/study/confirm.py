@@ -275,9 +275,15 @@ def confirm(
     return numbers
 
 
-def after_choice(study: optuna.Study) -> list[float]:
-    """Tokens/s of the winner's repeats taken after it was chosen."""
-    ranked = standings(study)
+Ranking = Callable[[optuna.Study], list[Standing]]
+"""The standings a winner is chosen from: all of them (`standings`), or a slice study's
+measured at full size."""
+
+
+def after_choice(study: optuna.Study, ranking: Ranking = standings) -> list[float]:
+    """Tokens/s of the winner's repeats taken after it was chosen (the winner: the first of
+    `ranking`)."""
+    ranked = ranking(study)
     if not ranked:
         return []
     done = measurements(study).get(ranked[0].first, [])
@@ -290,11 +296,12 @@ def repeat_winner(
     distributions: dict[str, optuna.distributions.BaseDistribution],
     run: Callable[[optuna.Trial, TrainConfig], object],
     count: int,
+    ranking: Ranking = standings,
 ) -> list[int]:
-    """Up to `count` repeats of the chosen winner (fewer where it has some), marked
-    `AFTER_CHOICE`: its figures are stated from them; returns their trial numbers."""
+    """Up to `count` repeats of the winner chosen from `ranking` (fewer where it has some),
+    marked `AFTER_CHOICE`: its figures are stated from them; returns their trial numbers."""
     numbers: list[int] = []
-    while (ranked := standings(study)) and len(after_choice(study)) < count:
+    while (ranked := ranking(study)) and len(after_choice(study, ranking)) < count:
         best = ranked[0]
         if TrialAttrs.of(best.trial).source != "measured":
             break
@@ -302,9 +309,9 @@ def repeat_winner(
         trial = ask_enqueued(study, params_of(best.config), marks, distributions)
         if trial is None:
             break
-        had = len(after_choice(study))
+        had = len(after_choice(study, ranking))
         run(trial, best.config)
         numbers.append(trial.number)
-        if len(after_choice(study)) == had:  # it failed: the next would too
+        if len(after_choice(study, ranking)) == had:  # it failed: the next would too
             break
     return numbers

@@ -17,10 +17,10 @@ from optuna.trial import TrialState
 
 from autotune.estimate.calibration import Calibration
 from autotune.problem import Problem
-from autotune.space import config_key
+from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import standings
+from autotune.study.confirm import Standing, repeat_winner, standings
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.slice import (
     FULL_OF,
@@ -29,10 +29,12 @@ from autotune.study.slice import (
     TRIAL_NODES,
     SliceRun,
     SliceSettings,
+    full_size,
     is_slice_study,
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.storage import stored_specs
+from autotune.study.trial_attrs import TrialAttrs
 from autotune.study.trial_run import StudyRun, run_one
 from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
@@ -81,16 +83,51 @@ def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> 
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
         if trial is None:
             continue
-        trial.set_user_attr(TRIAL_NODES, run.problem.cluster.nodes)
-        trial.set_user_attr(RANKED_BY, "full")
-        steps = dataclasses.replace(settings.steps, best_s=None)
-        config = standing.config
-        record = run_one(full_run, trial, config, config_key(config), steps)
-        label = f"{config.label()} (at full size, trial {standing.first} extrapolated)"
-        run.progress.finished(trial.number, label, record, best_value(study))
+        label = f"{standing.config.label()} (at full size, trial {standing.first} extrapolated)"
+        _run_full(full_run, trial, standing.config, settings, label)
         numbers.append(trial.number)
     record_error(study)
     return numbers
+
+
+def _run_full(
+    run: StudyRun, trial: optuna.Trial, config: TrainConfig, settings: SearchSettings, label: str
+) -> None:
+    """`config` launched on the whole cluster as `trial`, against no step time to beat."""
+    trial.set_user_attr(TRIAL_NODES, run.problem.cluster.nodes)
+    trial.set_user_attr(RANKED_BY, "full")
+    steps = dataclasses.replace(settings.steps, best_s=None)
+    record = run_one(run, trial, config, config_key(config), steps)
+    run.progress.finished(trial.number, label, record, best_value(run.study))
+
+
+def full_standings(study: optuna.Study) -> list[Standing]:
+    """The standings of configs measured at full size, best first: a confirmed slice
+    study's winner is chosen from them, its slice trials (extrapolated) standing apart."""
+    return full_size(standings(study))
+
+
+def repeat_full_winner(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
+    """The winner among the leaders measured at full size, launched there again
+    `Effort.after_choice` times (measured studies that confirm, as `confirm.repeat_winner`):
+    its figures are stated from these launches; their trial numbers."""
+    s = settings.slice
+    if s is None or not s.confirm_full or run.slice is None or not settings.budget.confirm:
+        return []
+    full_run = dataclasses.replace(run, slice=None)
+
+    def launch(trial: optuna.Trial, config: TrainConfig) -> None:
+        label = f"{config.label()} (at full size, repeat of trial {TrialAttrs.of(trial).confirms})"
+        _run_full(full_run, trial, config, settings, label)
+
+    return repeat_winner(
+        run.study,
+        space.params,
+        space.distributions,
+        launch,
+        settings.budget.effort.after_choice,
+        ranking=full_standings,
+    )
 
 
 def record_error(study: optuna.Study) -> dict[str, Any] | None:
