@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.estimate.calibration import Calibration
 from autotune.problem import Problem
@@ -21,6 +20,7 @@ from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import Standing, repeat_winner, standings
+from autotune.study.noise import measurements
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.slice import (
     FULL_OF,
@@ -131,17 +131,18 @@ def repeat_full_winner(run: StudyRun, space: StudySpace, settings: SearchSetting
 
 
 def record_error(study: optuna.Study) -> dict[str, Any] | None:
-    """The slice-to-full error of the study's full-size trials against their slice trials'
-    extrapolations, set on the study; None when no pair was measured."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    by_number = {t.number: t for t in complete}
+    """The slice-to-full error of the study's configs measured at full size: the mean of
+    their full-size launches against that of their slice launches' extrapolations (each
+    side on all its launches, so one noisy launch weighs less), set on the study; None when
+    no pair was measured."""
+    ranked = {s.first: s for s in standings(study)}
     pairs = []
-    for t in complete:
-        first = by_number.get(t.user_attrs.get(FULL_OF, -1))
-        if first is None or first.user_attrs.get(RANKED_BY) not in ("slice", "proxy"):
-            continue
-        if t.value and first.value:
-            pairs.append((first.user_attrs.get("label", ""), t.value, first.value))
+    for full in full_size(list(ranked.values())):
+        first = study.trials[full.first].user_attrs.get(FULL_OF)
+        sliced = ranked.get(first) if first is not None else None
+        if sliced is not None and sliced.trial.user_attrs.get(RANKED_BY) in ("slice", "proxy"):
+            label = sliced.trial.user_attrs.get("label", "")
+            pairs.append((label, _all_launches(study, full), sliced.tokens_per_s))
     if not pairs:
         return None
     error = {
@@ -150,6 +151,12 @@ def record_error(study: optuna.Study) -> dict[str, Any] | None:
     }
     study.set_user_attr(SLICE_ERROR, error)
     return error
+
+
+def _all_launches(study: optuna.Study, standing: Standing) -> float:
+    """Mean tokens/s of all a config's launches, its repeats after the choice included."""
+    values = [t.value for t in measurements(study)[standing.first] if t.value]
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def read_error(path: Path) -> float:
@@ -171,10 +178,10 @@ def keep_error(study: optuna.Study, path: Path) -> dict[str, Any] | None:
 
 def error_line(error: dict[str, Any]) -> str:
     """The summary's line: how far the slice's extrapolation was from the full-size runs."""
-    worst = max(abs(math.log(full / extra)) for _, full, extra in error["configs"])
+    worst = max((math.log(full / extra) for _, full, extra in error["configs"]), key=abs)
     return (
         f"slice-to-full error on {len(error['configs'])} leaders measured at full size: "
-        f"{math.expm1(error['error']):+.1%} mean, {math.expm1(worst):.1%} worst "
+        f"{math.expm1(error['error']):+.1%} mean, {math.expm1(worst):+.1%} worst "
         "(kept for this cluster's next slice study)"
     )
 
