@@ -147,6 +147,11 @@ def standings(study: optuna.Study) -> list[Standing]:
     return sorted(found, key=lambda s: -s.tokens_per_s)
 
 
+Ranking = Callable[[optuna.Study], list[Standing]]
+"""The standings a choice is made among: all of them (`standings`), or, in a slice study,
+those measured on the slice or those measured at full size, never both."""
+
+
 def best_mean(study: optuna.Study) -> tuple[float | None, float]:
     """The best config's mean throughput (None before any) and the standard error of its
     logarithm: what the search's stop rule compares with."""
@@ -157,14 +162,16 @@ def best_mean(study: optuna.Study) -> tuple[float | None, float]:
     return best.tokens_per_s, best.sd(study_spread(study)) / math.sqrt(len(best.values))
 
 
-def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]:
+def contenders(
+    study: optuna.Study, effort: Effort = STANDARD, ranking: Ranking = standings
+) -> list[Standing]:
     """The configs to repeat next: the best and each runner-up it is not surely faster than
     (and, when the best forces NCCL settings, the same layout with NCCL's defaults; and the
     user's own config until it has launched twice), those with repeats left and none
     running; [] when the best stands apart. Where launches differ by 10%, one launch of the
     fastest config reads 20% low often enough to fall behind several others, so several
     runners-up are repeated; settled ones leave at once."""
-    ranked = [s for s in standings(study) if TrialAttrs.of(s.trial).source == "measured"]
+    ranked = [s for s in ranking(study) if TrialAttrs.of(s.trial).source == "measured"]
     if len(ranked) < 2:
         return []
     between = study_spread(study)
@@ -244,6 +251,7 @@ def confirm(
     time_left: Callable[[], bool] = lambda: True,
     limit: int | None = None,
     effort: Effort = STANDARD,
+    ranking: Ranking = standings,
 ) -> list[int]:
     """Rounds of one repeat per contender, the order rotated each round (the best first in
     a round the limit cuts short), while contenders remain (a config leaves them at
@@ -254,7 +262,7 @@ def confirm(
     round_ = 0
     # Rounds go on while contenders have repeats left (each has at most `effort.repeats`), so a
     # config that takes the lead late, after the first leader's repeats, is repeated too.
-    while group := contenders(study, effort):
+    while group := contenders(study, effort, ranking):
         shift, round_, before = round_ % len(group), round_ + 1, len(numbers)
         order = group[shift:] + group[:shift]
         if limit is not None and limit - len(numbers) < len(order):  # the limit cuts it:
@@ -273,11 +281,6 @@ def confirm(
         if len(numbers) == before and round_ >= IDLE_ROUNDS:  # each repeat another worker's
             break
     return numbers
-
-
-Ranking = Callable[[optuna.Study], list[Standing]]
-"""The standings a winner is chosen from: all of them (`standings`), or a slice study's
-measured at full size."""
 
 
 def after_choice(study: optuna.Study, ranking: Ranking = standings) -> list[float]:

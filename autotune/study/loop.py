@@ -36,7 +36,12 @@ from autotune.study.noise import (
 from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.settings import SearchSettings, StudyOutcome
-from autotune.study.slice_confirm import confirm_full, repeat_full_winner, slice_run
+from autotune.study.slice_confirm import (
+    confirm_full,
+    repeat_full_winner,
+    slice_run,
+    slice_standings,
+)
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
     PREDICTED,
@@ -358,6 +363,7 @@ class _Search:
             time_left,
             limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
             effort=self.budget.effort,
+            ranking=slice_standings if self.study_run.slice is not None else standings,
         )
         if not time_left() or self._winner_at_full():
             return numbers

@@ -107,6 +107,13 @@ def full_standings(study: optuna.Study) -> list[Standing]:
     return full_size(standings(study))
 
 
+def slice_standings(study: optuna.Study) -> list[Standing]:
+    """The standings of configs measured on the slice (or ranked by the model), best
+    first: the leaders repeated there, which a config's full-size launches never join."""
+    full = full_size(ranked := standings(study))
+    return [s for s in ranked if s not in full]
+
+
 def repeat_full_winner(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
     """The winner among the leaders measured at full size, launched there again
     `Effort.after_choice` times (measured studies that confirm, as `confirm.repeat_winner`):
