@@ -13,12 +13,13 @@ count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms
 best config (no trial); full-size guided studies with the default 8 trials and until
 converged; slice studies on 8 and 16 nodes, searching until converged, whose leaders are
 confirmed at full size (`--confirm-full` 0, 1, 2, read off one study: 0 names the best
-extrapolation, 1 the first leader measured at full size, 2 the better of two). Regret is
+extrapolation, 1 the first leader measured at full size, 2 the better of two; this
+script's --confirm-full N reads 0 to N). Regret is
 against the converged full-size study's winner (negative: better than it) and against the
 world's best config; GPU-hours against that study's. Writes results/benchmarks/slice.md.
 
     .venv/bin/python scripts/bench_slice.py [--seeds 20] [--worlds 1024,8192]
-        [--scales moderate,harsh]
+        [--scales moderate,harsh] [--confirm-full 2]
 """
 
 from __future__ import annotations
