@@ -48,19 +48,7 @@ def prepare(
     framework's files and command.json) and launch.sh into the trial folder (which `run`
     makes new first: see `set_aside`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "engine": spec.engine,
-                "workload": spec.workload.name,
-                "cluster": spec.cluster.name,
-                "nodes": spec.cluster.nodes,
-                "config": spec.config.as_dict(),
-                **({"command": list(spec.job.command)} if spec.job else {}),
-            },
-            sort_keys=False,
-        )
-    )
+    write_config_yaml(spec, folder)
     (folder / TRIAL_FILE).write_text(spec.to_json())
     module, pool = _write_work(spec, engine, folder)
     job_env = get_framework(spec.job.framework).trial_environment() if spec.job else {}
@@ -77,6 +65,40 @@ def prepare(
     script.write_text(launch_script(launcher, request))
     script.chmod(0o755)
     return request
+
+
+def write_config_yaml(spec: TrialSpec, folder: Path, ran_on: str | None = None) -> None:
+    """config.yaml: what the trial runs, on how many nodes (a slice's, in a slice study)
+    and, once it ran, which (`ran_on`)."""
+    (folder / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "engine": spec.engine,
+                "workload": spec.workload.name,
+                "cluster": spec.cluster.name,
+                "nodes": spec.cluster.nodes,
+                **({"ran_on": ran_on} if ran_on else {}),
+                "config": spec.config.as_dict(),
+                **({"command": list(spec.job.command)} if spec.job else {}),
+            },
+            sort_keys=False,
+        )
+    )
+
+
+def named_nodes(
+    spec: TrialSpec, folder: Path, result: TrialResult | None, ran_on: str | None
+) -> TrialResult | None:
+    """The trial's config.yaml and result.json naming the nodes it ran on and their count
+    (none named for a trial that ran nowhere: a simulated one); the result so named."""
+    if ran_on is None:
+        return result
+    write_config_yaml(spec, folder, ran_on)
+    if result is None:
+        return None
+    named = replace(result, nodes=spec.cluster.nodes, ran_on=ran_on)
+    named.write(folder)
+    return named
 
 
 def _write_work(spec: TrialSpec, engine: Engine, folder: Path) -> tuple[str, PoolKind | None]:
@@ -144,7 +166,7 @@ def run(
         folder=folder,
         command=shell.join(launcher.command(request)),
         wall_s=outcome.wall_s,
-        result=outcome.result,
+        result=named_nodes(spec, folder, outcome.result, launcher.ran_on(request)),
         queue_s=outcome.queue_s,
     )
     write_outcome(record)
@@ -165,6 +187,7 @@ def moved(
     folder.chmod(0o755)  # made by mkdtemp, 0700
     spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
     request = prepare(spec, engine, launcher, folder, time_limit_s)
+    named_nodes(spec, folder, None, record.result.ran_on if record.result else None)
     record = replace(record, folder=folder, command=shell.join(launcher.command(request)))
     write_outcome(record)
     return record

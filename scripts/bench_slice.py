@@ -13,12 +13,13 @@ count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms
 best config (no trial); full-size guided studies with the default 8 trials and until
 converged; slice studies on 8 and 16 nodes, searching until converged, whose leaders are
 confirmed at full size (`--confirm-full` 0, 1, 2, read off one study: 0 names the best
-extrapolation, 1 the first leader measured at full size, 2 the better of two). Regret is
+extrapolation, 1 the first leader measured at full size, 2 the better of two; this
+script's --confirm-full N reads 0 to N). Regret is
 against the converged full-size study's winner (negative: better than it) and against the
 world's best config; GPU-hours against that study's. Writes results/benchmarks/slice.md.
 
     .venv/bin/python scripts/bench_slice.py [--seeds 20] [--worlds 1024,8192]
-        [--scales moderate,harsh]
+        [--scales moderate,harsh] [--confirm-full 2]
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class TruthLauncher(Launcher):
         return LaunchOutcome(kind="ok", error=None, wall_s=90 + 30 * step, result=result)
 
 
-def study(world: World, trials: int | None, nodes: int | None) -> optuna.Study:
+def study(world: World, trials: int | None, nodes: int | None, confirm: int = 2) -> optuna.Study:
     s = optuna.create_study(direction="maximize")
     with tempfile.TemporaryDirectory() as tmp:
         run_study(
@@ -188,7 +189,7 @@ def study(world: World, trials: int | None, nodes: int | None) -> optuna.Study:
                 budget=Budget(trials=trials),
                 seed=world.seed,
                 calibration=DEFAULT_CALIBRATION["hopper"],
-                slice=SliceSettings(nodes, confirm_full=2) if nodes else None,
+                slice=SliceSettings(nodes, confirm_full=confirm) if nodes else None,
             ),
         )
     return s
@@ -198,19 +199,19 @@ def _hours(trials: list[optuna.trial.FrozenTrial], world: World) -> float:
     return sum(trial_gpu_hours(t, world.problem.cluster) for t in trials)
 
 
-def slice_arms(s: optuna.Study, world: World) -> dict[int, tuple[str, float]]:
-    """Per --confirm-full 0, 1, 2: the config named and the GPU-hours spent."""
+def slice_arms(s: optuna.Study, world: World, confirm: int = 2) -> dict[int, tuple[str, float]]:
+    """Per --confirm-full 0 to `confirm`: the config named and the GPU-hours spent."""
     ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
     search = [t for t in ran if t.user_attrs.get(RANKED_BY) != "full"]
     full = sorted((t for t in ran if FULL_OF in t.user_attrs), key=lambda t: t.number)
     done = [t for t in search if t.state == TrialState.COMPLETE and t.value]
     arms = {0: (_key(max(done, key=lambda t: t.value or 0.0)), _hours(search, world))}
-    for n in (1, 2):
+    for n in range(1, confirm + 1):
         measured = [t for t in full[:n] if t.state == TrialState.COMPLETE and t.value]
         named = _key(max(measured, key=lambda t: t.value or 0.0)) if measured else arms[0][0]
         arms[n] = (named, _hours(search + full[:n], world))
     standing = best_standing(s)
-    assert standing is not None and _key(standing.trial) == arms[2][0]
+    assert standing is not None and _key(standing.trial) == arms[confirm][0]
     return arms
 
 
@@ -229,7 +230,7 @@ def world_problem(gpus: int) -> Problem:
     return problem
 
 
-def one_seed(gpus: int, seed: int, scale: Scale) -> Arms:
+def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
     """Per arm: (true tokens/s of its pick, GPU-hours, trials)."""
     problem = world_problem(gpus)
     rng = random.Random(seed)
@@ -251,10 +252,10 @@ def one_seed(gpus: int, seed: int, scale: Scale) -> Arms:
         assert standing is not None
         arms[name] = (truth[_key(standing.trial)], _hours(ran, world), len(ran))
     for nodes in SLICES:
-        s = study(world, CONVERGED_CAP, nodes)
+        s = study(world, CONVERGED_CAP, nodes, confirm)
         n_ran = len(s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
-        for confirm, (key, hours) in slice_arms(s, world).items():
-            arms[f"slice-{nodes}, confirm {confirm}"] = (truth[key], hours, n_ran - 2 + confirm)
+        for n, (key, hours) in slice_arms(s, world, confirm).items():
+            arms[f"slice-{nodes}, confirm {n}"] = (truth[key], hours, n_ran - confirm + n)
     return arms
 
 
@@ -308,6 +309,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--worlds", default="1024,8192")
     parser.add_argument("--scales", default="moderate,harsh")
+    parser.add_argument(
+        "--confirm-full", type=int, default=2, help="leaders confirmed at full size, at most"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "results/benchmarks/slice.md")
     args = parser.parse_args()
     started = time.monotonic()
@@ -316,7 +320,7 @@ def main() -> None:
         for gpus in (int(g) for g in args.worlds.split(",")):
             runs = []
             for seed in range(args.seeds):
-                runs.append(one_seed(gpus, seed, scale))
+                runs.append(one_seed(gpus, seed, scale, args.confirm_full))
                 shown = {k: round(v[0] / runs[-1][REFERENCE][0], 3) for k, v in runs[-1].items()}
                 print(scale.name, gpus, seed, shown, flush=True)
             sections += table(gpus, scale, runs)
@@ -331,7 +335,8 @@ def _head(args: argparse.Namespace, started: float) -> list[str]:
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
         f"scripts/bench_slice.py --seeds {args.seeds} --worlds {args.worlds} --scales "
-        f"{args.scales}` in {time.monotonic() - started:.0f} s on a shared 2-core machine. "
+        f"{args.scales} --confirm-full {args.confirm_full}` in "
+        f"{time.monotonic() - started:.0f} s on a shared 2-core machine. "
         + " ".join(__doc__.split("\n\n")[0].split())
         + f" Studies marked converged (and the slice studies) search until the guided "
         f"search converges, {CONVERGED_CAP} trials at most; 'full-8' is the default "

@@ -110,7 +110,8 @@ EOF
 
 # The cluster and root's association with the account, in slurmdbd.
 register() {
-  running slurmdbd || slurmdbd
+  # slurmdbd reads slurmdbd.conf beside SLURM_CONF: the shared one, in /etc/slurm.
+  running slurmdbd || env -u SLURM_CONF slurmdbd
   for _ in $(seq 60); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 1; done
   sacctmgr -n list cluster format=cluster | grep -qw "$CLUSTER" ||
     sacctmgr -i add cluster "$CLUSTER" >/dev/null

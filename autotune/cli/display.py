@@ -356,7 +356,7 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
         f"[bold]best[/]: trial {best.first}  {display_label(row['label'])}  "
         f"{figures.tokens_per_s:,.0f} tok/s{how}{mfu or ''} ({row['source']})"
     )
-    if figures.measured:
+    if figures.measured or figures.extrapolated:
         console.print(f"  figures from {figures.method}")
     if (r := figures.runner_up) is not None:
         apart = f" (95% interval {r.low:.2f}x-{r.high:.2f}x)" if figures.measured else ""
@@ -378,7 +378,7 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
         )
     console.print(
         f"  {figures.median:.2f}x the median and {figures.worst:.2f}x the worst of "
-        f"{figures.configs} configs measured"
+        f"{figures.configs} {figures.among}"
     )
     if (tie := figures.tie()) is not None:
         console.print(f"  [yellow]{tie}[/]")

@@ -119,7 +119,9 @@ if TYPE_CHECKING:
     default=2,
     show_default=True,
     type=click.IntRange(0),
-    help="With --trial-nodes: leaders measured at full size before export; 0 skips.",
+    help="With --trial-nodes: leaders measured at full size before export, the winner "
+    "chosen and repeated there (its figures from those launches); 0 skips them, and the "
+    "figures are the slice's extrapolation.",
 )
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

@@ -88,6 +88,11 @@ class Launcher(ABC):
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         """Run to completion, timeout or Ctrl-C (which it re-raises after cleaning up)."""
 
+    def ran_on(self, request: LaunchRequest) -> str | None:
+        """The nodes the finished trial ran on, as the launcher knows them (a host name,
+        SLURM's node list); None where it ran on none (a simulated trial)."""
+        return None
+
     def close(self) -> None:
         """Stop what the launcher keeps between trials (a pool); the study's end."""
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
 import subprocess
 import time
 
@@ -89,6 +90,9 @@ class LocalLauncher(Launcher):
         stop_tree(proc)  # on timeout; else stragglers in their own sessions
         wall_s = time.monotonic() - start
         return classify(request.folder, proc.returncode, timed_out, wall_s, since=launched)
+
+    def ran_on(self, request: LaunchRequest) -> str | None:
+        return socket.gethostname()
 
     def close(self) -> None:
         if self._pool is not None:

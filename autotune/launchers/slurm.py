@@ -45,6 +45,7 @@ from autotune.launchers.slurm_scripts import (
     HEARTBEAT_FILE,
     ID_FILE,
     JOB_SCRIPT,
+    NODES_FILE,
     STEP_SCRIPT,
     checked,
     job_script,
@@ -126,6 +127,11 @@ class SlurmLauncher(Launcher):
             "sbatch", "--parsable", "--no-requeue", *options, *self.settings.options(), JOB_SCRIPT
         ]  # fmt: skip
 
+    def ran_on(self, request: LaunchRequest) -> str | None:
+        """The node list the trial's first node read from SLURM; None if it never ran."""
+        path = request.folder / NODES_FILE
+        return (path.read_text().strip() or None) if path.exists() else None
+
     def _write_scripts(self, request: LaunchRequest) -> None:
         step = request.folder / STEP_SCRIPT
         step.write_text(step_script(request))
@@ -141,6 +147,7 @@ class SlurmLauncher(Launcher):
             with (request.folder / LOG_FILE).open("a") as log:
                 log.write(f"autotune: {outcome.error}; running the trial once more\n")
             (request.folder / ID_FILE).unlink(missing_ok=True)
+            (request.folder / NODES_FILE).unlink(missing_ok=True)
             retried = self._run_once(request)
             return replace(retried, queue_s=retried.queue_s + outcome.queue_s)
         return outcome

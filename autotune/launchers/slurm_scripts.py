@@ -25,6 +25,10 @@ ID_FILE = "slurm_id"
 """JOBID or JOBID.STEPID of the running trial, written by its first node."""
 
 
+NODES_FILE = "slurm_nodes"
+"""The trial's node list as SLURM gives it (`at2n[1-2]`), written by its first node."""
+
+
 HEARTBEAT_FILE = "tuner_heartbeat"
 """Touched by the tuner while it waits; a trial whose heartbeat goes stale cancels itself."""
 
@@ -74,6 +78,7 @@ def step_script(request: LaunchRequest) -> str:
             "pid=$!",
             'if [ "${SLURM_NODEID:-0}" = 0 ]; then',
             f'  echo "$id" > {ID_FILE}',
+            f'  echo "$nodes" > {NODES_FILE}',
             '  while kill -0 "$pid" 2>/dev/null; do',
             f"    age=$(( $(date +%s) - $(stat -c %Y {HEARTBEAT_FILE} 2>/dev/null || echo 0) ))",
             f'    if [ "$age" -gt {HEARTBEAT_STALE_S} ]; then scancel "$id"; fi',

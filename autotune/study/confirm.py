@@ -147,6 +147,11 @@ def standings(study: optuna.Study) -> list[Standing]:
     return sorted(found, key=lambda s: -s.tokens_per_s)
 
 
+Ranking = Callable[[optuna.Study], list[Standing]]
+"""The standings a choice is made among: all of them (`standings`), or, in a slice study,
+those measured on the slice or those measured at full size, never both."""
+
+
 def best_mean(study: optuna.Study) -> tuple[float | None, float]:
     """The best config's mean throughput (None before any) and the standard error of its
     logarithm: what the search's stop rule compares with."""
@@ -157,14 +162,16 @@ def best_mean(study: optuna.Study) -> tuple[float | None, float]:
     return best.tokens_per_s, best.sd(study_spread(study)) / math.sqrt(len(best.values))
 
 
-def contenders(study: optuna.Study, effort: Effort = STANDARD) -> list[Standing]:
+def contenders(
+    study: optuna.Study, effort: Effort = STANDARD, ranking: Ranking = standings
+) -> list[Standing]:
     """The configs to repeat next: the best and each runner-up it is not surely faster than
     (and, when the best forces NCCL settings, the same layout with NCCL's defaults; and the
     user's own config until it has launched twice), those with repeats left and none
     running; [] when the best stands apart. Where launches differ by 10%, one launch of the
     fastest config reads 20% low often enough to fall behind several others, so several
     runners-up are repeated; settled ones leave at once."""
-    ranked = [s for s in standings(study) if TrialAttrs.of(s.trial).source == "measured"]
+    ranked = [s for s in ranking(study) if TrialAttrs.of(s.trial).source == "measured"]
     if len(ranked) < 2:
         return []
     between = study_spread(study)
@@ -258,6 +265,7 @@ def confirm(
     time_left: Callable[[], bool] = lambda: True,
     limit: int | None = None,
     effort: Effort = STANDARD,
+    ranking: Ranking = standings,
 ) -> list[int]:
     """Rounds of one repeat per contender, the order rotated each round (the best first in
     a round the limit cuts short), while contenders remain (a config leaves them at
@@ -268,7 +276,7 @@ def confirm(
     round_ = 0
     # Rounds go on while contenders have repeats left (each has at most `effort.repeats`), so a
     # config that takes the lead late, after the first leader's repeats, is repeated too.
-    while group := contenders(study, effort):
+    while group := contenders(study, effort, ranking):
         shift, round_, before = round_ % len(group), round_ + 1, len(numbers)
         order = group[shift:] + group[:shift]
         if limit is not None and limit - len(numbers) < len(order):  # the limit cuts it:
@@ -289,9 +297,10 @@ def confirm(
     return numbers
 
 
-def after_choice(study: optuna.Study) -> list[float]:
-    """Tokens/s of the winner's repeats taken after it was chosen."""
-    ranked = standings(study)
+def after_choice(study: optuna.Study, ranking: Ranking = standings) -> list[float]:
+    """Tokens/s of the winner's repeats taken after it was chosen (the winner: the first of
+    `ranking`)."""
+    ranked = ranking(study)
     if not ranked:
         return []
     done = measurements(study).get(ranked[0].first, [])
@@ -304,11 +313,12 @@ def repeat_winner(
     distributions: dict[str, optuna.distributions.BaseDistribution],
     run: Callable[[optuna.Trial, TrainConfig], object],
     count: int,
+    ranking: Ranking = standings,
 ) -> list[int]:
-    """Up to `count` repeats of the chosen winner (fewer where it has some), marked
-    `AFTER_CHOICE`: its figures are stated from them; returns their trial numbers."""
+    """Up to `count` repeats of the winner chosen from `ranking` (fewer where it has some),
+    marked `AFTER_CHOICE`: its figures are stated from them; returns their trial numbers."""
     numbers: list[int] = []
-    while (ranked := standings(study)) and len(after_choice(study)) < count:
+    while (ranked := ranking(study)) and len(after_choice(study, ranking)) < count:
         best = ranked[0]
         if TrialAttrs.of(best.trial).source != "measured":
             break
@@ -316,9 +326,9 @@ def repeat_winner(
         trial = ask_enqueued(study, params_of(best.config), marks, distributions)
         if trial is None:
             break
-        had = len(after_choice(study))
+        had = len(after_choice(study, ranking))
         run(trial, best.config)
         numbers.append(trial.number)
-        if len(after_choice(study)) == had:  # it failed: the next would too
+        if len(after_choice(study, ranking)) == had:  # it failed: the next would too
             break
     return numbers

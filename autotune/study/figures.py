@@ -6,7 +6,13 @@ A config wins for measuring fast, so the measurements that made it lead read hig
 equal configs at 10% noise the best one's mean is several percent above the truth. The
 figures therefore come from the winner's repeats taken once it was chosen, which took no part
 in choosing it (`AFTER_CHOICE`; `Effort.after_choice` of them); where it has none (no
-confirmation, a simulated study), from all its measurements, said so (`WITH_CHOICE`)."""
+confirmation, a simulated study), from all its measurements, said so (`WITH_CHOICE`).
+
+A slice study whose leaders ran at full size states full-size figures only: the winner is
+the best of the leaders at full size, its figures come from its full-size launches, and its
+ratios compare it with configs measured at full size; its slice trials (extrapolated) stand
+apart, and the median and worst are read on the slice. Without full-size launches
+(`--confirm-full 0`) every figure is the slice's extrapolation, said so (`EXTRAPOLATED`)."""
 
 from __future__ import annotations
 
@@ -20,12 +26,18 @@ import optuna
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
 from autotune.study.confirm import Standing, after_choice, ratio_interval, standings, unselected
 from autotune.study.noise import Spread, prior_note, study_spread
-from autotune.study.slice import full_first
+from autotune.study.slice import FULL_OF, full_size, is_slice_study
+from autotune.study.slice_confirm import full_standings
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
 
 AFTER_CHOICE = "repeats taken after it was chosen"
 WITH_CHOICE = "all its trials, those that chose it included (they read high)"
 PREDICTED = "the model's prediction"
+FULL_SIZE = "its one launch at full size (chosen on the slice, which that launch took no part in)"
+FULL_WITH_CHOICE = (
+    "its launches at full size, those that chose it among the leaders (they read high)"
+)
+EXTRAPOLATED = "measured on the slice and extrapolated to the whole cluster, not at full size"
 RESOLVE_GAP = 0.05
 """The gap the summary says how many more repeats would resolve."""
 RESOLVE_POWER = 0.8
@@ -77,6 +89,10 @@ class Figures:
     """Where the between-trial spread's prior comes from (`noise.prior_note`)."""
     is_yours: bool = False
     """The winner is the config the user's own command runs today."""
+    among: str = "configs measured"
+    """What `median` and `worst` compare with."""
+    extrapolated: bool = False
+    """A slice study's figures, none of them measured at full size (`--confirm-full 0`)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -106,6 +122,7 @@ class Figures:
             "median_ratio": self.median,
             "within_noise": self.tie(),
             "noise_prior": self.prior,
+            "extrapolated_from_slice": self.extrapolated,
         }
 
     def tie(self) -> str | None:
@@ -124,28 +141,37 @@ class Figures:
 
 def winner_figures(study: optuna.Study) -> Figures | None:
     """The winner's figures; None before any config completed."""
-    ranked = full_first(standings(study))
+    ranked = standings(study)
     if not ranked:
         return None
-    best, between = ranked[0], study_spread(study)
+    sliced = is_slice_study(study)
+    full = full_size(ranked) if sliced else []
+    pool = full or ranked  # the configs the winner is compared with: measured at its size
+    best, between = pool[0], study_spread(study)
     measured = TrialAttrs.of(best.trial).source == "measured"
-    basis, method = _basis(study, best) if measured else (best, PREDICTED)
+    basis, method = _basis(study, best, bool(full), len(full)) if measured else (best, PREDICTED)
+    if sliced and not full:
+        method = f"{method}; {EXTRAPOLATED}"
     yours_key = study.user_attrs.get(USERS_CONFIG)
-    yours = next((s for s in ranked[1:] if TrialAttrs.of(s.trial).config_key == yours_key), None)
-    means = [s.tokens_per_s for s in ranked]
+    yours = next((s for s in pool[1:] if TrialAttrs.of(s.trial).config_key == yours_key), None)
+    on_slice = [s for s in ranked if s not in full]
+    scale = _slice_standing(study, best, on_slice) if full else basis
+    means = [s.tokens_per_s for s in (on_slice if full else ranked)]
     return Figures(
         best=best,
         basis=basis,
         method=method,
         between=between,
         measured=measured,
-        runner_up=_ratio(basis, _runner_up(ranked[1]), between) if len(ranked) > 1 else None,
+        runner_up=_ratio(basis, _runner_up(pool[1]), between) if len(pool) > 1 else None,
         yours=_ratio(basis, yours, between) if yours is not None else None,
-        median=basis.tokens_per_s / statistics.median(means),
-        worst=basis.tokens_per_s / min(means),
-        configs=len(ranked),
+        median=scale.tokens_per_s / statistics.median(means),
+        worst=scale.tokens_per_s / min(means),
+        configs=len(means),
         prior=prior_note(study),
         is_yours=yours_key is not None and TrialAttrs.of(best.trial).config_key == yours_key,
+        among="configs measured on the slice" if full else "configs measured",
+        extrapolated=sliced and not full,
     )
 
 
@@ -155,18 +181,29 @@ def _runner_up(standing: Standing) -> Standing:
     return unselected(standing) or standing
 
 
+def _slice_standing(study: optuna.Study, best: Standing, on_slice: list[Standing]) -> Standing:
+    """The full-size winner's standing on the slice (that of the trial it confirmed), which
+    the slice's median and worst are compared with; itself where it has none."""
+    of = study.trials[best.first].user_attrs.get(FULL_OF)
+    return next((s for s in on_slice if s.first == of), best)
+
+
 def _ratio(basis: Standing, other: Standing, between: Spread | None) -> Ratio:
     ratio, low, high = ratio_interval(basis, other, between, INTERVAL_TWO_SIDED_PROBABILITY)
     return Ratio(other, ratio, low, high)
 
 
-def _basis(study: optuna.Study, best: Standing) -> tuple[Standing, str]:
-    """The winner's repeats taken after it was chosen; all its measurements, so named,
-    where it has none."""
-    after = tuple(after_choice(study))
-    if not after:
-        return best, WITH_CHOICE
-    return Standing(best.first, best.trial, after), AFTER_CHOICE
+def _basis(
+    study: optuna.Study, best: Standing, at_full: bool, leaders: int
+) -> tuple[Standing, str]:
+    """The winner's repeats taken after it was chosen (at full size, for a slice study
+    whose leaders ran there); all its measurements, so named, where it has none."""
+    after = tuple(after_choice(study, full_standings if at_full else standings))
+    if after:
+        return Standing(best.first, best.trial, after), AFTER_CHOICE
+    if at_full:
+        return best, FULL_SIZE if leaders == 1 and len(best.values) == 1 else FULL_WITH_CHOICE
+    return best, WITH_CHOICE
 
 
 def _repeats_to_resolve(best: Standing, other: Standing, between: Spread | None) -> int:

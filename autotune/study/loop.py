@@ -36,7 +36,12 @@ from autotune.study.noise import (
 from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.settings import SearchSettings, StudyOutcome
-from autotune.study.slice_confirm import confirm_full, slice_run
+from autotune.study.slice_confirm import (
+    confirm_full,
+    repeat_full_winner,
+    slice_run,
+    slice_standings,
+)
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
     PREDICTED,
@@ -92,6 +97,7 @@ def run_study(
     confirmations = search.confirm_leaders()
     if settings.slice is not None:
         confirmations += confirm_full(search.study_run, search.space, settings)
+        confirmations += repeat_full_winner(search.study_run, search.space, settings)
     return StudyOutcome(
         ran=search.ran,
         finished_total=len(search.seen),
@@ -312,6 +318,12 @@ class _Search:
         between = length_spread(study_spread(self.study), self.launcher.source == "measured")
         return trial_precision(self.settings.steps.precision, between)
 
+    def _winner_at_full(self) -> bool:
+        """A slice study whose leaders run at full size: its winner is chosen there and
+        repeated there (`slice_confirm.repeat_full_winner`), not on the slice."""
+        s = self.settings.slice
+        return self.study_run.slice is not None and s is not None and s.confirm_full > 0
+
     def confirm_leaders(self) -> list[int]:
         """Interleaved repeats of the leaders the best is not surely faster than (measured
         runs only), each measured against no step time to beat, to the precision the
@@ -319,7 +331,8 @@ class _Search:
         the time budget
         lasts, and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
         command relaunches for each); then the winner's repeats after its choice
-        (`Effort.after_choice`), from which its figures are stated."""
+        (`Effort.after_choice`), from which its figures are stated (at full size, later,
+        for a slice study that confirms its leaders there)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
 
@@ -350,8 +363,9 @@ class _Search:
             time_left,
             limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
             effort=self.budget.effort,
+            ranking=slice_standings if self.study_run.slice is not None else standings,
         )
-        if not time_left():
+        if not time_left() or self._winner_at_full():
             return numbers
         return numbers + repeat_winner(
             self.study,

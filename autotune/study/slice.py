@@ -274,10 +274,15 @@ def proxies(layers: int, config: TrainConfig, devices: int) -> list[Proxy]:
     return found
 
 
+def full_size(ranked: list[Any]) -> list[Any]:
+    """The standings measured at full size (a slice study's confirmed leaders)."""
+    return [s for s in ranked if s.trial.user_attrs.get(RANKED_BY) == "full"]
+
+
 def full_first(ranked: list[Any]) -> list[Any]:
     """Standings with the configs measured at full size first (a slice study's confirmed
     leaders): the winner is one the whole cluster ran, when any did."""
-    full = [s for s in ranked if s.trial.user_attrs.get(RANKED_BY) == "full"]
+    full = full_size(ranked)
     return full + [s for s in ranked if s not in full] if full else ranked
 
 

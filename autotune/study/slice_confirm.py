@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.estimate.calibration import Calibration
 from autotune.problem import Problem
-from autotune.space import config_key
+from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import standings
+from autotune.study.confirm import Standing, repeat_winner, standings
+from autotune.study.noise import measurements
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.slice import (
     FULL_OF,
@@ -29,10 +29,12 @@ from autotune.study.slice import (
     TRIAL_NODES,
     SliceRun,
     SliceSettings,
+    full_size,
     is_slice_study,
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.storage import stored_specs
+from autotune.study.trial_attrs import TrialAttrs
 from autotune.study.trial_run import StudyRun, run_one
 from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
@@ -81,30 +83,73 @@ def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> 
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
         if trial is None:
             continue
-        trial.set_user_attr(TRIAL_NODES, run.problem.cluster.nodes)
-        trial.set_user_attr(RANKED_BY, "full")
-        steps = dataclasses.replace(settings.steps, best_s=None)
-        config = standing.config
-        record = run_one(full_run, trial, config, config_key(config), steps)
-        label = f"{config.label()} (at full size, trial {standing.first} extrapolated)"
-        run.progress.finished(trial.number, label, record, best_value(study))
+        label = f"{standing.config.label()} (at full size, trial {standing.first} extrapolated)"
+        _run_full(full_run, trial, standing.config, settings, label)
         numbers.append(trial.number)
     record_error(study)
     return numbers
 
 
+def _run_full(
+    run: StudyRun, trial: optuna.Trial, config: TrainConfig, settings: SearchSettings, label: str
+) -> None:
+    """`config` launched on the whole cluster as `trial`, against no step time to beat."""
+    trial.set_user_attr(TRIAL_NODES, run.problem.cluster.nodes)
+    trial.set_user_attr(RANKED_BY, "full")
+    steps = dataclasses.replace(settings.steps, best_s=None)
+    record = run_one(run, trial, config, config_key(config), steps)
+    run.progress.finished(trial.number, label, record, best_value(run.study))
+
+
+def full_standings(study: optuna.Study) -> list[Standing]:
+    """The standings of configs measured at full size, best first: a confirmed slice
+    study's winner is chosen from them, its slice trials (extrapolated) standing apart."""
+    return full_size(standings(study))
+
+
+def slice_standings(study: optuna.Study) -> list[Standing]:
+    """The standings of configs measured on the slice (or ranked by the model), best
+    first: the leaders repeated there, which a config's full-size launches never join."""
+    full = full_size(ranked := standings(study))
+    return [s for s in ranked if s not in full]
+
+
+def repeat_full_winner(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
+    """The winner among the leaders measured at full size, launched there again
+    `Effort.after_choice` times (measured studies that confirm, as `confirm.repeat_winner`):
+    its figures are stated from these launches; their trial numbers."""
+    s = settings.slice
+    if s is None or not s.confirm_full or run.slice is None or not settings.budget.confirm:
+        return []
+    full_run = dataclasses.replace(run, slice=None)
+
+    def launch(trial: optuna.Trial, config: TrainConfig) -> None:
+        label = f"{config.label()} (at full size, repeat of trial {TrialAttrs.of(trial).confirms})"
+        _run_full(full_run, trial, config, settings, label)
+
+    return repeat_winner(
+        run.study,
+        space.params,
+        space.distributions,
+        launch,
+        settings.budget.effort.after_choice,
+        ranking=full_standings,
+    )
+
+
 def record_error(study: optuna.Study) -> dict[str, Any] | None:
-    """The slice-to-full error of the study's full-size trials against their slice trials'
-    extrapolations, set on the study; None when no pair was measured."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    by_number = {t.number: t for t in complete}
+    """The slice-to-full error of the study's configs measured at full size: the mean of
+    their full-size launches against that of their slice launches' extrapolations (each
+    side on all its launches, so one noisy launch weighs less), set on the study; None when
+    no pair was measured."""
+    ranked = {s.first: s for s in standings(study)}
     pairs = []
-    for t in complete:
-        first = by_number.get(t.user_attrs.get(FULL_OF, -1))
-        if first is None or first.user_attrs.get(RANKED_BY) not in ("slice", "proxy"):
-            continue
-        if t.value and first.value:
-            pairs.append((first.user_attrs.get("label", ""), t.value, first.value))
+    for full in full_size(list(ranked.values())):
+        first = study.trials[full.first].user_attrs.get(FULL_OF)
+        sliced = ranked.get(first) if first is not None else None
+        if sliced is not None and sliced.trial.user_attrs.get(RANKED_BY) in ("slice", "proxy"):
+            label = sliced.trial.user_attrs.get("label", "")
+            pairs.append((label, _all_launches(study, full), sliced.tokens_per_s))
     if not pairs:
         return None
     error = {
@@ -113,6 +158,12 @@ def record_error(study: optuna.Study) -> dict[str, Any] | None:
     }
     study.set_user_attr(SLICE_ERROR, error)
     return error
+
+
+def _all_launches(study: optuna.Study, standing: Standing) -> float:
+    """Mean tokens/s of all a config's launches, its repeats after the choice included."""
+    values = [t.value for t in measurements(study)[standing.first] if t.value]
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def read_error(path: Path) -> float:
@@ -134,10 +185,10 @@ def keep_error(study: optuna.Study, path: Path) -> dict[str, Any] | None:
 
 def error_line(error: dict[str, Any]) -> str:
     """The summary's line: how far the slice's extrapolation was from the full-size runs."""
-    worst = max(abs(math.log(full / extra)) for _, full, extra in error["configs"])
+    worst = max((math.log(full / extra) for _, full, extra in error["configs"]), key=abs)
     return (
         f"slice-to-full error on {len(error['configs'])} leaders measured at full size: "
-        f"{math.expm1(error['error']):+.1%} mean, {math.expm1(worst):.1%} worst "
+        f"{math.expm1(error['error']):+.1%} mean, {math.expm1(worst):+.1%} worst "
         "(kept for this cluster's next slice study)"
     )
 

@@ -20,7 +20,7 @@ from autotune.space import TrainConfig
 from autotune.study import parity
 from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
-from autotune.study.slice import SliceRun
+from autotune.study.slice import RANKED_BY, TRIAL_NODES, SliceRun
 from autotune.study.storage import INTERRUPTED, StudyRef, owner_tag
 from autotune.study.trial_attrs import (
     COMMAND,
@@ -110,6 +110,9 @@ def run_one(
         record = sliced.extrapolated(record)
         for name, value in sliced.attrs(record).items():
             trial.set_user_attr(name, value)
+    elif run.slice is not None:  # the run that read the user's model: the whole cluster's
+        trial.set_user_attr(TRIAL_NODES, run.problem.cluster.nodes)
+        trial.set_user_attr(RANKED_BY, "full")
     for name, value in _attrs(record).items():
         trial.set_user_attr(name, value)
     record = _parity(run, trial, config, record)

@@ -62,6 +62,10 @@ class TrialResult:
     interval: float | None = None
     """Half the 95% interval of the mean step time, as a share of the median."""
     world_size: int | None = None
+    nodes: int | None = None
+    """The nodes the trial ran on (a slice's, in a slice study), set by the tuner."""
+    ran_on: str | None = None
+    """Their names: the host, or SLURM's node list; set by the tuner once it ended."""
     phases_s: dict[str, float] = field(default_factory=dict, hash=False)
     """Wall time of the trial's phases: launch, imports, initialisation, warm-up, ..."""
     versions: dict[str, str] = field(default_factory=dict, hash=False)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autotune.launchers.slurm_accounting import FINAL_STATES
 from tests.conftest import TWO_NODES, autotune, spawn_autotune
@@ -182,3 +183,27 @@ def test_a_node_lost_mid_trial_is_node_fail_and_the_study_goes_on(
     assert accounting(trial_jobs(tmp_path)[1]) == ("COMPLETED", BOTH)
     assert "running the trial once more" in (first / "log.txt").read_text()
     wait_for(lambda: not trial_processes(), 30, "a trial's processes left behind")
+
+
+def test_a_slice_study_on_one_node_confirms_its_leader_on_both(
+    slurm_nodes: dict[str, str], tmp_path: Path
+) -> None:
+    """A two-node job tuned on a one-node slice (`--trial-nodes 1`): its trial runs on one
+    node and names it, its leader runs again on both, and the summary states the
+    slice-to-full error measured there and the winner's figure from that launch."""
+    done = autotune(
+        "run", *STUDY, "--trials", "1", "--trial-nodes", "1", "--confirm-full", "1",
+        "--results", str(tmp_path), env=slurm_nodes,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "slice-to-full error on 1 leaders measured at full size" in done.stdout
+    trials = tmp_path / "s" / "trials"
+    on_slice, full = (yaml.safe_load((trials / n / "config.yaml").read_text()) for n in "01")
+    assert on_slice["nodes"] == 1 and on_slice["ran_on"] in NODES
+    assert full["nodes"] == 2 and full["ran_on"] == BOTH
+    result = json.loads((trials / "1" / "result.json").read_text())
+    assert (result["nodes"], result["ran_on"]) == (2, BOTH)
+    best = yaml.safe_load((tmp_path / "s" / "best" / "best.yaml").read_text())
+    assert best["standing"]["tokens_per_s"] == pytest.approx(result["tokens_per_s"])
+    assert f"{result['tokens_per_s']:,.0f} tok/s" in done.stdout
+    assert best["slice"]["slice_to_full_error"]["configs"]

@@ -4,6 +4,9 @@ at full size, and the cost is stated in GPU-hours."""
 
 from __future__ import annotations
 
+import json
+import math
+import statistics
 from pathlib import Path
 
 import optuna
@@ -12,12 +15,23 @@ import yaml
 
 from autotune.errors import InputError
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import Problem, load_problem
+from autotune.runner import named_nodes, write_config_yaml
+from autotune.space import TrainConfig
 from autotune.study import Budget
+from autotune.study.confirm import contenders, standings
+from autotune.study.effort import STANDARD
+from autotune.study.figures import AFTER_CHOICE as FROM_AFTER_CHOICE
+from autotune.study.figures import EXTRAPOLATED, FULL_WITH_CHOICE, winner_figures
+from autotune.study.loop import run_study
+from autotune.study.noise import measurements
+from autotune.study.settings import SearchSettings
 from autotune.study.slice import (
     FULL_OF,
     PROXY,
     RANKED_BY,
+    SLICE_STUDY,
     TRIAL_NODES,
     SliceRun,
     SliceSettings,
@@ -25,9 +39,14 @@ from autotune.study.slice import (
     observed_as,
     slice_view,
 )
+from autotune.study.slice_confirm import slice_standings
 from autotune.study.slice_cost import study_cost, trial_gpu_hours
+from autotune.study.storage import StudyRef
+from autotune.study.trial_attrs import AFTER_CHOICE
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec
 from autotune.tune import TuneSettings, tune
-from tests.fakes import Quiet
+from tests.fakes import Quiet, add_measured, new_study
 
 
 def _problem(cluster: str = "dgx-h100:16", model: str = "llama3-70b") -> Problem:
@@ -118,3 +137,127 @@ def test_the_model_is_fitted_to_each_trial_as_what_it_ran() -> None:
     assert seen is not None and seen[0].num_layers == 40 and seen[2].pp == 2
     assert observed_as(p, {TRIAL_NODES: 0, RANKED_BY: "model"}, config) is None
     assert observed_as(p, {}, config) == (p.workload, p.cluster, config)
+
+
+class FullSizeIsSlower(Launcher):
+    """A measured cluster on which the whole job runs at 40% of what its slice extrapolates
+    to (what the model cannot see: stragglers, the network beyond the slice); launches of one
+    config land 5% apart, in turn above and below."""
+
+    name = "full-size-is-slower"
+    source = "measured"
+
+    def __init__(self, full_nodes: int) -> None:
+        self.full_nodes, self.launches = full_nodes, 0
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["echo", "measured"]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        self.launches += 1
+        step = 1.0 * (2.5 if spec.cluster.nodes == self.full_nodes else 1.0)
+        step *= math.exp(0.05 if self.launches % 2 else -0.05)
+        result = TrialResult(
+            source="measured",
+            step_time_s=step,
+            tokens_per_s=spec.workload.tokens_per_step / step,
+            tflops_per_device=0.0,
+            mfu=None,
+            step_time_stdev_s=0.01 * step,
+            measured_steps=3,
+        )
+        result.write(request.folder)
+        return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)
+
+
+def test_a_confirmed_slice_study_states_figures_measured_at_full_size(tmp_path: Path) -> None:
+    """The winner is repeated after its choice at full size, not on the slice; its figures
+    come from those launches, and no standing pools slice and full-size launches."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:4", None)
+    study = new_study(between=0.05)
+    run_study(
+        p,
+        study,
+        ref=StudyRef("t", "memory", tmp_path),
+        launcher=FullSizeIsSlower(p.cluster.nodes),
+        progress=Quiet(),
+        settings=SearchSettings(
+            budget=Budget(trials=3),
+            calibration=DEFAULT_CALIBRATION["hopper"],
+            slice=SliceSettings(1, confirm_full=1),
+        ),
+    )
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    after = [t for t in trials if t.user_attrs.get(AFTER_CHOICE)]
+    assert len(after) == STANDARD.after_choice
+    assert all(t.user_attrs[TRIAL_NODES] == 4 and t.user_attrs[RANKED_BY] == "full" for t in after)
+    for launches in measurements(study).values():
+        assert len({t.user_attrs[TRIAL_NODES] for t in launches}) == 1
+    figures = winner_figures(study)
+    assert figures is not None and figures.method == FROM_AFTER_CHOICE
+    assert sorted(figures.basis.values) == sorted(t.value for t in after)
+    full = statistics.geometric_mean(t.value or 0.0 for t in after)
+    assert figures.tokens_per_s == pytest.approx(full)
+    on_slice = [s for s in standings(study) if s.trial.user_attrs[RANKED_BY] != "full"]
+    extrapolated = max(s.tokens_per_s for s in on_slice)
+    assert figures.tokens_per_s < 0.5 * extrapolated
+    assert figures.runner_up is None and not figures.extrapolated  # one config at full size
+    assert figures.among == "configs measured on the slice"
+
+
+def test_slice_figures_without_full_size_launches_are_labelled_extrapolated() -> None:
+    config = TrainConfig(mbs=1)
+    study = new_study(between=0.05)
+    study.set_user_attr(SLICE_STUDY, 1)
+    add_measured(study, 200.0, config, **{RANKED_BY: "slice", TRIAL_NODES: 1})
+    add_measured(study, 100.0, TrainConfig(mbs=2), **{RANKED_BY: "slice", TRIAL_NODES: 1})
+    figures = winner_figures(study)
+    assert figures is not None and figures.extrapolated
+    assert EXTRAPOLATED in figures.method and figures.as_dict()["extrapolated_from_slice"]
+
+
+def test_the_full_size_winner_is_compared_with_full_size_leaders_only() -> None:
+    study = new_study(between=0.05)
+    study.set_user_attr(SLICE_STUDY, 1)
+    a, b = TrainConfig(mbs=1), TrainConfig(mbs=2)
+    first_a = add_measured(study, 300.0, a, **{RANKED_BY: "slice", TRIAL_NODES: 1})
+    first_b = add_measured(study, 250.0, b, **{RANKED_BY: "slice", TRIAL_NODES: 1})
+    add_measured(study, 100.0, b, **{RANKED_BY: "full", TRIAL_NODES: 4, FULL_OF: first_b})
+    add_measured(study, 110.0, a, **{RANKED_BY: "full", TRIAL_NODES: 4, FULL_OF: first_a})
+    figures = winner_figures(study)
+    assert figures is not None and figures.method == FULL_WITH_CHOICE
+    assert figures.tokens_per_s == pytest.approx(110.0)
+    assert figures.runner_up is not None and figures.runner_up.ratio == pytest.approx(1.1)
+    assert figures.median == pytest.approx(300.0 / 275.0)  # read on the slice
+
+
+def test_a_trial_names_the_nodes_it_ran_on_in_config_yaml_and_result_json(
+    tmp_path: Path,
+) -> None:
+    p = _problem()
+    spec = p.trial_spec(p.config({"tp": 4, "pp": 4, "vpp": 5, "mbs": 1}), StepPlan())
+    write_config_yaml(spec, tmp_path)
+    result = TrialResult(source="measured", step_time_s=1.0, tokens_per_s=1.0,
+                         tflops_per_device=0.0, mfu=None)  # fmt: skip
+    named = named_nodes(spec, tmp_path, result, "at2n[1-2]")
+    assert named is not None and (named.nodes, named.ran_on) == (16, "at2n[1-2]")
+    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert (config["nodes"], config["ran_on"]) == (16, "at2n[1-2]")
+    written = json.loads((tmp_path / RESULT_FILE).read_text())
+    assert (written["nodes"], written["ran_on"]) == (16, "at2n[1-2]")
+    assert named_nodes(spec, tmp_path, result, None) is result  # a simulated trial: nowhere
+
+
+def test_the_slice_repeats_never_join_a_config_measured_at_full_size() -> None:
+    """A resumed slice study repeats its slice leaders on the slice; a config's full-size
+    launch, faster or not, is no contender there (its standing would pool both)."""
+    study = new_study(between=0.05)
+    study.set_user_attr(SLICE_STUDY, 1)
+    a, b = TrainConfig(mbs=1), TrainConfig(mbs=2)
+    first_a = add_measured(study, 300.0, a, **{RANKED_BY: "slice", TRIAL_NODES: 1})
+    add_measured(study, 295.0, b, **{RANKED_BY: "slice", TRIAL_NODES: 1})
+    add_measured(study, 305.0, a, **{RANKED_BY: "full", TRIAL_NODES: 4, FULL_OF: first_a})
+    assert any(s.trial.user_attrs[RANKED_BY] == "full" for s in contenders(study))
+    group = contenders(study, ranking=slice_standings)
+    assert group and all(s.trial.user_attrs[RANKED_BY] == "slice" for s in group)

@@ -14,6 +14,7 @@ torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "$hea
 pid=$!
 if [ "${SLURM_NODEID:-0}" = 0 ]; then
   echo "$id" > slurm_id
+  echo "$nodes" > slurm_nodes
   while kill -0 "$pid" 2>/dev/null; do
     age=$(( $(date +%s) - $(stat -c %Y tuner_heartbeat 2>/dev/null || echo 0) ))
     if [ "$age" -gt 30 ]; then scancel "$id"; fi
