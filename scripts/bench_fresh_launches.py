@@ -84,7 +84,8 @@ def report(runs: list[Run], command: str) -> str:
     lines = [
         "# The default study's winner against fresh launches of it",
         "",
-        f"Generated {datetime.now().isoformat(timespec='seconds')} by `{command}`: {__doc__}",
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `{command}`: "
+        + (__doc__ or "").split("\n\n")[0],
         "",
         "| run | winner | reported tok/s (95% interval) | fresh launches | their median "
         "| reported / median | median inside the interval | wall time |",
