@@ -2,17 +2,18 @@
 
 After every measurement (from `FULL_FIT_AFTER` trials on) the step-time model is refitted
 to the measured trials, and what it still gets wrong is learned (`model_errors`: the
-model's level, each knob value's class-wide error, each layout's own, shared with its
-neighbours, the nearer in moves a user would make the more).
+model's level, each knob value's class-wide error, each parallel layout's, each layout's
+own, shared with its neighbours, the nearer in moves a user would make the more).
 Every unmeasured config predicted to fit is re-ranked by an optimistic score: log predicted
 tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS` times that error's
 spread. A knob value never measured keeps its prior spread, so it stays worth a trial while
 the model's margin against it is within its error; a value every measured config of which
 ran slower than predicted is expected slower everywhere. Configs scored within `TIE` of the
-best are equals, and the seed chooses among the simplest of them. NCCL settings refine the
-measured leader once the layout has settled: no layout left could beat it by the threshold
-at the stop rule's confidence. Out-of-memory trials tighten the memory model: nothing predicted
-to need as much as a config that ran out of memory is proposed again. The search has
+best are equals, and the seed chooses among the simplest of them. NCCL settings and bucket
+sizes (`REFINING`) refine the measured leader once the layout has settled: no layout left
+could beat it by the threshold at the stop rule's confidence. Out-of-memory trials tighten
+the memory model: nothing predicted to need as much as a config that ran out of memory is
+proposed again. The search has
 converged when no config's optimistic throughput beats the best measured one by more than
 the threshold, or (thorough, `Effort.stop_risk`) when the expected number of layouts that do
 is small: with hundreds of layouts each unlikely to win, a bound on each lets the one that
@@ -37,14 +38,25 @@ from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import Estimate, Predictor, estimate
 from autotune.problem import Problem
-from autotune.space import TrainConfig, nccl_default
+from autotune.space import TrainConfig
 from autotune.space.config import KNOBS
-from autotune.space.table import ConfigTable
-from autotune.study.model_errors import LEVEL_SPREAD, Beliefs, Shared, believe, value_spread
+from autotune.space.table import BUCKET_KNOBS, NCCL_KNOBS, ConfigTable
+from autotune.study.model_errors import (
+    LEVEL_SPREAD,
+    PARALLEL,
+    PARALLEL_SPREAD,
+    Beliefs,
+    Shared,
+    believe,
+    value_spread,
+)
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.slice import observed_as
 from autotune.study.trial_attrs import TrialAttrs
 
+REFINING = (*NCCL_KNOBS, *BUCKET_KNOBS)
+"""Knobs that change only how collectives run: a settled layout's refinements, tried once no
+other layout could beat it (a layout: a config with these at their defaults)."""
 TIE = 0.002
 """Scores closer than this (log throughput: 0.2%, far below a trial's noise) are equals."""
 NCCL_SPREAD = 0.3
@@ -84,6 +96,18 @@ class Scored:
         return self.rows[near[np.argsort(-self.score[near], kind="stable")]]
 
 
+def _plainest(layout_of: np.ndarray, refined: np.ndarray) -> np.ndarray:
+    """Whether each candidate stands for its layout: of those with the same layout, the one
+    with the fewest `REFINING` knobs off their defaults (the first in table order), so a
+    layout whose default bucket does not fit is still proposed."""
+    order = np.lexsort((refined.sum(axis=0), layout_of))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = layout_of[order][1:] != layout_of[order][:-1]
+    plainest = np.zeros(len(order), dtype=bool)
+    plainest[order[first]] = True
+    return plainest
+
+
 @dataclass
 class GuidedSearch:
     problem: Problem
@@ -120,9 +144,13 @@ class GuidedSearch:
     _numbers: np.ndarray = field(init=False, repr=False)
     _by_number: np.ndarray = field(init=False, repr=False)
     _layout_of: np.ndarray = field(init=False, repr=False)
-    """Each candidate's layout (the number of the config with NCCL's own choices: the config
-    NCCL knobs would refine); `_is_layout`: whether the candidate is its own layout."""
+    """Each candidate's layout (the number of the config with the `REFINING` knobs at their
+    defaults: what NCCL settings and bucket sizes would refine); `_is_layout`: whether the
+    candidate stands for its layout (`_plainest`)."""
     _is_layout: np.ndarray = field(init=False, repr=False)
+    _refining: np.ndarray = field(init=False, repr=False)
+    """Per knob, whether it is one of `REFINING`; `_base`: each knob's default's code."""
+    _base: np.ndarray = field(init=False, repr=False)
     _layouts: np.ndarray = field(init=False, repr=False)
     """The rows that are layouts, which `_layout_model` predicts at every refit (the full
     model predicts only the leader's NCCL variants); `_layout_codes`: their knob codes."""
@@ -130,6 +158,10 @@ class GuidedSearch:
     _layout_codes: np.ndarray = field(init=False, repr=False)
     _shared: dict[TrainConfig, Shared] = field(default_factory=dict, init=False, repr=False)
     """Per measured config, what each layout shares with it (`model_errors.Shared`)."""
+    _parallel_weights: np.ndarray = field(init=False, repr=False)
+    """Place values of the `PARALLEL` knobs' codes: a config's parallel layout as a number."""
+    _layout_parallel: np.ndarray = field(init=False, repr=False)
+    """Each layout's parallel layout number."""
     _move_knobs: np.ndarray = field(init=False, repr=False)
     """The knobs whose change is a move: those that vary among the layouts, less `dp`,
     which follows from the others (changing TP with DP following is one move)."""
@@ -159,14 +191,18 @@ class GuidedSearch:
         numbers = self._weights @ self._codes.astype(np.int64)
         self._by_number = np.argsort(numbers, kind="stable")
         self._numbers = numbers[self._by_number]
-        nccl = [list(KNOBS).index(name) for name in ("nccl_algo", "nccl_proto")]
-        defaults = np.array([self._encode(TrainConfig())[i] for i in nccl])
-        self._is_layout = (self._codes[nccl] == defaults[:, None]).all(axis=0)
-        self._layout_of = numbers - self._weights[nccl] @ (self._codes[nccl] - defaults[:, None])
+        self._refining = np.array([name in REFINING for name in KNOBS])
+        self._base = self._encode(TrainConfig()).astype(np.int64)
+        self._layout_of = self._layout_number(self._codes)
+        self._is_layout = _plainest(
+            self._layout_of, self._codes[self._refining] != self._base[self._refining, None]
+        )
         self._layouts = np.flatnonzero(self._is_layout)
         everything = len(self._layouts) == len(table)
         self._layout_model = self._predictor if everything else self._predictor.take(self._layouts)
         self._layout_codes = self._codes if everything else self._codes[:, self._layouts]
+        self._parallel_weights = np.where(np.isin(list(KNOBS), PARALLEL), self._weights, 0)
+        self._layout_parallel = self._parallel_weights @ self._layout_codes.astype(np.int64)
         self._move_knobs = np.array(
             [
                 i
@@ -175,6 +211,13 @@ class GuidedSearch:
             ],
             dtype=np.int64,
         )
+
+    def _layout_number(self, codes: np.ndarray) -> np.ndarray:
+        """The layout of configs given by their codes (knob-major): their number with the
+        `REFINING` knobs at their defaults."""
+        codes = codes.astype(np.int64)
+        refined = (codes[self._refining].T - self._base[self._refining]).T
+        return self._weights @ codes - self._weights[self._refining] @ refined
 
     def _encode(self, config: TrainConfig) -> np.ndarray:
         """The config's knob codes; a value no candidate has gets the code past the last."""
@@ -243,9 +286,9 @@ class GuidedSearch:
 
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = PROPOSAL_OPTIMISM_SIGMAS) -> Scored:
-        """Every config still open, scored by its optimistic log tokens/s; NCCL variants
-        only once the layout has settled: no open layout could beat the leader by the
-        threshold at the stop rule's confidence."""
+        """Every config still open, scored by its optimistic log tokens/s; NCCL and bucket
+        variants only once the layout has settled: no open layout could beat the leader by
+        the threshold at the stop rule's confidence."""
         rows, expected, unc = self._open(excluded)
         layouts = self._is_layout[rows]
         if not layouts.all() and self.leader_measured is not None and layouts.any():
@@ -342,8 +385,7 @@ class GuidedSearch:
         trials refine (-1: none)."""
         if self.leader_measured is None:
             return -1
-        codes = self._encode(nccl_default(self.leader_measured[0]))
-        return int(codes.astype(np.int64) @ self._weights)
+        return int(self._layout_number(self._encode(self.leader_measured[0])[:, None])[0])
 
     def _refinement_anchor(self) -> float | None:
         """log(measured / predicted) tokens/s of the leader: added to a variant's predicted
@@ -361,10 +403,12 @@ class GuidedSearch:
         """Per layout, the model's expected error and its spread (`model_errors`)."""
         knobs = self._move_knobs
         variances = np.array([value_spread(list(KNOBS)[i]) ** 2 for i in knobs])
-        for config in self.measured:
+        parallel = np.array([self._parallel_number(c) for c in self.measured], np.int64)
+        for config, number in zip(self.measured, parallel, strict=True):
             if config not in self._shared:
                 same = self._layout_codes[knobs] == self._encode(config)[knobs][:, None]
-                self._shared[config] = Shared(variances @ same, (~same).sum(axis=0))
+                split = PARALLEL_SPREAD**2 * (self._layout_parallel == number)
+                self._shared[config] = Shared(variances @ same + split, (~same).sum(axis=0))
         n = len(self.measured)
         to_measured = Shared(
             np.zeros((len(self._layouts), n)), np.zeros((len(self._layouts), n), np.int64)
@@ -374,6 +418,11 @@ class GuidedSearch:
             to_measured.moves[:, j] = self._shared[config].moves
         codes = np.array([self._encode(c)[knobs] for c in self.measured]).reshape(n, len(knobs))
         same = codes[:, None, :] == codes[None, :, :]
-        between = Shared(same @ variances, (~same).sum(axis=2))
+        split = PARALLEL_SPREAD**2 * (parallel[:, None] == parallel[None, :])
+        between = Shared(same @ variances + split, (~same).sum(axis=2))
         errors = np.array(self.residuals, dtype=np.float64)
-        return believe(to_measured, between, errors, float(variances.sum()))
+        return believe(to_measured, between, errors, float(variances.sum()) + PARALLEL_SPREAD**2)
+
+    def _parallel_number(self, config: TrainConfig) -> int:
+        """The config's parallel layout (`model_errors.PARALLEL`) as a number."""
+        return int(self._parallel_weights @ self._encode(config).astype(np.int64))
