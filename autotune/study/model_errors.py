@@ -100,8 +100,10 @@ def believe(to_measured: Shared, between: Shared, errors: np.ndarray, values: fl
     prior = LEVEL_SPREAD**2 + values + LAYOUT_SPREAD**2 + best.own**2
     projected = linalg.solve_triangular(best.lower, to_measured.covariance().T, lower=True)
     mean = projected.T @ best.whitened
-    variance = np.maximum(prior - np.einsum("ij,ij->j", projected, projected), 0.0)
-    return Beliefs(mean, np.sqrt(best.scale * variance))
+    variance = np.maximum(prior - np.einsum("ij,ij->j", projected, projected), best.own**2)
+    # The scale learns how far the shared errors reach; a config's own error is not shared,
+    # so no measurement of another config makes it smaller.
+    return Beliefs(mean, np.sqrt(best.scale * (variance - best.own**2) + best.own**2))
 
 
 @dataclass(frozen=True)
