@@ -322,16 +322,16 @@ def test_a_tp_degree_slower_than_modelled_sends_the_search_to_another() -> None:
 
 
 def test_no_nccl_variant_of_a_layout_outside_the_leaders() -> None:
-    """In `tp_world`, 20 trials try NCCL settings only on a layout within noise of the
-    world's best: not on the TP 4 leader the first trials measure, 5% slower than it."""
+    """In `tp_world`, 30 trials try NCCL settings (some) only on a layout within noise of
+    the world's best: not on the TP 4 leader the first trials measure, 5% slower than it."""
     problem, cal, candidates, truth = tp_world()
     model = Predictor.of(
         problem.workload, candidates, problem.cluster, problem.engine.traits, cal.collectives
     )
     best = float((model.at(cal).tokens_per_s / np.where(candidates.tp == 4, 1.12, 1.0)).max())
-    proposed = replay(problem, candidates, truth, trials=20, cal=cal)
+    proposed = replay(problem, candidates, truth, trials=30, cal=cal)
     variants = [c for c in proposed if c != nccl_default(c)]
-    assert all(truth(nccl_default(c)) >= best / (1 + NOISE_FLOOR) for c in variants)
+    assert variants and all(truth(nccl_default(c)) >= best / (1 + NOISE_FLOOR) for c in variants)
 
 
 def test_the_seed_chooses_among_equal_proposals() -> None:
