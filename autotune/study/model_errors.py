@@ -17,9 +17,10 @@ covariance between two configs is a sum of errors they share:
   measurement's noise.
 
 The posterior shrinks a value's error only where configs with that value were measured, so
-a value never run keeps its prior, which proposals weigh. The whole covariance is scaled by
-how large the errors measured so far are against it, with a prior of `PRIOR_WEIGHT` trials
-at scale 1: a model that keeps being right grows surer everywhere.
+a value never run keeps its prior, which proposals weigh. The shared errors' spread is
+scaled by how large the errors measured so far are against the covariance, with a prior of
+`PRIOR_WEIGHT` trials at scale 1: a model that keeps being right grows surer everywhere,
+down to a config's own error, which no other config's measurement tells.
 """
 
 from __future__ import annotations
