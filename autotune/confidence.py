@@ -28,9 +28,12 @@ EARLY_STOP_SIGMAS = 2.33
 early stopping allows for (99% one-sided): a trial is stopped as slower only beyond what
 launches differ by (study/noise)."""
 
-PROPOSAL_OPTIMISM_SIGMAS = 1.0
-"""Standard deviations of optimism when the guided search proposes a config (about an 84%
-one-sided bound; study/guided)."""
+PROPOSAL_OPTIMISM_SIGMAS = 2.0
+"""Standard deviations of optimism when the guided search proposes a config (about a 98%
+one-sided bound, as the stop rule's; study/guided): at one, a few trials' worth of small
+gains near the leader outbid a class or parallel layout never measured that the model ranks
+10% lower, which in worlds of structured error is where the best often lies
+(results/bench/search_worlds.md)."""
 
 STOP_RULE_SIGMAS = 2.0
 """Standard deviations the guided search's stop rule demands (about 98% one-sided):

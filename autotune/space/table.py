@@ -13,10 +13,13 @@ import numpy as np
 
 from autotune.space.config import KNOBS, TrainConfig
 
+BUCKET_KNOBS = ("reduce_bucket", "allgather_bucket", "ddp_bucket_mb")
+"""Bucket sizes: how gradients and parameters are grouped into collectives, which a settled
+layout refines as it does NCCL's settings."""
 NUMBERS = (
     *("tp", "pp", "vpp", "cp", "dp", "ep", "etp", "zero", "hsdp", "mbs"),
     "recompute_num_layers",
-    *("reduce_bucket", "allgather_bucket", "ddp_bucket_mb"),
+    *BUCKET_KNOBS,
 )
 FLAGS = (
     *("sp", "overlap_comm", "overlap_param_gather", "offload_optimizer", "offload_param"),

@@ -2,17 +2,18 @@
 
 After every measurement (from `FULL_FIT_AFTER` trials on) the step-time model is refitted
 to the measured trials, and what it still gets wrong is learned (`model_errors`: the
-model's level, each knob value's class-wide error, each layout's own, shared with its
-neighbours, the nearer in moves a user would make the more).
+model's level, each knob value's class-wide error, each parallel layout's, each layout's
+own, shared with its neighbours, the nearer in moves a user would make the more).
 Every unmeasured config predicted to fit is re-ranked by an optimistic score: log predicted
 tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS` times that error's
 spread. A knob value never measured keeps its prior spread, so it stays worth a trial while
 the model's margin against it is within its error; a value every measured config of which
 ran slower than predicted is expected slower everywhere. Configs scored within `TIE` of the
-best are equals, and the seed chooses among the simplest of them. NCCL settings refine the
-measured leader once the layout has settled: no layout left could beat it by the threshold
-at the stop rule's confidence. Out-of-memory trials tighten the memory model: nothing predicted
-to need as much as a config that ran out of memory is proposed again. The search has
+best are equals, and the seed chooses among the simplest of them. NCCL settings and bucket
+sizes (`config_codes.REFINING`) refine the measured leader once the layout has settled: no
+layout left could beat it by the threshold at the stop rule's confidence. Out-of-memory
+trials tighten the memory model: nothing predicted to need as much as a config that ran out
+of memory is proposed again. The search has
 converged when no config's optimistic throughput beats the best measured one by more than
 the threshold, or (thorough, `Effort.stop_risk`) when the expected number of layouts that do
 is small: with hundreds of layouts each unlikely to win, a bound on each lets the one that
@@ -21,7 +22,6 @@ wins go.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
@@ -37,10 +37,19 @@ from autotune.estimate.calibrate import BOUNDS, Observation, fit, log_errors
 from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import Estimate, Predictor, estimate
 from autotune.problem import Problem
-from autotune.space import TrainConfig, nccl_default
+from autotune.space import TrainConfig
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
-from autotune.study.model_errors import LEVEL_SPREAD, Beliefs, Shared, believe, value_spread
+from autotune.study.config_codes import Codes
+from autotune.study.model_errors import (
+    LEVEL_SPREAD,
+    PARALLEL,
+    PARALLEL_SPREAD,
+    Beliefs,
+    Shared,
+    believe,
+    value_spread,
+)
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.slice import observed_as
 from autotune.study.trial_attrs import TrialAttrs
@@ -110,18 +119,12 @@ class GuidedSearch:
     )
     """What `_believe` says under the current fit, computed once per refit."""
     _memory_bytes: np.ndarray = field(init=False, repr=False)
-    _codes: np.ndarray = field(init=False, repr=False)
-    """Each candidate's knob values as small integers, one row per knob (knob-major, so a
-    distance to a measured config is a pass over each knob's contiguous codes)."""
-    _value_codes: dict[str, dict[object, int]] = field(init=False, repr=False)
-    _weights: np.ndarray = field(init=False, repr=False)
-    """Each knob's place value: a config's codes weighted by them are its number, by which
-    keys are found among the candidates (`_numbers`, sorted, `_by_number` their rows)."""
-    _numbers: np.ndarray = field(init=False, repr=False)
-    _by_number: np.ndarray = field(init=False, repr=False)
+    _coded: Codes = field(init=False, repr=False)
+    """The candidates' knob values as codes, their numbers and layouts."""
     _layout_of: np.ndarray = field(init=False, repr=False)
-    """Each candidate's layout (the number of the config with NCCL's own choices: the config
-    NCCL knobs would refine); `_is_layout`: whether the candidate is its own layout."""
+    """Each candidate's layout (the number of the config with the `REFINING` knobs at their
+    defaults: what NCCL settings and bucket sizes would refine); `_is_layout`: whether the
+    candidate stands for its layout (`Codes.plainest`)."""
     _is_layout: np.ndarray = field(init=False, repr=False)
     _layouts: np.ndarray = field(init=False, repr=False)
     """The rows that are layouts, which `_layout_model` predicts at every refit (the full
@@ -130,6 +133,10 @@ class GuidedSearch:
     _layout_codes: np.ndarray = field(init=False, repr=False)
     _shared: dict[TrainConfig, Shared] = field(default_factory=dict, init=False, repr=False)
     """Per measured config, what each layout shares with it (`model_errors.Shared`)."""
+    _parallel_weights: np.ndarray = field(init=False, repr=False)
+    """Place values of the `PARALLEL` knobs' codes: a config's parallel layout as a number."""
+    _layout_parallel: np.ndarray = field(init=False, repr=False)
+    """Each layout's parallel layout number."""
     _move_knobs: np.ndarray = field(init=False, repr=False)
     """The knobs whose change is a move: those that vary among the layouts, less `dp`,
     which follows from the others (changing TP with DP following is one move)."""
@@ -146,27 +153,15 @@ class GuidedSearch:
         collectives = self.calibration.collectives
         self._predictor = Predictor.of(p.workload, table, p.cluster, p.engine.traits, collectives)
         self._memory_bytes = self._predictor.memory.total
-        self._value_codes, columns = {}, []
-        for name in KNOBS:
-            values, codes = np.unique(getattr(table, name), return_inverse=True)
-            self._value_codes[name] = {v: i for i, v in enumerate(values.tolist())}
-            columns.append(codes.reshape(-1))
-        self._codes = np.stack(columns).astype(np.int16)
-        radix = [len(self._value_codes[name]) + 1 for name in KNOBS]  # + 1: a value unseen
-        if math.prod(radix) >= 2**62:
-            raise ValueError("too many knob values to number the configs of the space")
-        self._weights = np.cumprod([1, *radix[:-1]]).astype(np.int64)
-        numbers = self._weights @ self._codes.astype(np.int64)
-        self._by_number = np.argsort(numbers, kind="stable")
-        self._numbers = numbers[self._by_number]
-        nccl = [list(KNOBS).index(name) for name in ("nccl_algo", "nccl_proto")]
-        defaults = np.array([self._encode(TrainConfig())[i] for i in nccl])
-        self._is_layout = (self._codes[nccl] == defaults[:, None]).all(axis=0)
-        self._layout_of = numbers - self._weights[nccl] @ (self._codes[nccl] - defaults[:, None])
+        self._coded = coded = Codes.of(table)
+        self._layout_of = coded.layout_of(coded.codes)
+        self._is_layout = coded.plainest(self._layout_of)
         self._layouts = np.flatnonzero(self._is_layout)
         everything = len(self._layouts) == len(table)
         self._layout_model = self._predictor if everything else self._predictor.take(self._layouts)
-        self._layout_codes = self._codes if everything else self._codes[:, self._layouts]
+        self._layout_codes = coded.codes if everything else coded.codes[:, self._layouts]
+        self._parallel_weights = np.where(np.isin(list(KNOBS), PARALLEL), coded.weights, 0)
+        self._layout_parallel = self._parallel_weights @ self._layout_codes.astype(np.int64)
         self._move_knobs = np.array(
             [
                 i
@@ -175,25 +170,6 @@ class GuidedSearch:
             ],
             dtype=np.int64,
         )
-
-    def _encode(self, config: TrainConfig) -> np.ndarray:
-        """The config's knob codes; a value no candidate has gets the code past the last."""
-        codes = self._value_codes
-        return np.array(
-            [codes[name].get(getattr(config, name), len(codes[name])) for name in KNOBS],
-            dtype=np.int16,
-        )
-
-    def _row(self, key: str) -> int | None:
-        """The candidate with this key, if any."""
-        try:
-            config = TrainConfig(**json.loads(key))
-        except TypeError:  # a knob this version does not have: no candidate has it
-            return None
-        number = int(self._encode(config).astype(np.int64) @ self._weights)
-        at = int(np.searchsorted(self._numbers, number))
-        found = at < len(self._numbers) and self._numbers[at] == number
-        return int(self._by_number[at]) if found else None
 
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
@@ -243,9 +219,9 @@ class GuidedSearch:
 
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = PROPOSAL_OPTIMISM_SIGMAS) -> Scored:
-        """Every config still open, scored by its optimistic log tokens/s; NCCL variants
-        only once the layout has settled: no open layout could beat the leader by the
-        threshold at the stop rule's confidence."""
+        """Every config still open, scored by its optimistic log tokens/s; NCCL and bucket
+        variants only once the layout has settled: no open layout could beat the leader by
+        the threshold at the stop rule's confidence."""
         rows, expected, unc = self._open(excluded)
         layouts = self._is_layout[rows]
         if not layouts.all() and self.leader_measured is not None and layouts.any():
@@ -260,7 +236,7 @@ class GuidedSearch:
         if self._beliefs is None:
             self._beliefs = self._believe()
         rows, expected, unc = self._beliefs
-        measured = [row for row in map(self._row, excluded) if row is not None]
+        measured = [row for row in map(self._coded.row, excluded) if row is not None]
         open_ = ~np.isin(rows, measured)
         return rows[open_], expected[open_], unc[open_]
 
@@ -342,8 +318,7 @@ class GuidedSearch:
         trials refine (-1: none)."""
         if self.leader_measured is None:
             return -1
-        codes = self._encode(nccl_default(self.leader_measured[0]))
-        return int(codes.astype(np.int64) @ self._weights)
+        return int(self._coded.layout_of(self._coded.encode(self.leader_measured[0])[:, None])[0])
 
     def _refinement_anchor(self) -> float | None:
         """log(measured / predicted) tokens/s of the leader: added to a variant's predicted
@@ -361,10 +336,12 @@ class GuidedSearch:
         """Per layout, the model's expected error and its spread (`model_errors`)."""
         knobs = self._move_knobs
         variances = np.array([value_spread(list(KNOBS)[i]) ** 2 for i in knobs])
-        for config in self.measured:
+        parallel = np.array([self._parallel_number(c) for c in self.measured], np.int64)
+        for config, number in zip(self.measured, parallel, strict=True):
             if config not in self._shared:
-                same = self._layout_codes[knobs] == self._encode(config)[knobs][:, None]
-                self._shared[config] = Shared(variances @ same, (~same).sum(axis=0))
+                same = self._layout_codes[knobs] == self._coded.encode(config)[knobs][:, None]
+                split = PARALLEL_SPREAD**2 * (self._layout_parallel == number)
+                self._shared[config] = Shared(variances @ same + split, (~same).sum(axis=0))
         n = len(self.measured)
         to_measured = Shared(
             np.zeros((len(self._layouts), n)), np.zeros((len(self._layouts), n), np.int64)
@@ -372,8 +349,15 @@ class GuidedSearch:
         for j, config in enumerate(self.measured):
             to_measured.values[:, j] = self._shared[config].values
             to_measured.moves[:, j] = self._shared[config].moves
-        codes = np.array([self._encode(c)[knobs] for c in self.measured]).reshape(n, len(knobs))
+        codes = np.array([self._coded.encode(c)[knobs] for c in self.measured]).reshape(
+            n, len(knobs)
+        )
         same = codes[:, None, :] == codes[None, :, :]
-        between = Shared(same @ variances, (~same).sum(axis=2))
+        split = PARALLEL_SPREAD**2 * (parallel[:, None] == parallel[None, :])
+        between = Shared(same @ variances + split, (~same).sum(axis=2))
         errors = np.array(self.residuals, dtype=np.float64)
-        return believe(to_measured, between, errors, float(variances.sum()))
+        return believe(to_measured, between, errors, float(variances.sum()) + PARALLEL_SPREAD**2)
+
+    def _parallel_number(self, config: TrainConfig) -> int:
+        """The config's parallel layout (`model_errors.PARALLEL`) as a number."""
+        return int(self._parallel_weights @ self._coded.encode(config).astype(np.int64))

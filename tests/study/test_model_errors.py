@@ -1,0 +1,37 @@
+"""What the model gets wrong, learned from measured configs (study/model_errors.py)."""
+
+import numpy as np
+
+from autotune.study.model_errors import OWN_SPREADS, Shared, believe
+
+VALUES = 0.08**2 * 4
+"""Prior variance of the knob values' errors of configs that share all four of theirs."""
+
+
+def alike(rows: int, columns: int) -> Shared:
+    """Configs that share every knob value, each one move from every other."""
+    moves = np.ones((rows, columns), dtype=np.int64)
+    return Shared(np.full((rows, columns), VALUES), moves)
+
+
+def spread_after(errors: np.ndarray) -> float:
+    """The spread of an unmeasured config like the measured ones, whose errors are `errors`."""
+    n = len(errors)
+    between = Shared(np.full((n, n), VALUES), 1 - np.eye(n, dtype=np.int64))
+    return float(believe(alike(1, n), between, errors, VALUES).spread[0])
+
+
+def test_errors_no_two_configs_share_keep_each_configs_own_spread() -> None:
+    """Twenty configs alike in every knob value, each wrong by its own 10% (seeded): the
+    likeliest own spread is the largest, and an unmeasured config like them stays that
+    uncertain however many are measured."""
+    errors = np.random.default_rng(0).normal(0.0, 0.10, 20)
+    assert spread_after(errors) >= OWN_SPREADS[-1]
+
+
+def test_a_model_that_keeps_being_right_grows_surer_down_to_a_configs_own_error() -> None:
+    """Twenty configs each within 0.1% of the model: an unmeasured one like them is surer
+    than the prior, yet no surer than the smallest own spread."""
+    errors = np.random.default_rng(0).normal(0.0, 0.001, 20)
+    prior = float(believe(alike(1, 0), alike(0, 0), np.zeros(0), VALUES).spread[0])
+    assert OWN_SPREADS[0] <= spread_after(errors) < prior / 2
