@@ -6,9 +6,12 @@ from typing import Any
 
 import optuna
 
+from autotune.launchers.base import LaunchOutcome, LaunchRequest
 from autotune.space import TrainConfig
 from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TrialSpec
 
 
 def new_study(between: float | None = None) -> optuna.Study:
@@ -125,3 +128,23 @@ def units_study(storage: str | None = None, name: str = "units") -> optuna.Study
             )
         )
     return study
+
+
+def measured_outcome(
+    request: LaunchRequest, spec: TrialSpec, step: float, **more: Any
+) -> LaunchOutcome:
+    """What a fake launcher returns: a measured trial of `step` seconds a step (3 measured
+    steps, 1% spread; `more` sets other fields), written to the trial's folder as a real
+    launch writes it."""
+    result = TrialResult(
+        source="measured",
+        step_time_s=step,
+        tokens_per_s=spec.workload.tokens_per_step / step,
+        tflops_per_device=0.0,
+        mfu=None,
+        step_time_stdev_s=0.01 * step,
+        measured_steps=3,
+        **more,
+    )
+    result.write(request.folder)
+    return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)

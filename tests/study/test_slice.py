@@ -46,7 +46,7 @@ from autotune.study.trial_attrs import AFTER_CHOICE
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec
 from autotune.tune import TuneSettings, tune
-from tests.fakes import Quiet, add_measured, new_study
+from tests.fakes import Quiet, add_measured, measured_outcome, new_study
 
 
 def _problem(cluster: str = "dgx-h100:16", model: str = "llama3-70b") -> Problem:
@@ -158,17 +158,7 @@ class FullSizeIsSlower(Launcher):
         self.launches += 1
         step = 1.0 * (2.5 if spec.cluster.nodes == self.full_nodes else 1.0)
         step *= math.exp(0.05 if self.launches % 2 else -0.05)
-        result = TrialResult(
-            source="measured",
-            step_time_s=step,
-            tokens_per_s=spec.workload.tokens_per_step / step,
-            tflops_per_device=0.0,
-            mfu=None,
-            step_time_stdev_s=0.01 * step,
-            measured_steps=3,
-        )
-        result.write(request.folder)
-        return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)
+        return measured_outcome(request, spec, step)
 
 
 def test_a_confirmed_slice_study_states_figures_measured_at_full_size(tmp_path: Path) -> None:

@@ -17,9 +17,8 @@ from autotune.study.noise import UNKNOWN_BETWEEN
 from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import CONFIRMS
-from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, StepPlan, TrialSpec
-from tests.fakes import Quiet, new_study
+from tests.fakes import Quiet, measured_outcome, new_study
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 CAL = DEFAULT_CALIBRATION["hopper"]
@@ -44,22 +43,16 @@ class RecordsPlans(Launcher):
         seen = sum(k == key for k, _ in self.plans)
         self.plans.append((key, spec.steps))
         step = (1.0 + 0.01 * len(key) % 7) * math.exp(0.1 if seen % 2 else -0.1)
-        result = TrialResult(
-            source="measured",
-            step_time_s=step,
-            tokens_per_s=spec.workload.tokens_per_step / step,
-            tflops_per_device=0.0,
-            mfu=None,
-            step_time_stdev_s=0.01 * step,
+        return measured_outcome(
+            request,
+            spec,
+            step,
             step_times_s=(step, step, step),
-            measured_steps=3,
             stopped_for="precise",
             profile={"step_time_s": step, "comm_s": 0.1, "compute_s": step - 0.1}
             if spec.steps.profile
             else None,
         )
-        result.write(request.folder)
-        return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)
 
 
 def studied(
