@@ -24,7 +24,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import confirm, repeat_winner, standings
+from autotune.study.confirm import Ranking, confirm, repeat_winner, standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
     early_stop_margin,
@@ -65,12 +65,14 @@ MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
 
 
-def best_step_time(study: optuna.Study) -> tuple[float, int] | None:
+def best_step_time(
+    study: optuna.Study, ranking: Ranking = standings, besides: int | None = None
+) -> tuple[float, int] | None:
     """The best config's mean step time (its standing, not its luckiest launch) and how many
-    launches it is the mean of; None before any trial completed: how long the next trial
-    measures depends on it."""
-    ranked = standings(study)
-    if not ranked:
+    launches it is the mean of; None before any trial completed, or where the best is the
+    config whose first trial is `besides`: how long the next trial measures depends on it."""
+    ranked = ranking(study)
+    if not ranked or ranked[0].first == besides:
         return None
     best = ranked[0]
     step = TrialAttrs.of(best.trial).step_time_s
@@ -326,25 +328,30 @@ class _Search:
 
     def confirm_leaders(self) -> list[int]:
         """Interleaved repeats of the leaders the best is not surely faster than (measured
-        runs only), each measured against no step time to beat, to the precision the
-        between-trial spread asks, profiled only where the config has no profile yet, while
-        the time budget
-        lasts, and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
-        command relaunches for each); then the winner's repeats after its choice
-        (`Effort.after_choice`), from which its figures are stated (at full size, later,
-        for a slice study that confirms its leaders there)."""
+        runs only), none stopped as slower, each to the precision the
+        between-trial spread asks (a runner-up's to half its distance from the best where
+        wider), profiled only where the config has no profile yet and it could win, while
+        the time budget lasts, and at most `Effort.repeats_per_trial` repeats per trial the
+        search ran (a user's command relaunches for each); then the winner's repeats after
+        its choice (`Effort.after_choice`), from which its figures are stated (at full size,
+        later, for a slice study that confirms its leaders there)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
+        ranking = slice_standings if self.study_run.slice is not None else standings
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
-            # Against no best; profiled only if none of the config's trials was yet (one
-            # early stopping cut short, say).
+            # Never stopped as slower; a runner-up's repeat is measured against the best's
+            # mean step time, so that one 10% behind is ranked by a 5% interval (not the
+            # best's full precision) and not profiled. Profiled only if none of the config's
+            # trials was yet (one early stopping cut short, say).
             first = TrialAttrs.of(trial).confirms
             ran = measurements(self.study).get(first, []) if first is not None else []
+            best = best_step_time(self.study, ranking, besides=first)
             repeat = dataclasses.replace(
                 self.settings.steps,
                 precision=self.trial_precision(),
-                best_s=None,
+                best_s=best[0] if best else None,
+                margin=None,
                 profile=not any(TrialAttrs.of(t).profile for t in ran),
             )
             record = run_one(self.study_run, trial, config, config_key(config), repeat)
@@ -363,7 +370,7 @@ class _Search:
             time_left,
             limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
             effort=self.budget.effort,
-            ranking=slice_standings if self.study_run.slice is not None else standings,
+            ranking=ranking,
         )
         if not time_left() or self._winner_at_full():
             return numbers

@@ -1,5 +1,6 @@
-"""What a measured study asks of each trial's length: no tighter than launches differ, and
-repeats of the leaders profiled only where their config has no profile yet."""
+"""What a measured study asks of each trial's length: no tighter than launches differ,
+repeats of the leaders profiled only where their config has no profile yet, and a
+runner-up's repeat measured only as long as ranking it against the best needs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from autotune.study.loop import run_study
 from autotune.study.noise import UNKNOWN_BETWEEN
 from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import CONFIRMS
+from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS
 from autotune.trial.spec import TRIAL_FILE, StepPlan, TrialSpec
 from tests.fakes import Quiet, measured_outcome, new_study
 
@@ -84,6 +85,21 @@ def test_trials_measure_to_the_spread_and_repeats_skip_a_second_profile(tmp_path
     profiled_first = {key for key, plan in launcher.plans[:4] if plan.profile}
     assert profiled_first
     assert not any(plan.profile for key, plan in launcher.plans[4:] if key in profiled_first)
+
+
+def test_a_runner_ups_repeat_is_ranked_against_the_best_and_never_stopped(
+    tmp_path: Path,
+) -> None:
+    study, launcher = studied(tmp_path, Budget(trials=4), between=0.08)
+    repeats = [t for t in study.get_trials() if CONFIRMS in t.user_attrs]
+    plans = [plan for _, plan in launcher.plans[4:]]
+    assert len(plans) == len(repeats)
+    assert all(plan.margin is None for plan in plans), "a repeat is never stopped as slower"
+    # The winner's repeats after its choice state its figures: measured to full precision.
+    paired = list(zip(repeats, plans, strict=True))
+    assert all(p.best_s is None for t, p in paired if t.user_attrs.get(AFTER_CHOICE))
+    # A runner-up's is measured against the best's mean step time (a 10% gap: 5% will do).
+    assert any(p.best_s is not None for _, p in paired)
 
 
 def test_before_any_spread_is_known_trials_assume_a_shared_machines(tmp_path: Path) -> None:
