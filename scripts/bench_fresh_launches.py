@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -106,11 +107,31 @@ def report(runs: list[Run], command: str) -> str:
         f" runs (reported / median {min(r.ratio for r in runs):.3f} to "
         f"{max(r.ratio for r in runs):.3f}).",
         f"- The median inside the reported 95% interval: **{covered} of {len(runs)}** runs.",
+        *_bias(runs),
         "- One machine shared with other work: each run's fresh launches follow its study at "
         "once, so both meet the same moment of the machine.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _bias(runs: list[Run]) -> list[str]:
+    """The ratios' geometric mean (a bias shows there) and spread, beside how far one run's
+    fresh launches differ from each other."""
+    if len(runs) < 2:
+        return []
+    logs = [math.log(r.ratio) for r in runs]
+    within = [
+        math.log(v) - statistics.fmean(math.log(u) for u in r.fresh) for r in runs for v in r.fresh
+    ]
+    dof = sum(len(r.fresh) - 1 for r in runs)
+    launch_sd = math.sqrt(sum(d * d for d in within) / dof) if dof else math.nan
+    return [
+        f"- Reported / median over the runs: geometric mean {math.exp(statistics.fmean(logs)):.3f}"
+        f", spread {statistics.stdev(logs):.1%} (standard deviation of the logs); one run's "
+        f"fresh launches differ from each other by {launch_sd:.1%} (the same, pooled over the "
+        "runs), so a 4-launch median is itself known to about half that.",
+    ]
 
 
 def main() -> None:
