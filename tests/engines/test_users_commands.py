@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.problem import Problem, load_problem
 from tests.conftest import REPO, autotune
 from tests.study.test_study import check_deepspeed_accepts
 
@@ -23,6 +24,17 @@ MODEL = "num_layers: 2\nhidden_size: 128\nnum_attention_heads: 2\nffn_hidden_siz
     "vocab_size: 512\nseq_length: 64\nglobal_batch_size: 16\nprecision: fp32\n"
 )
 """ds_train.py's default model, for --model (which skips reading it from the script)."""
+
+
+def ds_train_problem(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Problem:
+    """ds_train.py and its ds_config.json copied to `folder`, the working directory, as a
+    problem of 2 gloo ranks (its model given, not read)."""
+    for name in ("ds_train.py", "ds_config.json"):
+        (folder / name).write_text((SCRIPTS / name).read_text())
+    (folder / "model.yaml").write_text(MODEL)
+    monkeypatch.chdir(folder)
+    command = ["ds_train.py", "--deepspeed_config", "ds_config.json"]
+    return load_problem("deepspeed", "model.yaml", "local:2", command=command)
 
 
 def tune(

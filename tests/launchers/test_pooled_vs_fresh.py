@@ -18,7 +18,7 @@ from autotune.problem import Problem, load_problem
 from autotune.runner import prepare
 from autotune.space import parse_overrides
 from autotune.trial.spec import StepPlan
-from tests.engines.test_users_commands import MODEL, SCRIPTS
+from tests.engines.test_users_commands import ds_train_problem
 
 pytestmark = pytest.mark.slow
 
@@ -75,12 +75,7 @@ def test_the_warm_pool_measures_what_a_fresh_launch_does(tmp_path: Path) -> None
 def test_a_forked_trial_of_a_users_script_measures_what_a_fresh_launch_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("ds_train.py", "ds_config.json"):
-        (tmp_path / name).write_text((SCRIPTS / name).read_text())
-    (tmp_path / "model.yaml").write_text(MODEL)
-    monkeypatch.chdir(tmp_path)
-    command = ["ds_train.py", "--deepspeed_config", "ds_config.json"]
-    problem = load_problem("deepspeed", "model.yaml", "local:2", command=command)
+    problem = ds_train_problem(tmp_path, monkeypatch)
     configs = ["zero=0,mbs=4", "zero=2,mbs=8"]
     ratios = paired_log_ratios(problem, configs, tmp_path / "trials", rounds=4)
     assert_within_launch_spread(ratios)

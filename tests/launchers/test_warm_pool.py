@@ -18,7 +18,7 @@ from autotune.runner import prepare
 from autotune.space import TrainConfig
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import FAULT_ENV, PoolKind, StepPlan, TrialSpec
-from tests.engines.test_users_commands import MODEL, SCRIPTS
+from tests.engines.test_users_commands import ds_train_problem
 
 pytestmark = pytest.mark.slow
 WARM_ENGINES = sorted(name for name, engine in ENGINES.items() if engine.warm_pool)
@@ -114,12 +114,7 @@ def test_a_users_script_runs_forked_each_trial_a_fresh_process(
     trial pays launch or imports, each runs the script from its first line in a process of
     its own (DeepSpeed's communication set up again), and a crash is typed while the next
     trial runs in a fresh pool."""
-    for name in ("ds_train.py", "ds_config.json"):
-        (tmp_path / name).write_text((SCRIPTS / name).read_text())
-    (tmp_path / "model.yaml").write_text(MODEL)
-    monkeypatch.chdir(tmp_path)
-    command = ["ds_train.py", "--deepspeed_config", "ds_config.json"]
-    problem = load_problem("deepspeed", "model.yaml", "local:2", command=command)
+    problem = ds_train_problem(tmp_path, monkeypatch)
     launcher = get_launcher("local")
     plain, other = TrainConfig(dp=2, zero=0, mbs=4), TrainConfig(dp=2, zero=1, mbs=8)
     specs = [problem.trial_spec(config, StepPlan()) for config in (plain, other)]
