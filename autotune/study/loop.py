@@ -268,7 +268,7 @@ class _Search:
             predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
         )
         trial.set_user_attr(PREDICTED, prediction.as_attr())
-        best = best_step_time(self.study)
+        best = self._best_step_time(standings)
         margin = self.budget.early_stop_margin
         steps = dataclasses.replace(
             self.settings.steps,
@@ -315,6 +315,15 @@ class _Search:
             self.seen = verdicts(self.study)
         return self.seen
 
+    def _best_step_time(
+        self, ranking: Ranking, besides: int | None = None
+    ) -> tuple[float, int] | None:
+        """`best_step_time`, but None in a slice study: its trials' step times are of
+        slices, shallower proxies and full-size launches, not one job's."""
+        if self.study_run.slice is not None:
+            return None
+        return best_step_time(self.study, ranking, besides)
+
     def trial_precision(self) -> float:
         """The step plan's precision, loosened to the study's between-trial spread."""
         between = length_spread(study_spread(self.study), self.launcher.source == "measured")
@@ -341,12 +350,14 @@ class _Search:
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
             # Never stopped as slower; a runner-up's repeat is measured against the best's
-            # mean step time, so that one 10% behind is ranked by a 5% interval (not the
-            # best's full precision) and not profiled. Profiled only if none of the config's
-            # trials was yet (one early stopping cut short, say).
-            first = TrialAttrs.of(trial).confirms
+            # mean step time, so that one far behind is ranked by an interval of half its
+            # gap where that is wider than the spread asks, and not profiled; the winner's
+            # repeats after its choice state its figures, at full precision. Profiled only
+            # if none of the config's trials was yet (one early stopping cut short, say).
+            attrs = TrialAttrs.of(trial)
+            first = attrs.confirms
             ran = measurements(self.study).get(first, []) if first is not None else []
-            best = best_step_time(self.study, ranking, besides=first)
+            best = None if attrs.after_choice else self._best_step_time(ranking, first)
             repeat = dataclasses.replace(
                 self.settings.steps,
                 precision=self.trial_precision(),

@@ -82,7 +82,8 @@ class StepPlan:
     0 measures every one of `measured_steps`."""
     best_s: float | None = None
     """The study's best step time so far: a trial far from it needs a looser interval to be
-    ranked against it. None: the first trial, or a confirmation."""
+    ranked against it. None: the first trial, a repeat of the best, the winner's repeats
+    after its choice, and every trial of a slice study."""
     margin: float | None = None
     """A trial surely slower than `best_s` by this share stops (it cannot win); None: never."""
     profile: bool = True

@@ -52,24 +52,21 @@ def paired_log_ratios(
     return ratios
 
 
-def assert_within_launch_spread(ratios: list[float]) -> None:
+def assert_within_launch_spread(ratios: list[float], floor: float) -> None:
     """The median pooled/fresh ratio is 1 within what the pairs' own spread allows (about
     99.9%, from their median absolute deviation: one launch landing 50% off on a busy
-    machine moves neither), and never as far off as the 19% the issue found: a pool that
-    reads configs that slow or fast fails. Never tighter than 12%: on a quiet host one
-    launch of a 50 ms step lands up to 20% from the next, and six or eight pairs can
-    cluster by chance (pairs of a user's script read -9% in four of six once, and +0.4% in
-    the median of fourteen after)."""
+    machine moves neither), never tighter than `floor`, and never as far off as the 19% the
+    issue found: a pool that reads configs that slow or fast fails."""
     median = statistics.median(ratios)
     spread = 1.4826 * statistics.median(abs(r - median) for r in ratios)
     allowed = 3.3 * 1.25 * spread / math.sqrt(len(ratios))  # the median's standard error
-    assert abs(median) <= min(max(allowed, 0.12), 0.18), (math.exp(median), ratios)
+    assert abs(median) <= min(max(allowed, floor), 0.18), (math.exp(median), ratios)
 
 
 def test_the_warm_pool_measures_what_a_fresh_launch_does(tmp_path: Path) -> None:
     problem = load_problem("deepspeed", "tiny", "local:2")
     configs = ["zero=0,mbs=8", "zero=3,mbs=4"]
-    assert_within_launch_spread(paired_log_ratios(problem, configs, tmp_path, rounds=3))
+    assert_within_launch_spread(paired_log_ratios(problem, configs, tmp_path, rounds=3), 0.03)
 
 
 def test_a_forked_trial_of_a_users_script_measures_what_a_fresh_launch_does(
@@ -78,4 +75,6 @@ def test_a_forked_trial_of_a_users_script_measures_what_a_fresh_launch_does(
     problem = ds_train_problem(tmp_path, monkeypatch)
     configs = ["zero=0,mbs=4", "zero=2,mbs=8"]
     ratios = paired_log_ratios(problem, configs, tmp_path / "trials", rounds=4)
-    assert_within_launch_spread(ratios)
+    # Never tighter than 12%: a user's script's pairs cluster by chance (-9% in four of six
+    # once on a quiet host, +0.4% in the median of fourteen after).
+    assert_within_launch_spread(ratios, 0.12)

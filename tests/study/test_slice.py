@@ -149,6 +149,8 @@ class FullSizeIsSlower(Launcher):
 
     def __init__(self, full_nodes: int) -> None:
         self.full_nodes, self.launches = full_nodes, 0
+        self.against: list[float | None] = []
+        """Each trial's step time to beat (`StepPlan.best_s`)."""
 
     def command(self, request: LaunchRequest) -> list[str]:
         return ["echo", "measured"]
@@ -156,6 +158,7 @@ class FullSizeIsSlower(Launcher):
     def run(self, request: LaunchRequest) -> LaunchOutcome:
         spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
         self.launches += 1
+        self.against.append(spec.steps.best_s)
         step = 1.0 * (2.5 if spec.cluster.nodes == self.full_nodes else 1.0)
         step *= math.exp(0.05 if self.launches % 2 else -0.05)
         return measured_outcome(request, spec, step)
@@ -163,14 +166,16 @@ class FullSizeIsSlower(Launcher):
 
 def test_a_confirmed_slice_study_states_figures_measured_at_full_size(tmp_path: Path) -> None:
     """The winner is repeated after its choice at full size, not on the slice; its figures
-    come from those launches, and no standing pools slice and full-size launches."""
+    come from those launches, and no standing pools slice and full-size launches; no trial
+    is measured against another's step time (a slice's and a full-size launch's differ)."""
     p = load_problem("megatron", "llama3-8b", "dgx-h100:4", None)
     study = new_study(between=0.05)
+    launcher = FullSizeIsSlower(p.cluster.nodes)
     run_study(
         p,
         study,
         ref=StudyRef("t", "memory", tmp_path),
-        launcher=FullSizeIsSlower(p.cluster.nodes),
+        launcher=launcher,
         progress=Quiet(),
         settings=SearchSettings(
             budget=Budget(trials=3),
@@ -194,6 +199,7 @@ def test_a_confirmed_slice_study_states_figures_measured_at_full_size(tmp_path: 
     assert figures.tokens_per_s < 0.5 * extrapolated
     assert figures.runner_up is None and not figures.extrapolated  # one config at full size
     assert figures.among == "configs measured on the slice"
+    assert launcher.against and not any(launcher.against)
 
 
 def test_slice_figures_without_full_size_launches_are_labelled_extrapolated() -> None:

@@ -57,10 +57,10 @@ class RecordsPlans(Launcher):
 
 
 def studied(
-    tmp_path: Path, budget: Budget, between: float | None = None
+    tmp_path: Path, budget: Budget, between: float | None = None, steps: StepPlan | None = None
 ) -> tuple[optuna.Study, RecordsPlans]:
     """A guided study of Llama 3 8B on the recording cluster, from the cluster's prior
-    between-trial spread `between`."""
+    between-trial spread `between`, its trials' plan `steps` where given."""
     study = new_study(between)
     launcher = RecordsPlans()
     run_study(
@@ -69,7 +69,7 @@ def studied(
         ref=StudyRef("t", "memory", tmp_path),
         launcher=launcher,
         progress=Quiet(),
-        settings=SearchSettings(budget=budget, calibration=CAL),
+        settings=SearchSettings(budget=budget, calibration=CAL, steps=steps or StepPlan()),
     )
     return study, launcher
 
@@ -90,7 +90,8 @@ def test_trials_measure_to_the_spread_and_repeats_skip_a_second_profile(tmp_path
 def test_a_runner_ups_repeat_is_ranked_against_the_best_and_never_stopped(
     tmp_path: Path,
 ) -> None:
-    study, launcher = studied(tmp_path, Budget(trials=4), between=0.08)
+    asked = StepPlan(margin=0.1)  # a margin the repeats must not take up
+    study, launcher = studied(tmp_path, Budget(trials=4), between=0.08, steps=asked)
     repeats = [t for t in study.get_trials() if CONFIRMS in t.user_attrs]
     plans = [plan for _, plan in launcher.plans[4:]]
     assert len(plans) == len(repeats)
