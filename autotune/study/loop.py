@@ -24,7 +24,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import Ranking, confirm, repeat_winner, standings
+from autotune.study.confirm import confirm, repeat_winner, standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
     early_stop_margin,
@@ -65,13 +65,11 @@ MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
 
 
-def best_step_time(
-    study: optuna.Study, ranking: Ranking = standings, besides: int | None = None
-) -> tuple[float, int] | None:
+def best_step_time(study: optuna.Study, besides: int | None = None) -> tuple[float, int] | None:
     """The best config's mean step time (its standing, not its luckiest launch) and how many
     launches it is the mean of; None before any trial completed, or where the best is the
     config whose first trial is `besides`: how long the next trial measures depends on it."""
-    ranked = ranking(study)
+    ranked = standings(study)
     if not ranked or ranked[0].first == besides:
         return None
     best = ranked[0]
@@ -268,7 +266,7 @@ class _Search:
             predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
         )
         trial.set_user_attr(PREDICTED, prediction.as_attr())
-        best = self._best_step_time(standings)
+        best = self._best_step_time()
         margin = self.budget.early_stop_margin
         steps = dataclasses.replace(
             self.settings.steps,
@@ -315,14 +313,12 @@ class _Search:
             self.seen = verdicts(self.study)
         return self.seen
 
-    def _best_step_time(
-        self, ranking: Ranking, besides: int | None = None
-    ) -> tuple[float, int] | None:
+    def _best_step_time(self, besides: int | None = None) -> tuple[float, int] | None:
         """`best_step_time`, but None in a slice study: its trials' step times are of
         slices, shallower proxies and full-size launches, not one job's."""
         if self.study_run.slice is not None:
             return None
-        return best_step_time(self.study, ranking, besides)
+        return best_step_time(self.study, besides)
 
     def trial_precision(self) -> float:
         """The step plan's precision, loosened to the study's between-trial spread."""
@@ -337,11 +333,11 @@ class _Search:
 
     def confirm_leaders(self) -> list[int]:
         """Interleaved repeats of the leaders the best is not surely faster than (measured
-        runs only), none stopped as slower, each to the precision the
-        between-trial spread asks (a runner-up's to half its distance from the best where
-        wider), profiled only where the config has no profile yet and it could win, while
-        the time budget lasts, and at most `Effort.repeats_per_trial` repeats per trial the
-        search ran (a user's command relaunches for each); then the winner's repeats after
+        runs only), none stopped as slower, each to the precision the between-trial spread
+        asks (a runner-up's to half its distance from the best where wider), profiled only
+        where the config has no profile yet and it could win, while the time budget lasts,
+        and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
+        command relaunches for each); then the winner's repeats after
         its choice (`Effort.after_choice`), from which its figures are stated (at full size,
         later, for a slice study that confirms its leaders there)."""
         if not self.budget.confirm or self.launcher.source != "measured":
@@ -357,7 +353,7 @@ class _Search:
             attrs = TrialAttrs.of(trial)
             first = attrs.confirms
             ran = measurements(self.study).get(first, []) if first is not None else []
-            best = None if attrs.after_choice else self._best_step_time(ranking, first)
+            best = None if attrs.after_choice else self._best_step_time(first)
             repeat = dataclasses.replace(
                 self.settings.steps,
                 precision=self.trial_precision(),
