@@ -45,10 +45,14 @@ from autotune.study.model_errors import (
     LEVEL_SPREAD,
     PARALLEL,
     PARALLEL_SPREAD,
+    STRUCTURAL,
+    WIDE,
     Beliefs,
     Shared,
     believe,
     value_spread,
+    value_variances,
+    widened,
 )
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.slice import observed_as
@@ -131,8 +135,11 @@ class GuidedSearch:
     model predicts only the leader's NCCL variants); `_layout_codes`: their knob codes."""
     _layout_model: Predictor = field(init=False, repr=False)
     _layout_codes: np.ndarray = field(init=False, repr=False)
-    _shared: dict[TrainConfig, Shared] = field(default_factory=dict, init=False, repr=False)
-    """Per measured config, what each layout shares with it (`model_errors.Shared`)."""
+    _same: dict[TrainConfig, tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """Per measured config, which of its move knobs' values each layout shares, and the
+    moves between them."""
     _parallel_weights: np.ndarray = field(init=False, repr=False)
     """Place values of the `PARALLEL` knobs' codes: a config's parallel layout as a number."""
     _layout_parallel: np.ndarray = field(init=False, repr=False)
@@ -335,28 +342,35 @@ class GuidedSearch:
     def _errors(self) -> Beliefs:
         """Per layout, the model's expected error and its spread (`model_errors`)."""
         knobs = self._move_knobs
-        variances = np.array([value_spread(list(KNOBS)[i]) ** 2 for i in knobs])
+        names = [list(KNOBS)[i] for i in knobs]
+        variances = np.array([value_spread(name) ** 2 for name in names])
         parallel = np.array([self._parallel_number(c) for c in self.measured], np.int64)
-        for config, number in zip(self.measured, parallel, strict=True):
-            if config not in self._shared:
-                same = self._layout_codes[knobs] == self._coded.encode(config)[knobs][:, None]
-                split = PARALLEL_SPREAD**2 * (self._layout_parallel == number)
-                self._shared[config] = Shared(variances @ same + split, (~same).sum(axis=0))
         n = len(self.measured)
-        to_measured = Shared(
-            np.zeros((len(self._layouts), n)), np.zeros((len(self._layouts), n), np.int64)
-        )
-        for j, config in enumerate(self.measured):
-            to_measured.values[:, j] = self._shared[config].values
-            to_measured.moves[:, j] = self._shared[config].moves
         codes = np.array([self._coded.encode(c)[knobs] for c in self.measured]).reshape(
             n, len(knobs)
         )
-        same = codes[:, None, :] == codes[None, :, :]
         split = PARALLEL_SPREAD**2 * (parallel[:, None] == parallel[None, :])
-        between = Shared(same @ variances + split, (~same).sum(axis=2))
         errors = np.array(self.residuals, dtype=np.float64)
-        return believe(to_measured, between, errors, float(variances.sum()) + PARALLEL_SPREAD**2)
+        wide = widened(codes, variances, np.isin(names, list(STRUCTURAL)), split, errors)
+        own_values = value_variances(codes, variances, wide)
+        layouts = self._layout_codes[knobs]
+        to_measured = Shared(
+            np.zeros((len(self._layouts), n)), np.zeros((len(self._layouts), n), np.int64)
+        )
+        for j, (config, number) in enumerate(zip(self.measured, parallel, strict=True)):
+            if config not in self._same:
+                same = layouts == codes[j][:, None]
+                self._same[config] = same, (~same).sum(axis=0)
+            same, moves = self._same[config]
+            to_measured.values[:, j] = own_values[j] @ same
+            to_measured.values[:, j] += PARALLEL_SPREAD**2 * (self._layout_parallel == number)
+            to_measured.moves[:, j] = moves
+        same = codes[:, None, :] == codes[None, :, :]
+        between = Shared((same * own_values[None, :, :]).sum(axis=2) + split, (~same).sum(axis=2))
+        prior = np.full(len(self._layouts), float(variances.sum()) + PARALLEL_SPREAD**2)
+        for k, code in wide:
+            prior += (WIDE**2 - 1) * variances[k] * (layouts[k] == code)
+        return believe(to_measured, between, errors, prior)
 
     def _parallel_number(self, config: TrainConfig) -> int:
         """The config's parallel layout (`model_errors.PARALLEL`) as a number."""

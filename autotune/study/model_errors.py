@@ -17,7 +17,9 @@ covariance between two configs is a sum of errors they share:
   measurement's noise.
 
 The posterior shrinks a value's error only where configs with that value were measured, so
-a value never run keeps its prior, which proposals weigh. The shared errors' spread is
+a value never run keeps its prior, which proposals weigh. A structural value whose measured
+errors lie far beyond its prior gets `WIDE` times its spread (`widened`), so a Gaussian
+prior does not spread one class's large error over the values its configs share. The shared errors' spread is
 scaled by how large the errors measured so far are against the covariance, with a prior of
 `PRIOR_WEIGHT` trials at scale 1: a model that keeps being right grows surer everywhere,
 down to a config's own error, which no other config's measurement tells.
@@ -58,6 +60,13 @@ NOISE_SPREAD = 0.03
 """A measurement's own spread: a few percent between launches of one config."""
 PRIOR_WEIGHT = 3
 """The prior scale counts as this many measured configs when the scale is estimated."""
+WIDE = 4.0
+"""A knob value whose measured configs stray from the model far beyond its prior spread
+(ZeRO 3 on two CPU processes runs at a third of its prediction) gets a spread this many
+times its prior: its error is then its own, not lent to the values its configs share with
+others (a Gaussian prior would spread it over them all)."""
+WIDEN_EVIDENCE = 2.0
+"""How much likelier (in log) the measured errors must be for a value's spread to widen."""
 
 
 def value_spread(knob: str) -> float:
@@ -86,18 +95,18 @@ class Beliefs:
     spread: np.ndarray
 
 
-def believe(to_measured: Shared, between: Shared, errors: np.ndarray, values: float) -> Beliefs:
+def believe(
+    to_measured: Shared, between: Shared, errors: np.ndarray, values: np.ndarray | float
+) -> Beliefs:
     """The posterior error of each candidate (rows of `to_measured`; its columns and
     `between` are the measured configs, `errors` theirs); `values`: the prior variance of
-    all of a config's knob values' errors."""
+    all of a candidate's knob values' errors."""
     count = len(errors)
     if not count:
         n = to_measured.moves.shape[0]
         prior = LEVEL_SPREAD**2 + values + LAYOUT_SPREAD**2 + OWN_SPREADS[0] ** 2
-        return Beliefs(np.zeros(n), np.full(n, np.sqrt(prior)))
-    shared = between.covariance()
-    fits = [_Fit.of(shared, errors, own) for own in OWN_SPREADS]
-    best = max(fits, key=lambda f: f.likelihood)
+        return Beliefs(np.zeros(n), np.broadcast_to(np.sqrt(prior), n).copy())
+    best = _likeliest(between.covariance(), errors)
     prior = LEVEL_SPREAD**2 + values + LAYOUT_SPREAD**2 + best.own**2
     projected = linalg.solve_triangular(best.lower, to_measured.covariance().T, lower=True)
     mean = projected.T @ best.whitened
@@ -105,6 +114,59 @@ def believe(to_measured: Shared, between: Shared, errors: np.ndarray, values: fl
     # The scale learns how far the shared errors reach; a config's own error is not shared,
     # so no measurement of another config makes it smaller.
     return Beliefs(mean, np.sqrt(best.scale * (variance - best.own**2) + best.own**2))
+
+
+def widened(
+    codes: np.ndarray,
+    variances: np.ndarray,
+    eligible: np.ndarray,
+    split: np.ndarray,
+    errors: np.ndarray,
+) -> frozenset[tuple[int, int]]:
+    """The knob values whose spread widens by `WIDE`, as (knob column, code) pairs: those
+    of `eligible` knobs that tell measured configs apart, taken greedily while each makes
+    the measured errors likelier by `WIDEN_EVIDENCE`. `codes`: the measured configs' knob
+    codes (a row each); `variances`: each knob's prior value variance; `split`: the
+    parallel layouts' covariance between them."""
+    same = codes[:, None, :] == codes[None, :, :]
+    moves = (~same).sum(axis=2)
+
+    def likelihood(wide: frozenset[tuple[int, int]]) -> float:
+        values = (same * value_variances(codes, variances, wide)[None, :, :]).sum(axis=2)
+        return _likeliest(Shared(values + split, moves).covariance(), errors).likelihood
+
+    open_ = {
+        (int(k), int(c))
+        for k in np.flatnonzero(eligible)
+        if len(np.unique(codes[:, k])) > 1
+        for c in np.unique(codes[:, k])
+    }
+    wide: frozenset[tuple[int, int]] = frozenset()
+    best = likelihood(wide)
+    while open_:
+        gains = {value: likelihood(wide | {value}) for value in open_}
+        pick = max(sorted(gains), key=gains.__getitem__)
+        if gains[pick] < best + WIDEN_EVIDENCE:
+            break
+        wide, best = wide | {pick}, gains[pick]
+        open_.discard(pick)
+    return wide
+
+
+def value_variances(
+    codes: np.ndarray, variances: np.ndarray, wide: frozenset[tuple[int, int]]
+) -> np.ndarray:
+    """Per config (rows of `codes`), the prior variance of each of its knob values' errors:
+    the knob's, `WIDE`² times for a widened value."""
+    out = np.broadcast_to(variances, codes.shape).astype(np.float64)
+    for k, code in wide:
+        out[codes[:, k] == code, k] *= WIDE**2
+    return out
+
+
+def _likeliest(shared: np.ndarray, errors: np.ndarray) -> _Fit:
+    """The measured errors' fit under the likeliest of `OWN_SPREADS`."""
+    return max((_Fit.of(shared, errors, own) for own in OWN_SPREADS), key=lambda f: f.likelihood)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from autotune.study.model_errors import OWN_SPREADS, Shared, believe
+from autotune.study.model_errors import OWN_SPREADS, Shared, believe, widened
 
 VALUES = 0.08**2 * 4
 """Prior variance of the knob values' errors of configs that share all four of theirs."""
@@ -35,3 +35,32 @@ def test_a_model_that_keeps_being_right_grows_surer_down_to_a_configs_own_error(
     errors = np.random.default_rng(0).normal(0.0, 0.001, 20)
     prior = float(believe(alike(1, 0), alike(0, 0), np.zeros(0), VALUES).spread[0])
     assert OWN_SPREADS[0] <= spread_after(errors) < prior / 2
+
+
+STAGES = np.array([[z, m] for z in (1, 2, 3) for m in (0, 1)])
+"""Six measured configs as codes of two knobs: a ZeRO stage (1-3) and a micro-batch (0-1)."""
+TWO_KNOBS = np.array([0.08**2, 0.08**2])
+
+
+def test_one_value_far_off_the_model_widens_alone() -> None:
+    """ZeRO 3's configs run at a third of their prediction, the others as predicted: ZeRO 3's
+    spread widens, and no other value's, so its error is not lent to the micro-batches its
+    configs share with the others."""
+    errors = np.where(STAGES[:, 0] == 3, -1.1, 0.0) + np.array([0.01, -0.02, 0.02, 0.0, 0, 0])
+    assert widened(STAGES, TWO_KNOBS, np.array([True, True]), SPLIT, errors) == {(0, 3)}
+
+
+def test_errors_within_their_prior_seldom_widen_a_value() -> None:
+    """Class-wide errors drawn from their 8% prior (seeded, 100 draws): a value's spread
+    widens in at most one draw in ten."""
+    rng = np.random.default_rng(0)
+    widening = 0
+    for _ in range(100):
+        by_value = rng.normal(0.0, 0.08, 4)[STAGES[:, 0]] + rng.normal(0.0, 0.08, 2)[STAGES[:, 1]]
+        errors = by_value + rng.normal(0.0, 0.03, 6)
+        widening += bool(widened(STAGES, TWO_KNOBS, np.array([True, True]), SPLIT, errors))
+    assert widening <= 10
+
+
+SPLIT = np.zeros((6, 6))
+"""The six configs' parallel layouts share nothing beyond the level."""
