@@ -18,11 +18,12 @@ covariance between two configs is a sum of errors they share:
 
 The posterior shrinks a value's error only where configs with that value were measured, so
 a value never run keeps its prior, which proposals weigh. A structural value whose measured
-errors lie far beyond its prior gets `WIDE` times its spread (`widened`), so a Gaussian
-prior does not spread one class's large error over the values its configs share. The shared errors' spread is
-scaled by how large the errors measured so far are against the covariance, with a prior of
-`PRIOR_WEIGHT` trials at scale 1: a model that keeps being right grows surer everywhere,
-down to a config's own error, which no other config's measurement tells.
+errors lie far beyond its prior gets `WIDE` times its spread (`widened`), so that a
+Gaussian prior does not spread one class's large error over the values its configs share.
+The shared errors' spread is scaled by how large the errors measured so far are against
+the covariance, with a prior of `PRIOR_WEIGHT` trials at scale 1: a model that keeps being
+right grows surer everywhere, down to a config's own error, which no other config's
+measurement tells.
 """
 
 from __future__ import annotations
