@@ -11,13 +11,14 @@ from optuna.trial import FrozenTrial
 from autotune.confidence import NCCL_KEEP_ONE_SIDED_PROBABILITY
 from autotune.space import nccl_default
 from autotune.study.confirm import (
+    Standing,
     nccl_baseline,
     ratio_interval,
     separated,
     standings,
     unselected,
 )
-from autotune.study.noise import study_spread
+from autotune.study.noise import measurements, study_spread
 from autotune.study.trial_attrs import TrialAttrs
 
 
@@ -32,16 +33,16 @@ class NcclVerdict:
 def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
     """Keep the winner's NCCL settings only when its repeats are faster than the same layout
     with NCCL's defaults at `NCCL_KEEP_ONE_SIDED_PROBABILITY`, between-trial noise included (the
-    confirmation repeats both, interleaved, up to `Effort.repeats` times whatever they show; the
-    trial that made the winner lead is left out, as it was chosen for reading fast); else
-    export the best layout with NCCL's defaults."""
+    confirmation repeats both, interleaved, up to `Effort.repeats` times whatever they show);
+    else export the best layout with NCCL's defaults. The winner's measurements that chose
+    it read fast, so its repeats after its choice decide (`unchosen`)."""
     config = TrialAttrs.of(best).config
     if config == nccl_default(config):
         return NcclVerdict(best, None)
     ranked = [s for s in standings(study) if TrialAttrs.of(s.trial).config_values is not None]
     leader = next((s for s in ranked if s.trial.number == best.number), None)
     baseline = nccl_baseline(leader, ranked) if leader is not None else None
-    winner = unselected(leader) if leader is not None else None
+    winner, measured_on = unchosen(study, leader) if leader is not None else (None, "")
     settings = f"NCCL_ALGO={config.nccl_algo}, NCCL_PROTO={config.nccl_proto}"
     if baseline is not None and (winner is None or unselected(baseline) is None):
         why = (
@@ -56,7 +57,7 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
         measured = (
             f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; {level:.0%} "
             f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} "
-            f"{'measurements' if winner is leader else 'repeats'} and "
+            f"{measured_on} and "
             f"{len(baseline.values)} measurements)"
         )
         if separated(winner, baseline, between, NCCL_KEEP_ONE_SIDED_PROBABILITY):
@@ -71,3 +72,19 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
         fallback,
         f"Trial {best.number}'s {settings} is not kept: {why}. Nothing is set.",
     )
+
+
+def unchosen(study: optuna.Study, leader: Standing) -> tuple[Standing | None, str]:
+    """The winner's measurements that took no part in choosing it, and what they are: its
+    repeats after the choice where it has them (among NCCL variants repeated alike, the one
+    whose repeats read fastest leads, so those repeats read fast too), else its repeats
+    without the trial that made it lead (`confirm.unselected`)."""
+    after = tuple(
+        t.value
+        for t in measurements(study).get(leader.first, [])
+        if t.value and TrialAttrs.of(t).after_choice
+    )
+    if after:
+        return Standing(leader.first, leader.trial, after), "repeats after its choice"
+    winner = unselected(leader)
+    return winner, "measurements" if winner is leader else "repeats"

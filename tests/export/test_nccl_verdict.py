@@ -84,3 +84,22 @@ def test_a_measured_setting_never_repeated_is_not_kept() -> None:
     verdict = nccl_verdict(study, study.trials[1])
     assert verdict.trial.number == 0
     assert verdict.note is not None and "not repeated against NCCL's default" in verdict.note
+
+
+def test_a_setting_whose_repeats_after_its_choice_read_as_the_default_is_not_kept() -> None:
+    """Its repeats read 10% fast (among variants repeated alike, the fastest-reading leads),
+    its two repeats after it was chosen match NCCL's default: those decide, and nothing is
+    set; where they too read 10% fast, it is kept."""
+    for after, kept in (((100.0, 101.0), False), ((110.0, 111.0), True)):
+        study = repeated_study(
+            (A, 100.0, None),
+            (A_RING, 111.0, None),
+            *((A_RING, t, 1) for t in (110.0, 111.0, 109.0)),
+            *((A, t, 0) for t in (101.0, 99.0, 100.0)),
+        )
+        for value in after:
+            add_measured(study, value, A_RING, confirms=1, after_choice=True)
+        verdict = nccl_verdict(study, study.trials[-1])
+        assert verdict.note is not None
+        assert verdict.note.startswith("Measured gain") is kept, verdict.note
+        assert "2 repeats after its choice" in verdict.note
