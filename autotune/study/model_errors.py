@@ -67,7 +67,11 @@ WIDE = 4.0
 times its prior: its error is then its own, not lent to the values its configs share with
 others (a Gaussian prior would spread it over them all)."""
 WIDEN_EVIDENCE = 2.0
-"""How much likelier (in log) the measured errors must be for a value's spread to widen."""
+"""How much likelier (in log) the measured errors must be for a value's spread to widen,
+beyond what the likeliest of the values tried gains by chance."""
+WIDE_FROM = 2.0
+"""A value is tried for widening only where its configs' mean error is this many prior
+spreads from the other configs'."""
 
 
 def value_spread(knob: str) -> float:
@@ -124,11 +128,28 @@ def widened(
     split: np.ndarray,
     errors: np.ndarray,
 ) -> frozenset[tuple[int, int]]:
-    """The knob values whose spread widens by `WIDE`, as (knob column, code) pairs: those
-    of `eligible` knobs that tell measured configs apart, taken greedily while each makes
-    the measured errors likelier by `WIDEN_EVIDENCE`. `codes`: the measured configs' knob
-    codes (a row each); `variances`: each knob's prior value variance; `split`: the
+    """The knob values whose spread widens by `WIDE`, as (knob column, code) pairs: of the
+    `eligible` knobs' values that tell measured configs apart, those whose configs' mean
+    error lies beyond `WIDE_FROM` prior spreads of the others', taken greedily while each
+    makes the measured errors likelier by `WIDEN_EVIDENCE` plus the log of how many values
+    there were (the likeliest of many gains by chance alone). `codes`: the measured configs'
+    knob codes (a row each); `variances`: each knob's prior value variance; `split`: the
     parallel layouts' covariance between them."""
+    values = [
+        (int(k), int(c))
+        for k in np.flatnonzero(eligible)
+        if len(np.unique(codes[:, k])) > 1
+        for c in np.unique(codes[:, k])
+    ]
+    open_ = {
+        (k, c)
+        for k, c in values
+        if abs(errors[codes[:, k] == c].mean() - errors[codes[:, k] != c].mean())
+        > WIDE_FROM * math.sqrt(variances[k])
+    }
+    if not open_:
+        return frozenset()
+    chance = math.log(len(values))
     same = codes[:, None, :] == codes[None, :, :]
     moves = (~same).sum(axis=2)
 
@@ -136,18 +157,12 @@ def widened(
         values = (same * value_variances(codes, variances, wide)[None, :, :]).sum(axis=2)
         return _likeliest(Shared(values + split, moves).covariance(), errors).likelihood
 
-    open_ = {
-        (int(k), int(c))
-        for k in np.flatnonzero(eligible)
-        if len(np.unique(codes[:, k])) > 1
-        for c in np.unique(codes[:, k])
-    }
     wide: frozenset[tuple[int, int]] = frozenset()
     best = likelihood(wide)
     while open_:
         gains = {value: likelihood(wide | {value}) for value in open_}
         pick = max(sorted(gains), key=gains.__getitem__)
-        if gains[pick] < best + WIDEN_EVIDENCE:
+        if gains[pick] < best + WIDEN_EVIDENCE + chance:
             break
         wide, best = wide | {pick}, gains[pick]
         open_.discard(pick)

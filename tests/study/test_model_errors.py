@@ -47,20 +47,20 @@ def test_one_value_far_off_the_model_widens_alone() -> None:
     spread widens, and no other value's, so its error is not lent to the micro-batches its
     configs share with the others."""
     errors = np.where(STAGES[:, 0] == 3, -1.1, 0.0) + np.array([0.01, -0.02, 0.02, 0.0, 0, 0])
-    assert widened(STAGES, TWO_KNOBS, np.array([True, True]), SPLIT, errors) == {(0, 3)}
+    assert widened(STAGES, TWO_KNOBS, np.array([True, True]), np.zeros((6, 6)), errors) == {(0, 3)}
 
 
-def test_errors_within_their_prior_seldom_widen_a_value() -> None:
-    """Class-wide errors drawn from their 8% prior (seeded, 100 draws): a value's spread
-    widens in at most one draw in ten."""
+def test_errors_drawn_from_their_prior_seldom_widen_a_value() -> None:
+    """Forty configs over eight two-valued structural knobs, their errors drawn from the
+    prior (a 5% level, 8% per knob value, 4% of their own; seeded, 100 draws): with sixteen
+    values to try, the likeliest gains by chance, yet a value widens in at most one draw in
+    ten."""
     rng = np.random.default_rng(0)
     widening = 0
     for _ in range(100):
-        by_value = rng.normal(0.0, 0.08, 4)[STAGES[:, 0]] + rng.normal(0.0, 0.08, 2)[STAGES[:, 1]]
-        errors = by_value + rng.normal(0.0, 0.03, 6)
-        widening += bool(widened(STAGES, TWO_KNOBS, np.array([True, True]), SPLIT, errors))
+        codes = rng.integers(0, 2, size=(40, 8))
+        by_value = rng.normal(0.0, 0.08, size=(8, 2))[np.arange(8), codes].sum(axis=1)
+        errors = by_value + rng.normal(0.0, 0.05) + rng.normal(0.0, 0.04, 40)
+        knobs = np.full(8, 0.08**2)
+        widening += bool(widened(codes, knobs, np.ones(8, bool), np.zeros((40, 40)), errors))
     assert widening <= 10
-
-
-SPLIT = np.zeros((6, 6))
-"""The six configs' parallel layouts share nothing beyond the level."""
