@@ -191,7 +191,8 @@ def test_a_class_far_off_the_model_keeps_its_error_to_itself() -> None:
     repeatability.md): ZeRO 3 at a third of its prediction, ZeRO 1 and 2 at 0.8 of it, ZeRO 0
     at 0.92, so ZeRO 0 wins where the model puts it behind. ZeRO 3's error is its own: the
     configs that share its other knob values are not expected slower for it, and every seed
-    measures ZeRO 0 at micro-batch 8 within the default study's eight trials (some did not before)."""
+    measures ZeRO 0 at micro-batch 8 within the default study's eight trials (some did not
+    before)."""
     cal = DEFAULT_CALIBRATION["cpu"]
     problem = load_problem("deepspeed", "tiny", "local:2")
     ranked = memory_verdicts(
