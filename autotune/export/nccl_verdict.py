@@ -57,7 +57,7 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
         measured = (
             f"{ratio - 1:+.1%} over NCCL's default (trial {baseline.trial.number}; {level:.0%} "
             f"interval {low - 1:+.1%} to {high - 1:+.1%}, {len(winner.values)} "
-            f"{measured_on} and "
+            f"{measured_on.format(s='s' if len(winner.values) != 1 else '')} and "
             f"{len(baseline.values)} measurements)"
         )
         if separated(winner, baseline, between, NCCL_KEEP_ONE_SIDED_PROBABILITY):
@@ -75,16 +75,17 @@ def nccl_verdict(study: optuna.Study, best: FrozenTrial) -> NcclVerdict:
 
 
 def unchosen(study: optuna.Study, leader: Standing) -> tuple[Standing | None, str]:
-    """The winner's measurements that took no part in choosing it, and what they are: its
-    repeats after the choice where it has them (among NCCL variants repeated alike, the one
-    whose repeats read fastest leads, so those repeats read fast too), else its repeats
-    without the trial that made it lead (`confirm.unselected`)."""
+    """The winner's measurements that took no part in choosing it, and what they are (a
+    noun whose plural's `s` is left to format): its repeats after the choice where it has
+    them (among NCCL variants repeated alike, the one whose repeats read fastest leads, so
+    those repeats read fast too), else its repeats without the trial that made it lead
+    (`confirm.unselected`)."""
     after = tuple(
         t.value
         for t in measurements(study).get(leader.first, [])
         if t.value and TrialAttrs.of(t).after_choice
     )
     if after:
-        return Standing(leader.first, leader.trial, after), "repeats after its choice"
+        return Standing(leader.first, leader.trial, after), "repeat{s} after its choice"
     winner = unselected(leader)
-    return winner, "measurements" if winner is leader else "repeats"
+    return winner, "measurement{s}" if winner is leader else "repeat{s}"
