@@ -14,11 +14,12 @@ from autotune.study.confirm import (
     Standing,
     nccl_baseline,
     ratio_interval,
+    repeats_after_choice,
     separated,
     standings,
     unselected,
 )
-from autotune.study.noise import measurements, study_spread
+from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import TrialAttrs
 
 
@@ -80,11 +81,7 @@ def unchosen(study: optuna.Study, leader: Standing) -> tuple[Standing | None, st
     them (among NCCL variants repeated alike, the one whose repeats read fastest leads, so
     those repeats read fast too), else its repeats without the trial that made it lead
     (`confirm.unselected`)."""
-    after = tuple(
-        t.value
-        for t in measurements(study).get(leader.first, [])
-        if t.value and TrialAttrs.of(t).after_choice
-    )
+    after = tuple(repeats_after_choice(study, leader.first))
     if after:
         return Standing(leader.first, leader.trial, after), "repeat{s} after its choice"
     winner = unselected(leader)

@@ -301,9 +301,13 @@ def after_choice(study: optuna.Study, ranking: Ranking = standings) -> list[floa
     """Tokens/s of the winner's repeats taken after it was chosen (the winner: the first of
     `ranking`)."""
     ranked = ranking(study)
-    if not ranked:
-        return []
-    done = measurements(study).get(ranked[0].first, [])
+    return repeats_after_choice(study, ranked[0].first) if ranked else []
+
+
+def repeats_after_choice(study: optuna.Study, first: int) -> list[float]:
+    """Tokens/s of the repeats of config `first` (its first trial's number) taken after it
+    was chosen."""
+    done = measurements(study).get(first, [])
     return [t.value for t in done if t.value and TrialAttrs.of(t).after_choice]
 
 
