@@ -32,6 +32,8 @@ from autotune.study.effort import STANDARD
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GOAL = 0.05
+DRAWS = 100_000
+"""Runs drawn to tell what the check scores with no bias (`unbiased_within`)."""
 
 
 @dataclass(frozen=True)
@@ -132,15 +134,13 @@ def _bias(runs: list[Run]) -> list[str]:
         f"- Reported / median over the runs: geometric mean {math.exp(statistics.fmean(logs)):.3f}"
         f", spread {statistics.stdev(logs):.1%} (standard deviation of the logs); one run's "
         f"fresh launches differ from each other by {launch_sd:.1%} (a robust standard deviation, "
-        "pooled over the runs), so a 4-launch median is itself known to about half that.",
+        f"pooled over the runs), so a {launches}-launch median is itself known to about half "
+        "that.",
         f"- At that spread, a figure with no bias at all, the mean of {STANDARD.after_choice} "
         f"launches as the study's is, lands within {GOAL:.0%} of a {launches}-launch median in "
         f"{unbiased_within(launch_sd, launches):.0%} of runs (drawn, {DRAWS:,} runs): the share "
         "this machine allows the goal.",
     ]
-
-
-DRAWS = 100_000
 
 
 def unbiased_within(launch_sd: float, launches: int) -> float:

@@ -50,6 +50,7 @@ from autotune.study.model_errors import (
     Beliefs,
     Shared,
     believe,
+    measured_between,
     value_spread,
     value_variances,
     widened,
@@ -365,8 +366,7 @@ class GuidedSearch:
             to_measured.values[:, j] = own_values[j] @ same
             to_measured.values[:, j] += PARALLEL_SPREAD**2 * (self._layout_parallel == number)
             to_measured.moves[:, j] = moves
-        same = codes[:, None, :] == codes[None, :, :]
-        between = Shared((same * own_values[None, :, :]).sum(axis=2) + split, (~same).sum(axis=2))
+        between = measured_between(codes, own_values, split)
         prior = np.full(len(self._layouts), float(variances.sum()) + PARALLEL_SPREAD**2)
         for k, code in wide:
             prior += (WIDE**2 - 1) * variances[k] * (layouts[k] == code)

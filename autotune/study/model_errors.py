@@ -135,27 +135,25 @@ def widened(
     there were (the likeliest of many gains by chance alone). `codes`: the measured configs'
     knob codes (a row each); `variances`: each knob's prior value variance; `split`: the
     parallel layouts' covariance between them."""
-    values = [
+    candidates = [
         (int(k), int(c))
         for k in np.flatnonzero(eligible)
-        if len(np.unique(codes[:, k])) > 1
-        for c in np.unique(codes[:, k])
+        if len(found := np.unique(codes[:, k])) > 1
+        for c in found
     ]
     open_ = {
         (k, c)
-        for k, c in values
+        for k, c in candidates
         if abs(errors[codes[:, k] == c].mean() - errors[codes[:, k] != c].mean())
         > WIDE_FROM * math.sqrt(variances[k])
     }
     if not open_:
         return frozenset()
-    chance = math.log(len(values))
-    same = codes[:, None, :] == codes[None, :, :]
-    moves = (~same).sum(axis=2)
+    chance = math.log(len(candidates))
 
     def likelihood(wide: frozenset[tuple[int, int]]) -> float:
-        values = (same * value_variances(codes, variances, wide)[None, :, :]).sum(axis=2)
-        return _likeliest(Shared(values + split, moves).covariance(), errors).likelihood
+        between = measured_between(codes, value_variances(codes, variances, wide), split)
+        return _likeliest(between.covariance(), errors).likelihood
 
     wide: frozenset[tuple[int, int]] = frozenset()
     best = likelihood(wide)
@@ -167,6 +165,15 @@ def widened(
         wide, best = wide | {pick}, gains[pick]
         open_.discard(pick)
     return wide
+
+
+def measured_between(codes: np.ndarray, own_values: np.ndarray, split: np.ndarray) -> Shared:
+    """What the measured configs (rows of `codes`) share with each other: the prior
+    variances of the knob values a pair has in common (`own_values`: per config and knob,
+    as `value_variances` gives them) plus their parallel layouts' covariance (`split`),
+    and how many knob values the pair differs in."""
+    same = codes[:, None, :] == codes[None, :, :]
+    return Shared((same * own_values[None, :, :]).sum(axis=2) + split, (~same).sum(axis=2))
 
 
 def value_variances(
