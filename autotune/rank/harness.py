@@ -20,7 +20,7 @@ from typing import NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
-from autotune.rank import build_lock
+from autotune.rank import build_lock, shared_buffers
 from autotune.rank.failures import check_nccl_environment, write_error
 from autotune.rank.faults import maybe_inject_fault
 from autotune.rank.measure import (
@@ -110,8 +110,10 @@ def exit_now(code: int = 0) -> NoReturn:
     gone, and its gloo threads keep running while the process exits. Now and then one of
     them meets a destroyed static and the rank aborts ("terminate called without an active
     exception", SIGABRT) after its result was written, failing the trial's launch.sh and
-    the exported train.sh. Everything this rank had to say is on disk by now.
+    the exported train.sh. Everything this rank had to say is on disk by now; DeepSpeed's
+    CPU allreduce buffers are unlinked (`shared_buffers`).
     """
+    shared_buffers.release()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -29,6 +29,16 @@ def launch_and_imports(r: TrialResult) -> float:
     return r.phases_s["started"] + r.phases_s["imported"]
 
 
+ALL_RANKS_LOCAL = ("LOCAL_SIZE", "2")
+"""As DeepSpeed's own launcher sets it: DeepSpeed's CPU allreduce then runs through buffers
+in shared memory, one per rank."""
+
+
+def deepspeed_buffers() -> set[Path]:
+    """DeepSpeed's CPU allreduce buffers in /dev/shm now (`rank.shared_buffers`)."""
+    return set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
+
+
 def first_other_again_crash_fresh(
     problem: Problem,
     launcher: Launcher,
@@ -38,7 +48,9 @@ def first_other_again_crash_fresh(
     pool: PoolKind,
 ) -> tuple[TrialResult, TrialResult, TrialResult, TrialResult]:
     """`first`, `other`, `first` again, `first` with an injected crash (typed, with its
-    cause), then `first` in the fresh pool the crash leaves: the four results that ran."""
+    cause), then `first` in the fresh pool the crash leaves: the four results that ran.
+    None of their worlds leaves a DeepSpeed allreduce buffer in /dev/shm (memory)."""
+    before = deepspeed_buffers()
 
     def trial(n: int, spec: TrialSpec, env: dict[str, str] | None = None) -> LaunchOutcome:
         request = prepare(spec, problem.engine, launcher, folder / f"t{n}", time_limit_s=300)
@@ -53,6 +65,7 @@ def first_other_again_crash_fresh(
             trial(3, first, {FAULT_ENV: "crash"}),
             trial(4, first),
         ]
+    assert deepspeed_buffers() <= before
     kinds = [o.kind for o in outcomes]
     assert kinds == ["ok", "ok", "ok", "crash", "ok"], [(o.kind, o.error) for o in outcomes]
     assert "injected crash" in (outcomes[3].error or "")
@@ -116,6 +129,7 @@ def test_a_users_script_runs_forked_each_trial_a_fresh_process(
     its own (DeepSpeed's communication set up again), and a crash is typed while the next
     trial runs in a fresh pool."""
     problem = ds_train_problem(tmp_path, monkeypatch)
+    monkeypatch.setenv(*ALL_RANKS_LOCAL)
     launcher = get_launcher("local")
     plain, other = TrainConfig(dp=2, zero=0, mbs=4), TrainConfig(dp=2, zero=1, mbs=8)
     specs = [problem.trial_spec(config, StepPlan()) for config in (plain, other)]
@@ -132,15 +146,19 @@ def test_a_users_script_runs_forked_each_trial_a_fresh_process(
 
 
 @pytest.mark.parametrize("engine", WARM_ENGINES)
-def test_a_pool_destroys_each_trials_process_groups(tmp_path: Path, engine: str) -> None:
+def test_a_pool_destroys_each_trials_process_groups(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Across a pool's life its ranks hold the world group alone between trials: each
     trial's own groups are destroyed after it (they once added up, 5, 9, then 13 live
     groups after three trials)."""
+    monkeypatch.setenv(*ALL_RANKS_LOCAL)
     launcher = get_launcher("local")
     problem = load_problem(engine, "tiny", "local:2")
     spec = problem.trial_spec(
         TrainConfig(dp=2, zero=1 if engine == "deepspeed" else 0, mbs=2), StepPlan()
     )
+    before = deepspeed_buffers()
     with launcher:
         for n in range(3):
             request = prepare(spec, problem.engine, launcher, tmp_path / f"t{n}", 300)
@@ -153,6 +171,7 @@ def test_a_pool_destroys_each_trials_process_groups(tmp_path: Path, engine: str)
         for n in range(3)
     ]
     assert counts == [[("0", "1"), ("1", "1")]] * 3, counts
+    assert deepspeed_buffers() <= before
 
 
 POOL_LINE = r"autotune pool: rank (\d+) holds (\d+) process group\(s\) after the trial"
