@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/costmodel_validation.md")
     args = parser.parse_args()
     rows, skipped = [], {}
-    observations: dict[str, list[tuple[str, Observation]]] = {}
+    observations: dict[str, list[tuple[str, str, Observation]]] = {}
     total = 0
     for c in cases(args.data):
         total += 1
@@ -56,6 +56,7 @@ def main() -> None:
         observations.setdefault(cluster.device.generation, []).append(
             (
                 c.source,
+                c.engine,
                 Observation(
                     c.workload, cluster, c.config, get_engine(c.engine).traits, c.published_step_s
                 ),
@@ -137,9 +138,10 @@ def report(frame: pd.DataFrame, skipped: dict[str, int], total: int) -> str:
     return "\n".join(lines)
 
 
-def held_out(observations: dict[str, list[tuple[str, Observation]]]) -> str:
+def held_out(observations: dict[str, list[tuple[str, str, Observation]]]) -> str:
     """Leave one source out: fit each generation's calibration on its other sources' rows
-    and predict the source left out, so that no sweep is fitted and tested at once."""
+    and predict the source left out, so that no sweep is fitted and tested at once.
+    `observations`: per generation, each row's source, engine and observation."""
     lines = [
         "## Held-out error of the calibration (leave one source out)",
         "",
@@ -153,13 +155,14 @@ def held_out(observations: dict[str, list[tuple[str, Observation]]]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for generation, tagged in observations.items():
-        sources = sorted({source for source, _ in tagged})
+        sources = sorted({source for source, _, _ in tagged})
         for source in sources:
-            test = [o for s, o in tagged if s == source]
-            train = [o for s, o in tagged if s != source]
+            test = [o for s, _, o in tagged if s == source]
+            train = [o for s, _, o in tagged if s != source]
+            engine = next(e for s, e, _ in tagged if s == source)
             held = f"{median_abs_pct_error(fit(train, Calibration()), test):.1%}" if train else "-"
             lines.append(
-                f"| {generation} | {source} | {test[0].engine} | {len(test)} | "
+                f"| {generation} | {source} | {engine} | {len(test)} | "
                 f"{median_abs_pct_error(Calibration(), test):.1%} | {held} |"
             )
     return "\n".join(lines) + "\n"
