@@ -16,10 +16,11 @@ speed to them); moderate and harsh settings of these (`SCALES`). Each study is t
 study loop (guided search) on a launcher that answers with the truth at the trial's node
 count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms: the plan's
 best config (no trial); full-size guided studies with the default 8 trials and until
-converged; slice studies on 8 and 16 nodes, searching until converged, whose leaders are
-confirmed at full size (`--confirm-full` 0, 1, 2, read off one study: 0 names the best
-extrapolation, 1 the first leader measured at full size, 2 the better of two; this
-script's --confirm-full N reads 0 to N). Regret is
+converged; slice studies on 8 and 16 nodes, which search until converged, run their scale
+probes (the best leaders on twice the slice, charged to every arm), search on under the
+miss they learn until converged again, and confirm leaders at full size (`--confirm-full`
+0, 1, 2, read off one study: 0 names the best extrapolation, 1 the first leader measured
+at full size, 2 the better of two; this script's --confirm-full N reads 0 to N). Regret is
 against the converged full-size study's winner (negative: better than it) and against the
 world's best config; GPU-hours against that study's. Writes results/benchmarks/slice.md.
 
@@ -62,7 +63,7 @@ from autotune.study.settings import Budget, SearchSettings  # noqa: E402
 from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings  # noqa: E402
 from autotune.study.slice_cost import trial_gpu_hours  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
-from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
+from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
 
@@ -228,9 +229,10 @@ def _hours(trials: list[optuna.trial.FrozenTrial], world: World) -> float:
 def slice_arms(s: optuna.Study, world: World, confirm: int = 2) -> dict[int, tuple[str, float]]:
     """Per --confirm-full 0 to `confirm`: the config named and the GPU-hours spent."""
     ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-    search = [t for t in ran if t.user_attrs.get(RANKED_BY) != "full"]
+    probes = [t for t in ran if SCALE_PROBE in t.user_attrs]
+    search = [t for t in ran if t.user_attrs.get(RANKED_BY) != "full"]  # the probes too
     full = sorted((t for t in ran if FULL_OF in t.user_attrs), key=lambda t: t.number)
-    done = [t for t in search if t.state == TrialState.COMPLETE and t.value]
+    done = [t for t in search if t.state == TrialState.COMPLETE and t.value and t not in probes]
     arms = {0: (_key(max(done, key=lambda t: t.value or 0.0)), _hours(search, world))}
     for n in range(1, confirm + 1):
         measured = [t for t in full[:n] if t.state == TrialState.COMPLETE and t.value]

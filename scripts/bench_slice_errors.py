@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_slice as bench  # noqa: E402
 
 from autotune.study.slice import RANKED_BY  # noqa: E402
-from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
+from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = ((1024, 8), (1024, 16), (8192, 8), (8192, 16))
@@ -56,7 +56,7 @@ def one_study(gpus: int, nodes: int, seed: int, scale: bench.Scale) -> Measured:
     rows = []
     for t in s.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         kind = t.user_attrs.get(RANKED_BY)
-        if kind in ("slice", "proxy") and t.value:
+        if kind in ("slice", "proxy") and t.value and SCALE_PROBE not in t.user_attrs:
             attrs = TrialAttrs.of(t)
             key = attrs.config_key
             assert key is not None

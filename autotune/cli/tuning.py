@@ -123,6 +123,15 @@ if TYPE_CHECKING:
     "chosen and repeated there (its figures from those launches); 0 skips them, and the "
     "figures are the slice's extrapolation.",
 )
+@click.option(
+    "--scale-probes",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0),
+    help="With --trial-nodes: the slice's best leaders measured again on twice its nodes "
+    "before confirmation, to learn how data-parallel traffic slows as the nodes grow; "
+    "0 skips them.",
+)
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(**options: Any) -> None:
@@ -183,6 +192,7 @@ class RunOptions:
     precision: float
     trial_nodes: int | None
     confirm_full: int
+    scale_probes: int
     command: tuple[str, ...]
 
 
@@ -213,7 +223,7 @@ def _tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
         sampler=options.sampler,
         seed=options.seed,
         slice=(
-            SliceSettings(options.trial_nodes, options.confirm_full)
+            SliceSettings(options.trial_nodes, options.confirm_full, probes=options.scale_probes)
             if options.trial_nodes is not None
             else None
         ),

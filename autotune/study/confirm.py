@@ -129,7 +129,8 @@ def equivalent(best: Standing, other: Standing, between: Spread | None) -> bool:
 def standings(study: optuna.Study) -> list[Standing]:
     """Each measured config's standing, best first, on the measurements that choose (not the
     winner's repeats after the choice); a config whose latest repeat failed
-    (out of memory, a crash; not one stopped by the user) does not stand. A trial that runs
+    (out of memory, a crash; not one stopped by the user) does not stand, nor does a slice
+    study's scale probe (it measures how the slice misses, not a config). A trial that runs
     after a confirmation (a resumed study, another worker) stands like any other and can
     win."""
     failed: dict[int, int] = {}
@@ -139,6 +140,8 @@ def standings(study: optuna.Study) -> list[Standing]:
             failed[attrs.confirms] = t.number
     found = []
     for first, trials in measurements(study).items():
+        if TrialAttrs.of(trials[0]).scale_probe_of is not None:
+            continue
         latest = max(trials, key=lambda t: t.number)
         chose = tuple(t.value for t in trials if t.value and not TrialAttrs.of(t).after_choice)
         if failed.get(first, -1) > latest.number or not chose:
@@ -160,6 +163,20 @@ def best_mean(study: optuna.Study) -> tuple[float | None, float]:
         return None, 0.0
     best = ranked[0]
     return best.tokens_per_s, best.sd(study_spread(study)) / math.sqrt(len(best.values))
+
+
+def best_step_time(study: optuna.Study, besides: int | None = None) -> tuple[float, int] | None:
+    """The best config's mean step time (its standing, not its luckiest launch) and how many
+    launches it is the mean of; None before any trial completed, or where the best is the
+    config whose first trial is `besides`: how long the next trial measures depends on it."""
+    ranked = standings(study)
+    if not ranked or ranked[0].first == besides:
+        return None
+    best = ranked[0]
+    step = TrialAttrs.of(best.trial).step_time_s
+    if not step or not best.trial.value:
+        return None
+    return step * best.trial.value / best.tokens_per_s, len(best.values)
 
 
 def contenders(

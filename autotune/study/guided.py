@@ -115,6 +115,10 @@ class GuidedSearch:
     measured: list[TrainConfig] = field(default_factory=list)
     residuals: list[float] = field(default_factory=list)
     """log(measured / predicted tokens/s) of each measured config, under the refitted model."""
+    scale_slope: float = 0.0
+    """In a slice study, how far each candidate's full-size prediction is taken down per unit
+    of its data-parallel traffic share: what the scale probes learnt the model misses as the
+    nodes grow (`slice_scale.ScaleFit.traffic`); 0 elsewhere."""
     _table: ConfigTable = field(init=False, repr=False)
     _predictor: Predictor = field(init=False, repr=False)
     """The model of every candidate, computed once: a refit predicts them in a few array
@@ -225,6 +229,12 @@ class GuidedSearch:
                 e = self._estimate(oom.config)
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
 
+    def rescale(self, slope: float) -> None:
+        """Take full-size predictions down by `slope` times their data-parallel traffic share
+        from now on (`scale_slope`)."""
+        self.scale_slope = slope
+        self._beliefs = None
+
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = PROPOSAL_OPTIMISM_SIGMAS) -> Scored:
         """Every config still open, scored by its optimistic log tokens/s; NCCL and bucket
@@ -258,6 +268,8 @@ class GuidedSearch:
         errors = self._errors()
         rows = [self._layouts]
         expected = [np.log(p.tokens_per_s) + errors.mean]
+        if self.scale_slope:  # a slice study's scale miss, once its probes have run
+            expected[0] = expected[0] - self.scale_slope * p.step.dp_comm_s / p.step.total_s
         unc = [errors.spread]
         # NCCL settings refine the measured leader: its measurement, moved by the model's
         # predicted change, plus what NCCL's choice may leave on the table. Kept only while

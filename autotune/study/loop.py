@@ -24,7 +24,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import confirm, repeat_winner, standings
+from autotune.study.confirm import best_step_time, confirm, repeat_winner, standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
     early_stop_margin,
@@ -38,6 +38,7 @@ from autotune.study.samplers import ENQUEUEING
 from autotune.study.settings import SearchSettings, StudyOutcome
 from autotune.study.slice_confirm import (
     confirm_full,
+    learn_scale,
     repeat_full_winner,
     slice_run,
     slice_standings,
@@ -63,20 +64,6 @@ AWAIT_S = 2.0
 """How often a worker whose budget other workers' running trials would spend looks again."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
-
-
-def best_step_time(study: optuna.Study, besides: int | None = None) -> tuple[float, int] | None:
-    """The best config's mean step time (its standing, not its luckiest launch) and how many
-    launches it is the mean of; None before any trial completed, or where the best is the
-    config whose first trial is `besides`: how long the next trial measures depends on it."""
-    ranked = standings(study)
-    if not ranked or ranked[0].first == besides:
-        return None
-    best = ranked[0]
-    step = TrialAttrs.of(best.trial).step_time_s
-    if not step or not best.trial.value:
-        return None
-    return step * best.trial.value / best.tokens_per_s, len(best.values)
 
 
 def run_study(
@@ -163,7 +150,7 @@ class _Search:
         self.resumed_failed = fail_abandoned_trials(study)
         self.seen = verdicts(study)
         self.rng = random.Random(settings.seed)
-        self.misses, self.ran, self.start = 0, 0, time.monotonic()
+        self.misses, self.ran, self.start, self._scaled = 0, 0, time.monotonic(), False
 
     def calibration(self) -> Calibration:
         """The study's current fit: the guided search's, or the plan's."""
@@ -202,6 +189,9 @@ class _Search:
         while reason is None:
             if self.settings.strategy in ENQUEUEING:
                 proposal, reason = self.proposer.next_config(self.seen)
+                if proposal is None and reason and self._rescaled():
+                    reason = None
+                    continue
                 if proposal is None:
                     break
                 self.study.enqueue_trial(self.space.params(proposal))
@@ -211,6 +201,15 @@ class _Search:
                 self.misses = 0
             reason = self.one_pass()
         return reason or ""
+
+    def _rescaled(self) -> bool:
+        """Once, in a slice study about to stop: go on under its probes' scale miss."""
+        if self._scaled or self.guide is None:
+            return False
+        self._scaled = True
+        best = learn_scale(self.study_run, self.space, self.settings, self.guide)
+        self.proposer = dataclasses.replace(self.proposer, best=best or self.proposer.best)
+        return best is not None
 
     def one_pass(self) -> str | None:
         """Ask one config; skip it with its reason or run it. Every pass ends by re-reading
@@ -337,9 +336,9 @@ class _Search:
         asks (a runner-up's to half its distance from the best where wider), profiled only
         where the config has no profile yet and it could win, while the time budget lasts,
         and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
-        command relaunches for each); then the winner's repeats after
-        its choice (`Effort.after_choice`), from which its figures are stated (at full size,
-        later, for a slice study that confirms its leaders there)."""
+        command relaunches for each); then the winner's repeats after its choice
+        (`Effort.after_choice`), its figures' source (at full size, later, for a slice
+        study that confirms its leaders there)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
         ranking = slice_standings if self.study_run.slice is not None else standings

@@ -5,6 +5,7 @@ on lately (left to the worker that retries them)."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import optuna
@@ -34,6 +35,9 @@ class Proposer:
     """The user's own config, proposed before anything else until it has a verdict."""
     gave_way: set[int] = field(default_factory=set, hash=False)
     """This worker's trials that gave their config way to another worker's."""
+    best: Callable[[optuna.Study], tuple[float | None, float]] = best_mean
+    """The best config's mean throughput and its log's standard error, which the stop rule
+    compares with (a slice study's, once probed, moved by the scale miss)."""
 
     def next_config(self, seen: dict[str, int]) -> tuple[TrainConfig | None, str | None]:
         """The guided or grid proposal; (None, why) when there is none. `seen`: the configs
@@ -67,7 +71,7 @@ class Proposer:
         if self.baseline is not None and config_key(self.baseline) not in avoided:
             return self.baseline, None
         if self.guide is not None:
-            best = best_mean(self.study)
+            best = self.best(self.study)
             why = self.guide.converged(claimed, *best)
             if why:
                 return None, why

@@ -77,6 +77,9 @@ class SliceSettings:
     nodes: int
     confirm_full: int = 2
     """Leaders measured at full size before export; 0: none."""
+    probes: int = 4
+    """Leaders measured again on twice the slice's nodes before they are confirmed, to learn
+    how the extrapolation misses as the nodes grow (`study.slice_scale`); 0: none."""
     error: float = 0.0
     """log(full / extrapolated) tokens/s measured on this cluster before: the extrapolation
     is moved by it."""

@@ -33,13 +33,15 @@ from autotune.study.slice import (
     is_slice_study,
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
+from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
 from autotune.study.storage import stored_specs
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
 from autotune.study.trial_run import StudyRun, run_one
 from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
+    from autotune.study.guided import GuidedSearch
     from autotune.study.settings import SearchSettings
 
 SLICE_ERROR = SLICE_ERROR_ATTR
@@ -62,23 +64,24 @@ def slice_run(
 
 
 def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
-    """The `confirm_full` best configs of the slice search, each measured once at full
-    size (unless it already was); their trial numbers. Records the slice-to-full error."""
+    """The slice's leaders measured once at full size, `confirm_full` of them in all (a
+    resumed study counts those it has), each the best of the rest as the extrapolation's miss
+    learnt so far ranks them (`slice_scale`): first from scale probes, then from each
+    confirmation; the trial numbers of the probes and confirmations. Records the
+    slice-to-full error."""
     s = settings.slice
     if s is None or not s.confirm_full or run.slice is None:
         return []
     study = run.study
+    view = ScaleView(study, run.problem, s.nodes, run.slice.calibration)
+    numbers = probe_scale(run, space, settings, view)
     full_run = dataclasses.replace(run, slice=None)
-    done = {t.user_attrs.get(FULL_OF) for t in study.get_trials(deepcopy=False)}
-    leaders = [
-        st
-        for st in standings(study)
-        if st.trial.user_attrs.get(RANKED_BY) in ("slice", "proxy", "model")
-    ]
-    numbers: list[int] = []
-    for standing in leaders[: s.confirm_full]:
-        if standing.first in done:
-            continue
+    done = {t.user_attrs.get(FULL_OF) for t in study.get_trials(deepcopy=False)} - {None}
+    for _ in range(s.confirm_full - len(done)):
+        standing = next((st for st in view.ranked(view.fit()) if st.first not in done), None)
+        if standing is None:
+            break
+        done.add(standing.first)
         attrs: dict[str, object] = {FULL_OF: standing.first}
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
         if trial is None:
@@ -88,6 +91,72 @@ def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> 
         numbers.append(trial.number)
     record_error(study)
     return numbers
+
+
+def probe_scale(
+    run: StudyRun, space: StudySpace, settings: SearchSettings, view: ScaleView
+) -> list[int]:
+    """Leaders measured again on twice the slice's nodes (where that is a slice of the
+    cluster); their trial numbers. Once a study, the `probes` best measured with the job's
+    own layout whose traffic shares lie apart (NCCL variants of one layout tell no slope):
+    how they slow tells the miss per doubling. Each time, the `probes` best proxies, as the
+    miss ranks them, whose own layout fits there and has not run: what they measure stands
+    for their proxy's extrapolation, whose error is its own."""
+    s, sliced = settings.slice, run.slice
+    assert s is not None and sliced is not None
+    nodes = probe_nodes(s.nodes, run.problem.cluster.nodes)
+    if nodes is None or not s.probes:
+        return []
+    study = run.study
+    probed = {TrialAttrs.of(t).scale_probe_of for t in study.get_trials(deepcopy=False)}
+    wider = dataclasses.replace(sliced, settings=dataclasses.replace(sliced.settings, nodes=nodes))
+    ranked = view.ranked(view.fit())
+    kinds = [(st, st.trial.user_attrs.get(RANKED_BY)) for st in ranked]
+    own = [st for st, kind in kinds if kind == "slice"]
+    chosen = (
+        [] if probed - {None} else apart_in_share(own, s.probes, run.problem, wider.calibration())
+    )
+    chosen += [
+        st
+        for st in [st for st, kind in kinds if kind == "proxy"][: s.probes]
+        if st.first not in probed and _holds_own_layout(wider, st.config)
+    ]
+    probe_run = dataclasses.replace(run, slice=wider)
+    steps = dataclasses.replace(settings.steps, best_s=None)
+    numbers: list[int] = []
+    for standing in chosen:
+        attrs: dict[str, object] = {SCALE_PROBE: standing.first}
+        trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
+        if trial is None:
+            continue
+        record = run_one(probe_run, trial, standing.config, config_key(standing.config), steps)
+        label = f"{standing.config.label()} (on {nodes} nodes, trial {standing.first} again)"
+        run.progress.finished(trial.number, label, record, best_value(study))
+        numbers.append(trial.number)
+    return numbers
+
+
+def _holds_own_layout(wider: SliceRun, config: TrainConfig) -> bool:
+    view = wider.trial(config).view
+    return view.why_not is None and view.proxy is None
+
+
+def learn_scale(
+    run: StudyRun, space: StudySpace, settings: SearchSettings, guide: GuidedSearch
+) -> Callable[[optuna.Study], tuple[float | None, float]] | None:
+    """The scale probes run (`probe_scale`), and the guided search's full-size predictions
+    moved by the miss they learn; the best the search's stop rule must beat from then on,
+    moved alike; None where no probe ran or they learnt no miss (nothing moves)."""
+    s = settings.slice
+    if run.slice is None or s is None:
+        return None
+    view = ScaleView(run.study, run.problem, s.nodes, run.slice.calibration)
+    probe_scale(run, space, settings, view)
+    slope = view.fit().traffic
+    if not slope:
+        return None
+    guide.rescale(slope)
+    return lambda _: view.best_moved(slope)
 
 
 def _run_full(

@@ -84,12 +84,16 @@ def cost_line(cost: Cost) -> str:
 def ranked_line(study: optuna.Study) -> str:
     """How the study's trials were ranked: on the slice, by the model, at full size."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    count = Counter(t.user_attrs.get(RANKED_BY) for t in done)
+    count = Counter(
+        "probe" if TrialAttrs.of(t).scale_probe_of is not None else t.user_attrs.get(RANKED_BY)
+        for t in done
+    )
+    probes = f", {count['probe']} measured again on twice its nodes" if count["probe"] else ""
     return (
         f"trials on a slice of {study.user_attrs.get(SLICE_STUDY)} nodes: {count['slice']} "
         f"measured there and extrapolated, {count['proxy']} on a shallower proxy (fewer "
         f"pipeline stages or layers per chunk: the layout or its states do not fit the "
-        f"slice), {count['model']} ranked by the model (not even a proxy fits), "
+        f"slice), {count['model']} ranked by the model (not even a proxy fits){probes}, "
         f"{count['full']} at full size"
     )
 

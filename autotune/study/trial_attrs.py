@@ -33,6 +33,10 @@ CONFIRMS = "confirms"
 AFTER_CHOICE = "after_choice"
 """On a repeat of the chosen winner taken once the choice was made: it states the winner's
 figures and takes no part in choosing (`study.figures`)."""
+SCALE_PROBE = "scale_probe_of"
+"""On a slice study's scale probe: the number of the slice trial whose config it measures
+again on twice the slice's nodes. It tells how the extrapolation misses as the nodes grow
+(`study.slice_scale`) and stands for no config of its own."""
 SOURCE = "source"
 """measured, simulated or replayed."""
 LABEL = "label"
@@ -143,6 +147,10 @@ class TrialAttrs:
     @property
     def after_choice(self) -> bool:
         return bool(self.values.get(AFTER_CHOICE))
+
+    @property
+    def scale_probe_of(self) -> int | None:
+        return self.values.get(SCALE_PROBE)
 
     @property
     def source(self) -> str | None:

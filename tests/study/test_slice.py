@@ -42,7 +42,7 @@ from autotune.study.slice import (
 from autotune.study.slice_confirm import slice_standings
 from autotune.study.slice_cost import study_cost, trial_gpu_hours
 from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import AFTER_CHOICE
+from autotune.study.trial_attrs import AFTER_CHOICE, SCALE_PROBE
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec
 from autotune.tune import TuneSettings, tune
@@ -111,7 +111,11 @@ def test_a_slice_study_names_nodes_confirms_at_full_size_and_costs_gpu_hours(
     trials = tuned.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     full = [t for t in trials if FULL_OF in t.user_attrs]
     assert len(full) == 1 and full[0].user_attrs[TRIAL_NODES] == 4
-    sliced = [t for t in trials if t.user_attrs.get(RANKED_BY) in ("slice", "proxy")]
+    probes = [t for t in trials if SCALE_PROBE in t.user_attrs]
+    assert probes and all(t.user_attrs[TRIAL_NODES] == 2 for t in probes)
+    sliced = [
+        t for t in trials if t.user_attrs.get(RANKED_BY) in ("slice", "proxy") and t not in probes
+    ]
     assert sliced and all(t.user_attrs[TRIAL_NODES] == 1 for t in sliced)
     folder = Path(sliced[0].user_attrs["folder"])
     assert yaml.safe_load((folder / "config.yaml").read_text())["nodes"] == 1

@@ -10,7 +10,7 @@ import torch
 
 from autotune.rank.measure import StepMeter
 from autotune.space import TrainConfig
-from autotune.study.loop import best_step_time
+from autotune.study.confirm import best_step_time
 from autotune.study.noise import (
     UNKNOWN_BETWEEN,
     Spread,

@@ -1,0 +1,204 @@
+"""The slice study's scale probes and the miss it learns from them (`study.slice_scale`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
+from autotune.estimate.predict import estimate
+from autotune.estimate.ranking import memory_verdicts
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.problem import Problem, load_problem
+from autotune.space import TrainConfig
+from autotune.specs import Cluster, Workload
+from autotune.study import Budget
+from autotune.study.confirm import standings
+from autotune.study.guided import GuidedSearch
+from autotune.study.loop import run_study
+from autotune.study.settings import SearchSettings
+from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES, SliceSettings
+from autotune.study.slice_scale import fit_scale, probe_nodes, traffic_share
+from autotune.study.storage import StudyRef
+from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
+from tests.fakes import Quiet, add_measured, new_study
+
+CAL = DEFAULT_CALIBRATION["hopper"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "cluster", "probe"), [(8, 128, 16), (8, 16, None), (3, 12, 6), (4, 12, None)]
+)
+def test_a_probe_runs_on_twice_the_slice_where_that_is_still_a_slice(
+    nodes: int, cluster: int, probe: int | None
+) -> None:
+    assert probe_nodes(nodes, cluster) == probe
+
+
+def test_the_miss_grows_with_the_traffic_share_the_probes_show() -> None:
+    probes = [(s, 0.01 + 0.2 * s) for s in (0.1, 0.3, 0.5)]  # 0.2 per doubling and share
+    fit = fit_scale(probes, [], doublings=4, noise=0.03)
+    assert fit.traffic == pytest.approx(0.8) and fit.offset == 0.0
+    assert fit.miss(0.5) - fit.miss(0.1) == pytest.approx(0.32)
+
+
+def test_leaders_measured_at_full_size_correct_the_probes_slope() -> None:
+    """A spine only the whole job crosses: the full-size launches show twice the slope the
+    probes foretold, and the fit follows them once two differ enough in share."""
+    probes = [(s, 0.2 * s) for s in (0.1, 0.3, 0.5)]
+    one = fit_scale(probes, [(0.2, 0.1 + 1.6 * 0.2)], doublings=4, noise=0.02)
+    assert one.traffic == pytest.approx(0.8)  # one launch sets the offset only
+    assert one.miss(0.2) == pytest.approx(0.42)
+    two = fit_scale(probes, [(0.1, 0.1 + 0.16), (0.5, 0.1 + 0.8)], doublings=4, noise=0.02)
+    assert two.traffic == pytest.approx(1.6, abs=0.1)
+    assert two.miss(0.3) == pytest.approx(0.1 + 0.48, abs=0.03)
+
+
+def test_probes_with_alike_shares_or_alone_learn_no_slope() -> None:
+    assert fit_scale([(0.3, 0.1)], [], 4, 0.03).traffic == 0.0
+    assert fit_scale([(0.3, 0.1), (0.305, 0.2)], [], 4, 0.03).traffic == 0.0
+
+
+def test_a_scale_probe_stands_for_no_config() -> None:
+    study = new_study()
+    config = load_problem("megatron", "llama3-8b", "dgx-h100:4", None).config({"tp": 8})
+    first = add_measured(study, 1000.0, config)
+    add_measured(study, 5000.0, config, **{SCALE_PROBE: first})
+    assert [(s.first, s.values) for s in standings(study)] == [(first, (1000.0,))]
+
+
+SLOWER_PER_DOUBLING = 0.6
+"""The world's data-parallel traffic: each doubling of the nodes slows a step by this much
+times its traffic share, which the model does not know."""
+
+
+@dataclass
+class ScaleWorld(Launcher):
+    """The model's step, slowed by the nodes as `SLOWER_PER_DOUBLING` says."""
+
+    problem: Problem
+    name = "scale-world"
+    source = "simulated"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["echo", "simulated world"]
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        step = true_step(self.problem, spec.workload, spec.cluster, spec.config)
+        result = TrialResult(
+            source="simulated",
+            step_time_s=step,
+            tokens_per_s=spec.workload.tokens_per_step / step,
+            tflops_per_device=0.0,
+            mfu=None,
+        )
+        result.write(request.folder)
+        return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)
+
+
+def true_step(
+    problem: Problem, workload: Workload, cluster: Cluster, config: TrainConfig
+) -> float:
+    p, nodes = problem, cluster.nodes
+    full = dataclasses.replace(config, dp=config.dp * (p.cluster.nodes // nodes))
+    model = estimate(workload, config, cluster, p.engine.traits, CAL)
+    share = traffic_share(p, full, CAL)
+    return model.step.total_s * math.exp(SLOWER_PER_DOUBLING * share * math.log2(nodes))
+
+
+def _first_confirmed(problem: Problem, probes: int) -> tuple[optuna.Study, str, dict[str, float]]:
+    """A slice study on 4 of 32 nodes confirming one leader: the study, the key of the
+    config it confirmed and the true full-size tokens/s of each config it measured."""
+    sampler = optuna.samplers.RandomSampler(seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_study(
+            problem,
+            study,
+            ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
+            launcher=ScaleWorld(problem),
+            progress=Quiet(),
+            settings=SearchSettings(
+                budget=Budget(trials=12),
+                strategy="random",  # the plan's fit throughout: the world is that model's
+                seed=0,
+                calibration=CAL,
+                slice=SliceSettings(4, confirm_full=1, probes=probes),
+            ),
+        )
+    full = next(t for t in study.trials if FULL_OF in t.user_attrs)
+    truth = {}
+    for t in study.trials:
+        attrs = TrialAttrs.of(t)
+        if t.user_attrs.get(RANKED_BY) in ("slice", "proxy") and attrs.config_key is not None:
+            step = true_step(problem, problem.workload, problem.cluster, attrs.config)
+            truth[attrs.config_key] = problem.workload.tokens_per_step / step
+    key = TrialAttrs.of(full).config_key
+    assert key is not None
+    return study, key, truth
+
+
+def test_probes_on_twice_the_slice_confirm_the_config_that_is_fastest_at_full_size() -> None:
+    """Where data-parallel traffic slows with the nodes, the slice's plain extrapolation
+    overrates the configs that send the most of it; probes on 8 nodes learn by how much,
+    and the leader confirmed at full size is the truly fastest the slice measured, not the
+    one the plain extrapolation ranks first."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    study, confirmed, truth = _first_confirmed(p, probes=4)
+    probes = [t for t in study.trials if SCALE_PROBE in t.user_attrs]
+    assert len(probes) >= 2 and all(t.user_attrs[TRIAL_NODES] == 8 for t in probes)
+    assert confirmed == max(truth, key=truth.__getitem__)
+    measured = [s for s in standings(study) if s.trial.user_attrs.get(RANKED_BY) != "full"]
+    plain = TrialAttrs.of(max(measured, key=lambda s: s.tokens_per_s).trial).config_key
+    assert plain is not None and truth[plain] < 0.98 * truth[confirmed]
+
+
+def test_a_guided_slice_search_goes_on_under_the_miss_its_probes_learn() -> None:
+    """The guided search stops once nothing open could beat its best as the plain
+    extrapolation ranks them; its probes then run, and it searches on with every full-size
+    prediction moved by the miss they learnt, before any leader is confirmed."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    study = optuna.create_study(direction="maximize")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_study(
+            p,
+            study,
+            ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
+            launcher=ScaleWorld(p),
+            progress=Quiet(),
+            settings=SearchSettings(
+                budget=Budget(trials=40),
+                seed=0,
+                calibration=CAL,
+                slice=SliceSettings(4, confirm_full=1),
+            ),
+        )
+    probes = [t.number for t in study.trials if SCALE_PROBE in t.user_attrs]
+    full = [t.number for t in study.trials if FULL_OF in t.user_attrs]
+    searched = [
+        t.number
+        for t in study.trials
+        if t.user_attrs.get(RANKED_BY) in ("slice", "proxy") and t.number not in probes
+    ]
+    assert probes and full and max(probes) < min(full)
+    assert any(n > max(probes) for n in searched)
+
+
+def test_a_guide_told_of_the_scale_miss_proposes_configs_that_send_less_traffic() -> None:
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    fits = memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, CAL)
+    guide = GuidedSearch(p, fits.fastest_first, CAL, seed=0)
+    first = guide.propose(set())
+    guide.rescale(3.0)
+    then = guide.propose(set())
+    assert first is not None and then is not None
+    assert traffic_share(p, then, CAL) < traffic_share(p, first, CAL) - 0.05
