@@ -86,10 +86,10 @@ def fit_scale(
     doublings: float,
     noise: float,
 ) -> ScaleFit:
-    """The miss from (share, log miss per doubling) of each probe and (share, log miss at
-    full size) of each leader measured there; `doublings` from the slice to the whole,
-    `noise` the spread of one launch's log."""
-    prior = doublings * max(0.0, _slope(doubling))
+    """The miss from (share, log miss per doubling) of each probe (`probes_slope`) and
+    (share, log miss at full size) of each leader measured there; `doublings` from the slice
+    to the whole, `noise` the spread of one launch's log."""
+    prior = doublings * probes_slope(doubling, noise)
     if not full:
         return ScaleFit(0.0, prior)
     shares = [s for s, _ in full]
@@ -103,16 +103,24 @@ def fit_scale(
     return ScaleFit(mean_miss - slope * mean_share, slope)
 
 
-def _slope(points: list[tuple[float, float]]) -> float:
-    """The least-squares slope of miss on share (0 without two shares far enough apart)."""
+def probes_slope(points: list[tuple[float, float]], noise: float) -> float:
+    """The miss per doubling and unit of share the probes' (share, log miss) show: the
+    least-squares slope, shrunk by its standard error where launches differ by `noise`
+    (each point a difference of two launches' logs), so that a slope the probes cannot
+    tell from noise is taken as none, not multiplied by every doubling to the whole; 0
+    without two shares far enough apart, or below none."""
     if len(points) < 2:
+        return 0.0
+    if max(s for s, _ in points) - min(s for s, _ in points) < MIN_SHARE_SPREAD:
         return 0.0
     mean_s = sum(s for s, _ in points) / len(points)
     mean_m = sum(m for _, m in points) / len(points)
     sxx = sum((s - mean_s) ** 2 for s, _ in points)
-    if max(s for s, _ in points) - min(s for s, _ in points) < MIN_SHARE_SPREAD:
+    slope = sum((s - mean_s) * (m - mean_m) for s, m in points) / sxx
+    if slope <= 0:
         return 0.0
-    return sum((s - mean_s) * (m - mean_m) for s, m in points) / sxx
+    standard_error = noise * math.sqrt(2 / sxx)
+    return slope * max(0.0, 1 - (standard_error / slope) ** 2)
 
 
 @dataclass(frozen=True)
@@ -158,8 +166,12 @@ class ScaleView:
             first = s.trial.user_attrs.get(FULL_OF)
             if first in read.values and read.kinds[first] != "model":
                 full.append((read.shares[first], read.values[first] - s.log_mean))
-        noise = assumed_between(self.study, _measured(self.study))
-        return fit_scale(read.doubling, full, self.doublings, noise)
+        return fit_scale(read.doubling, full, self.doublings, self._noise())
+
+    def _noise(self) -> float:
+        """How far one launch's log strays: the study's between-trial spread (none for a
+        simulated study, whose trials are the model's)."""
+        return assumed_between(self.study, _measured(self.study))
 
     @property
     def doublings(self) -> float:
@@ -207,7 +219,7 @@ class ScaleView:
                 doubling.append((shares[first], values[first] - probe))
             else:
                 promoted[first] = probe
-        per_doubling = max(0.0, _slope(doubling))
+        per_doubling = probes_slope(doubling, self._noise())
         values.update({f: v + per_doubling * shares[f] for f, v in promoted.items()})
         return _Reading(leaders, values, shares, kinds, doubling)
 
