@@ -19,8 +19,9 @@ best config (no trial); full-size guided studies with the default 8 trials and u
 converged; slice studies on 8 and 16 nodes, which search until converged, run their scale
 probes (the best leaders on twice the slice, charged to every arm), search on under the
 miss they learn until converged again, and confirm leaders at full size (`--confirm-full`
-0, 1, 2, read off one study: 0 names the best extrapolation, 1 the first leader measured
-at full size, 2 the better of two; this script's --confirm-full N reads 0 to N). Regret is
+0, 1, 2, read off one study: 0 names the best extrapolation, from a search the probes
+helped, which a real --confirm-full 0 study runs none of; 1 the first leader measured at
+full size, 2 the better of two; this script's --confirm-full N reads 0 to N). Regret is
 against the converged full-size study's winner (negative: better than it) and against the
 world's best config; GPU-hours against that study's. Writes results/benchmarks/slice.md.
 

@@ -128,9 +128,10 @@ if TYPE_CHECKING:
     default=4,
     show_default=True,
     type=click.IntRange(0),
-    help="With --trial-nodes: the slice's best leaders measured again on twice its nodes "
-    "before confirmation, to learn how data-parallel traffic slows as the nodes grow; "
-    "0 skips them.",
+    help="With --trial-nodes and --confirm-full: the slice's best leaders measured again "
+    "on twice its nodes when the search would first stop, to learn how data-parallel "
+    "traffic slows as the nodes grow (the search goes on under it, and the leaders are "
+    "confirmed by it); 0 skips them.",
 )
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

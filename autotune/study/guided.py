@@ -185,7 +185,9 @@ class GuidedSearch:
 
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
-        """Refit the model to the measured trials; tighten memory after out-of-memory ones."""
+        """Refit the model to the measured trials; tighten memory after out-of-memory ones.
+        A slice study's scale probes are left out: what they tell is `scale_slope`."""
+        trials = [t for t in trials if TrialAttrs.of(t).scale_probe_of is None]
         attrs = {t.number: TrialAttrs.of(t) for t in trials}
         step_times = {
             t.number: step

@@ -78,8 +78,9 @@ class SliceSettings:
     confirm_full: int = 2
     """Leaders measured at full size before export; 0: none."""
     probes: int = 4
-    """Leaders measured again on twice the slice's nodes before they are confirmed, to learn
-    how the extrapolation misses as the nodes grow (`study.slice_scale`); 0: none."""
+    """Leaders measured again on twice the slice's nodes when the search would first stop
+    (where it confirms at full size), to learn how the extrapolation misses as the nodes
+    grow (`study.slice_scale`); 0: none."""
     error: float = 0.0
     """log(full / extrapolated) tokens/s measured on this cluster before: the extrapolation
     is moved by it."""

@@ -97,11 +97,12 @@ def probe_scale(
     run: StudyRun, space: StudySpace, settings: SearchSettings, view: ScaleView
 ) -> list[int]:
     """Leaders measured again on twice the slice's nodes (where that is a slice of the
-    cluster); their trial numbers. Once a study, the `probes` best measured with the job's
-    own layout whose traffic shares lie apart (NCCL variants of one layout tell no slope):
-    how they slow tells the miss per doubling. Each time, the `probes` best proxies, as the
-    miss ranks them, whose own layout fits there and has not run: what they measure stands
-    for their proxy's extrapolation, whose error is its own."""
+    cluster); their trial numbers. Until one such probe has completed, the `probes` best
+    measured with the job's own layout whose traffic shares lie apart (NCCL variants of one
+    layout tell no slope): how they slow tells the miss per doubling. Each time, the
+    `probes` best proxies not yet probed, as the miss ranks them, whose own layout fits
+    there: what they measure stands for their proxy's extrapolation, whose error is its
+    own."""
     s, sliced = settings.slice, run.slice
     assert s is not None and sliced is not None
     nodes = probe_nodes(s.nodes, run.problem.cluster.nodes)
@@ -110,17 +111,15 @@ def probe_scale(
     study = run.study
     probed = {TrialAttrs.of(t).scale_probe_of for t in study.get_trials(deepcopy=False)}
     wider = dataclasses.replace(sliced, settings=dataclasses.replace(sliced.settings, nodes=nodes))
-    ranked = view.ranked(view.fit())
-    kinds = [(st, st.trial.user_attrs.get(RANKED_BY)) for st in ranked]
-    own = [st for st, kind in kinds if kind == "slice"]
+    ranked = [st for st in view.ranked(view.fit()) if st.first not in probed]
+    own = [st for st in ranked if st.trial.user_attrs.get(RANKED_BY) == "slice"]
+    proxies = (st for st in ranked if st.trial.user_attrs.get(RANKED_BY) == "proxy")
     chosen = (
-        [] if probed - {None} else apart_in_share(own, s.probes, run.problem, wider.calibration())
+        []
+        if view.slope_probed()
+        else apart_in_share(own, s.probes, run.problem, wider.calibration())
     )
-    chosen += [
-        st
-        for st in [st for st, kind in kinds if kind == "proxy"][: s.probes]
-        if st.first not in probed and _holds_own_layout(wider, st.config)
-    ]
+    chosen += [st for st in proxies if _holds_own_layout(wider, st.config)][: s.probes]
     probe_run = dataclasses.replace(run, slice=wider)
     steps = dataclasses.replace(settings.steps, best_s=None)
     numbers: list[int] = []
@@ -146,9 +145,10 @@ def learn_scale(
 ) -> Callable[[optuna.Study], tuple[float | None, float]] | None:
     """The scale probes run (`probe_scale`), and the guided search's full-size predictions
     moved by the miss they learn; the best the search's stop rule must beat from then on,
-    moved alike; None where no probe ran or they learnt no miss (nothing moves)."""
+    moved alike; None where no probe ran or they learnt no miss (nothing moves), and with
+    `--confirm-full 0`, whose winner is the plain extrapolation's and runs nowhere else."""
     s = settings.slice
-    if run.slice is None or s is None:
+    if run.slice is None or s is None or not s.confirm_full:
         return None
     view = ScaleView(run.study, run.problem, s.nodes, run.slice.calibration)
     probe_scale(run, space, settings, view)

@@ -57,8 +57,10 @@ def study_cost(study: optuna.Study, cluster: Cluster) -> Cost:
     ran = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
     seconds = [(trial_seconds(t), trial_nodes(t, cluster)) for t in ran]
     node_hours = sum(s * n for s, n in seconds) / 3600
-    searched = [
-        trial_seconds(t) or _model_seconds(t) for t in ran if t.user_attrs.get(RANKED_BY) != "full"
+    searched = [  # the search's own trials: not its probes, not its full-size launches
+        trial_seconds(t) or _model_seconds(t)
+        for t in ran
+        if t.user_attrs.get(RANKED_BY) != "full" and TrialAttrs.of(t).scale_probe_of is None
     ]
     full = sum(searched) * cluster.world_size / 3600
     return Cost(node_hours * cluster.devices_per_node, node_hours, full, len(ran))

@@ -131,8 +131,9 @@ class _Reading:
     values: dict[int, float]
     """Log tokens/s at full size, extrapolated as from the slice."""
     shares: dict[int, float]
-    kinds: dict[int, str | None]
-    """How each was ranked: slice, proxy or model."""
+    own_layout: frozenset[int]
+    """Those whose value is a measurement of their own layout: on the slice, or a proxy's
+    on the wider slice."""
     doubling: list[tuple[float, float]]
     """(share, log miss of one doubling) of each leader probed with its own layout."""
 
@@ -161,10 +162,11 @@ class ScaleView:
     def fit(self) -> ScaleFit:
         """The miss, from every probe and full-size launch of the study so far."""
         read = self._read()
+        trials = self.study.get_trials(deepcopy=False)
         full = []
         for s in standings(self.study):
-            first = s.trial.user_attrs.get(FULL_OF)
-            if first in read.values and read.kinds[first] != "model":
+            first = trials[s.first].user_attrs.get(FULL_OF)
+            if first in read.own_layout:  # a proxy's own error would pass for the slope's
                 full.append((read.shares[first], read.values[first] - s.log_mean))
         return fit_scale(read.doubling, full, self.doublings, self._noise())
 
@@ -172,6 +174,10 @@ class ScaleView:
         """How far one launch's log strays: the study's between-trial spread (none for a
         simulated study, whose trials are the model's)."""
         return assumed_between(self.study, _measured(self.study))
+
+    def slope_probed(self) -> bool:
+        """Whether a leader measured with its own layout has a completed probe."""
+        return bool(self._read().doubling)
 
     @property
     def doublings(self) -> float:
@@ -221,7 +227,8 @@ class ScaleView:
                 promoted[first] = probe
         per_doubling = probes_slope(doubling, self._noise())
         values.update({f: v + per_doubling * shares[f] for f, v in promoted.items()})
-        return _Reading(leaders, values, shares, kinds, doubling)
+        own = {f for f, kind in kinds.items() if kind == "slice"} | set(promoted)
+        return _Reading(leaders, values, shares, frozenset(own & set(values)), doubling)
 
     def _extrapolations(self, leaders: list[Standing], cal: Calibration) -> dict[int, float]:
         """Each leader's log extrapolated tokens/s under `cal`: the mean over its launches
