@@ -87,7 +87,7 @@ def a_trial_is_running(results: Path, after_completed: int) -> bool:
     return len(done) >= after_completed and bool(running)
 
 
-TRAIN_SH_RUNS = 30
+TRAIN_SH_RUNS = 20
 
 
 def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
