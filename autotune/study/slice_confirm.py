@@ -78,7 +78,7 @@ def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> 
     full_run = dataclasses.replace(run, slice=None)
     done = {t.user_attrs.get(FULL_OF) for t in study.get_trials(deepcopy=False)} - {None}
     for _ in range(s.confirm_full - len(done)):
-        standing = next((st for st in view.ranked(view.fit()) if st.first not in done), None)
+        standing = next((st for st in view.ranked() if st.first not in done), None)
         if standing is None:
             break
         done.add(standing.first)
@@ -111,7 +111,7 @@ def probe_scale(
     study = run.study
     probed = {TrialAttrs.of(t).scale_probe_of for t in study.get_trials(deepcopy=False)}
     wider = dataclasses.replace(sliced, settings=dataclasses.replace(sliced.settings, nodes=nodes))
-    ranked = [st for st in view.ranked(view.fit()) if st.first not in probed]
+    ranked = [st for st in view.ranked() if st.first not in probed]
     own = [st for st in ranked if st.trial.user_attrs.get(RANKED_BY) == "slice"]
     proxies = (st for st in ranked if st.trial.user_attrs.get(RANKED_BY) == "proxy")
     chosen = (

@@ -161,7 +161,9 @@ class ScaleView:
 
     def fit(self) -> ScaleFit:
         """The miss, from every probe and full-size launch of the study so far."""
-        read = self._read()
+        return self._fit(self._read())
+
+    def _fit(self, read: _Reading) -> ScaleFit:
         trials = self.study.get_trials(deepcopy=False)
         full = []
         for s in standings(self.study):
@@ -184,9 +186,11 @@ class ScaleView:
         """Doublings of the nodes from the slice to the whole cluster."""
         return math.log2(self.problem.cluster.nodes / self.nodes)
 
-    def ranked(self, fit: ScaleFit) -> list[Standing]:
-        """The slice's leaders by their extrapolation moved by the miss, best first."""
+    def ranked(self) -> list[Standing]:
+        """The slice's leaders by their extrapolation moved by the miss learnt so far (`fit`),
+        best first; the leaders, their values and the fit from one reading of the study."""
         read = self._read()
+        fit = self._fit(read)
         score = {f: v - fit.miss(read.shares[f]) for f, v in read.values.items()}
         return sorted((s for s in read.leaders if s.first in score), key=lambda s: -score[s.first])
 

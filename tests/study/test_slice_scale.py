@@ -125,10 +125,10 @@ def true_step(
     return model.step.total_s * math.exp(SLOWER_PER_DOUBLING * share * math.log2(nodes))
 
 
-def _first_confirmed(problem: Problem, probes: int) -> tuple[optuna.Study, str, dict[str, float]]:
-    """A slice study on 4 of 32 nodes confirming one leader: the study, the key of the
-    config it confirmed and the true full-size tokens/s of each config it measured."""
-    sampler = optuna.samplers.RandomSampler(seed=0)
+def _study_in_scale_world(
+    problem: Problem, settings: SearchSettings, sampler: optuna.samplers.BaseSampler | None = None
+) -> optuna.Study:
+    """A study of `problem` run to its end in `ScaleWorld`."""
     study = optuna.create_study(direction="maximize", sampler=sampler)
     with tempfile.TemporaryDirectory() as tmp:
         run_study(
@@ -137,14 +137,25 @@ def _first_confirmed(problem: Problem, probes: int) -> tuple[optuna.Study, str, 
             ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
             launcher=ScaleWorld(problem),
             progress=Quiet(),
-            settings=SearchSettings(
-                budget=Budget(trials=12),
-                strategy="random",  # the plan's fit throughout: the world is that model's
-                seed=0,
-                calibration=CAL,
-                slice=SliceSettings(4, confirm_full=1, probes=probes),
-            ),
+            settings=settings,
         )
+    return study
+
+
+def _first_confirmed(problem: Problem, probes: int) -> tuple[optuna.Study, str, dict[str, float]]:
+    """A slice study on 4 of 32 nodes confirming one leader: the study, the key of the
+    config it confirmed and the true full-size tokens/s of each config it measured."""
+    study = _study_in_scale_world(
+        problem,
+        SearchSettings(
+            budget=Budget(trials=12),
+            strategy="random",  # the plan's fit throughout: the world is that model's
+            seed=0,
+            calibration=CAL,
+            slice=SliceSettings(4, confirm_full=1, probes=probes),
+        ),
+        optuna.samplers.RandomSampler(seed=0),
+    )
     full = next(t for t in study.trials if FULL_OF in t.user_attrs)
     truth = {}
     for t in study.trials:
@@ -177,21 +188,10 @@ def test_a_guided_slice_search_goes_on_under_the_miss_its_probes_learn() -> None
     extrapolation ranks them; its probes then run, and it searches on with every full-size
     prediction moved by the miss they learnt, before any leader is confirmed."""
     p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
-    study = optuna.create_study(direction="maximize")
-    with tempfile.TemporaryDirectory() as tmp:
-        run_study(
-            p,
-            study,
-            ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
-            launcher=ScaleWorld(p),
-            progress=Quiet(),
-            settings=SearchSettings(
-                budget=Budget(trials=40),
-                seed=0,
-                calibration=CAL,
-                slice=SliceSettings(4, confirm_full=1),
-            ),
-        )
+    settings = SearchSettings(
+        budget=Budget(trials=40), seed=0, calibration=CAL, slice=SliceSettings(4, confirm_full=1)
+    )
+    study = _study_in_scale_world(p, settings)
     probes = [t.number for t in study.trials if SCALE_PROBE in t.user_attrs]
     full = [t.number for t in study.trials if FULL_OF in t.user_attrs]
     searched = [
