@@ -8,12 +8,13 @@ from optuna.trial import TrialState
 
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import Standing, standings
-from autotune.study.slice import full_first
+from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES, full_first
 from autotune.study.trial_attrs import USERS_CONFIG, Pruned, TrialAttrs, pruned_as
 
 COLUMNS = (
     "number",
     "status",
+    "role",
     "kind",
     "tokens_per_s",
     "mfu",
@@ -46,6 +47,7 @@ def trial_table(study: optuna.Study) -> pd.DataFrame:
             {
                 "number": t.number,
                 "status": t.state.name.lower(),
+                "role": trial_role(t),
                 "kind": attrs.kind if attrs.kind is not None else pruned,
                 "tokens_per_s": t.value if t.state == TrialState.COMPLETE else None,
                 "mfu": attrs.mfu,
@@ -68,6 +70,29 @@ def trial_table(study: optuna.Study) -> pd.DataFrame:
         ["tokens_per_s", "number"], ascending=[False, True], na_position="last"
     )
     return frame.reset_index(drop=True)
+
+
+def trial_role(t: optuna.trial.FrozenTrial) -> str:
+    """What the trial was for, in words: a search trial (in a slice study, where it ran), a
+    repeat of another trial, the winner's repeat after its choice, a slice study's scale
+    probe or full-size launch."""
+    attrs = TrialAttrs.of(t)
+    nodes, ranked_by = t.user_attrs.get(TRIAL_NODES), t.user_attrs.get(RANKED_BY)
+    if attrs.scale_probe_of is not None:
+        return f"scale probe of trial {attrs.scale_probe_of} on {nodes} nodes"
+    if (full := t.user_attrs.get(FULL_OF)) is not None:
+        return f"trial {full} at full size"
+    where = " at full size" if ranked_by == "full" else ""
+    if attrs.confirms is not None:
+        whose = "winner's repeat" if attrs.after_choice else "repeat"
+        return f"{whose} of trial {attrs.confirms}{where}"
+    if ranked_by == "model":
+        return "ranked by the model"
+    if ranked_by == "proxy":
+        return f"proxy on {nodes} nodes"
+    if ranked_by == "slice":
+        return f"slice of {nodes} nodes"
+    return "search"
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -42,6 +42,7 @@ from autotune.study.slice_confirm import (
     repeat_full_winner,
     slice_run,
     slice_standings,
+    was_probed,
 )
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
@@ -83,8 +84,9 @@ def run_study(
     reason = search.run()
     confirmations = search.confirm_leaders()
     if settings.slice is not None:
-        confirmations += confirm_full(search.study_run, search.space, settings)
-        confirmations += repeat_full_winner(search.study_run, search.space, settings)
+        run, space, left = search.study_run, search.space, search.time_left
+        confirmations += confirm_full(run, space, settings, left)
+        confirmations += repeat_full_winner(run, space, settings, left)
     return StudyOutcome(
         ran=search.ran,
         finished_total=len(search.seen),
@@ -184,7 +186,10 @@ class _Search:
                 )
 
     def run(self) -> str:
-        """Passes until a budget, the space or the stop rule ends the search; why it ended."""
+        """Passes until a budget, the space or the stop rule ends the search; why it ended.
+        A resumed slice study whose probes ran searches under their miss from the start."""
+        if was_probed(self.study):
+            self._rescaled()
         reason = self.budget_reason()
         while reason is None:
             if self.settings.strategy in ENQUEUEING:
@@ -207,7 +212,7 @@ class _Search:
         if self._scaled or self.guide is None:
             return False
         self._scaled = True
-        best = learn_scale(self.study_run, self.space, self.settings, self.guide)
+        best = learn_scale(self.study_run, self.space, self.settings, self.guide, self.time_left)
         self.proposer = dataclasses.replace(self.proposer, best=best or self.proposer.best)
         return best is not None
 
@@ -292,7 +297,7 @@ class _Search:
         b = self.budget
         if b.trials is not None and len(self._await_others(b.trials)) >= b.trials:
             return f"trial budget reached ({len(self.seen)} trials)"
-        if b.max_time_s is not None and time.monotonic() - self.start >= b.max_time_s:
+        if b.max_time_s is not None and not self.time_left():
             return f"time budget reached ({human_duration(b.max_time_s)})"
         if len(self.seen) >= len(self.ranked):
             n = len(self.ranked)
@@ -323,6 +328,11 @@ class _Search:
         """The step plan's precision, loosened to the study's between-trial spread."""
         between = length_spread(study_spread(self.study), self.launcher.source == "measured")
         return trial_precision(self.settings.steps.precision, between)
+
+    def time_left(self) -> bool:
+        """Whether `--max-time` leaves time for another trial (always, without one)."""
+        limit = self.budget.max_time_s
+        return limit is None or time.monotonic() - self.start < limit
 
     def _winner_at_full(self) -> bool:
         """A slice study whose leaders run at full size: its winner is chosen there and
@@ -364,21 +374,17 @@ class _Search:
             label = f"{config.label()} (repeat of trial {first})"
             self.progress.finished(trial.number, label, record, best_value(self.study))
 
-        def time_left() -> bool:
-            limit = self.budget.max_time_s
-            return limit is None or time.monotonic() - self.start < limit
-
         numbers = confirm(
             self.study,
             self.space.params,
             self.space.distributions,
             run_confirmation,
-            time_left,
+            self.time_left,
             limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
             effort=self.budget.effort,
             ranking=ranking,
         )
-        if not time_left() or self._winner_at_full():
+        if not self.time_left() or self._winner_at_full():
             return numbers
         return numbers + repeat_winner(
             self.study,

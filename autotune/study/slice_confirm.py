@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.estimate.calibration import Calibration
 from autotune.problem import Problem
@@ -35,7 +36,13 @@ from autotune.study.slice import (
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
 from autotune.study.storage import stored_specs
-from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
+from autotune.study.trial_attrs import (
+    PRUNED_AS,
+    PRUNED_REASON,
+    SCALE_PROBE,
+    Pruned,
+    TrialAttrs,
+)
 from autotune.study.trial_run import StudyRun, run_one
 from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
@@ -63,28 +70,36 @@ def slice_run(
     return SliceRun(settings, problem, calibration)
 
 
-def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
+TimeLeft = Callable[[], bool]
+"""Whether the study's `--max-time` leaves time for another trial."""
+
+
+def confirm_full(
+    run: StudyRun, space: StudySpace, settings: SearchSettings, time_left: TimeLeft
+) -> list[int]:
     """The slice's leaders measured once at full size, `confirm_full` of them in all (a
     resumed study counts those it has), each the best of the rest as the extrapolation's miss
     learnt so far ranks them (`slice_scale`): first from scale probes, then from each
-    confirmation; the trial numbers of the probes and confirmations. Records the
-    slice-to-full error."""
+    confirmation, while `time_left()`; the trial numbers of the probes and confirmations.
+    Records the slice-to-full error."""
     s = settings.slice
     if s is None or not s.confirm_full or run.slice is None:
         return []
     study = run.study
     view = ScaleView(study, run.problem, s.nodes, run.slice.calibration)
-    numbers = probe_scale(run, space, settings, view)
+    numbers = probe_scale(run, space, settings, view, time_left)
     full_run = dataclasses.replace(run, slice=None)
     done = {t.user_attrs.get(FULL_OF) for t in study.get_trials(deepcopy=False)} - {None}
     for _ in range(s.confirm_full - len(done)):
+        if not time_left():
+            break
         standing = next((st for st in view.ranked() if st.first not in done), None)
         if standing is None:
             break
         done.add(standing.first)
         attrs: dict[str, object] = {FULL_OF: standing.first}
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
-        if trial is None:
+        if trial is None or _gave_way(study, trial, FULL_OF):
             continue
         label = f"{standing.config.label()} (at full size, trial {standing.first} extrapolated)"
         _run_full(full_run, trial, standing.config, settings, label)
@@ -94,7 +109,11 @@ def confirm_full(run: StudyRun, space: StudySpace, settings: SearchSettings) -> 
 
 
 def probe_scale(
-    run: StudyRun, space: StudySpace, settings: SearchSettings, view: ScaleView
+    run: StudyRun,
+    space: StudySpace,
+    settings: SearchSettings,
+    view: ScaleView,
+    time_left: TimeLeft,
 ) -> list[int]:
     """Leaders measured again on twice the slice's nodes (where that is a slice of the
     cluster); their trial numbers. Until one such probe has completed, the `probes` best
@@ -102,7 +121,7 @@ def probe_scale(
     layout tell no slope): how they slow tells the miss per doubling. Each time, the
     `probes` best proxies not yet probed, as the miss ranks them, whose own layout fits
     there: what they measure stands for their proxy's extrapolation, whose error is its
-    own."""
+    own. None once `time_left()` says the time budget is spent."""
     s, sliced = settings.slice, run.slice
     assert s is not None and sliced is not None
     nodes = probe_nodes(s.nodes, run.problem.cluster.nodes)
@@ -124,9 +143,11 @@ def probe_scale(
     steps = dataclasses.replace(settings.steps, best_s=None)
     numbers: list[int] = []
     for standing in chosen:
+        if not time_left():
+            break
         attrs: dict[str, object] = {SCALE_PROBE: standing.first}
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
-        if trial is None:
+        if trial is None or _gave_way(study, trial, SCALE_PROBE):
             continue
         record = run_one(probe_run, trial, standing.config, config_key(standing.config), steps)
         label = f"{standing.config.label()} (on {nodes} nodes, trial {standing.first} again)"
@@ -135,13 +156,46 @@ def probe_scale(
     return numbers
 
 
+def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> bool:
+    """Whether `trial` (a probe or a full-size launch, marked `mark`) gave way to another
+    worker's of the same trial: each worker marks before it looks, and the lower-numbered
+    one runs, so of two workers that take one at once exactly one launches it."""
+    value = trial.user_attrs[mark]
+    other = next(
+        (
+            t.number
+            for t in study.get_trials(deepcopy=False)
+            if t.number < trial.number
+            and t.user_attrs.get(mark) == value
+            and t.state != TrialState.PRUNED
+        ),
+        None,
+    )
+    if other is None:
+        return False
+    trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED.value)
+    trial.set_user_attr(PRUNED_REASON, f"taken by trial {other} of another worker")
+    study.tell(trial, state=TrialState.PRUNED)
+    return True
+
+
+def was_probed(study: optuna.Study) -> bool:
+    """Whether a scale probe of the study completed (a resumed slice study's)."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return any(TrialAttrs.of(t).scale_probe_of is not None for t in done)
+
+
 def _holds_own_layout(wider: SliceRun, config: TrainConfig) -> bool:
     view = wider.trial(config).view
     return view.why_not is None and view.proxy is None
 
 
 def learn_scale(
-    run: StudyRun, space: StudySpace, settings: SearchSettings, guide: GuidedSearch
+    run: StudyRun,
+    space: StudySpace,
+    settings: SearchSettings,
+    guide: GuidedSearch,
+    time_left: TimeLeft,
 ) -> Callable[[optuna.Study], tuple[float | None, float]] | None:
     """The scale probes run (`probe_scale`), and the guided search's full-size predictions
     moved by the miss they learn; the best the search's stop rule must beat from then on,
@@ -151,7 +205,7 @@ def learn_scale(
     if run.slice is None or s is None or not s.confirm_full:
         return None
     view = ScaleView(run.study, run.problem, s.nodes, run.slice.calibration)
-    probe_scale(run, space, settings, view)
+    probe_scale(run, space, settings, view, time_left)
     slope = view.fit().traffic
     if not slope:
         return None
@@ -183,12 +237,15 @@ def slice_standings(study: optuna.Study) -> list[Standing]:
     return [s for s in ranked if s not in full]
 
 
-def repeat_full_winner(run: StudyRun, space: StudySpace, settings: SearchSettings) -> list[int]:
+def repeat_full_winner(
+    run: StudyRun, space: StudySpace, settings: SearchSettings, time_left: TimeLeft
+) -> list[int]:
     """The winner among the leaders measured at full size, launched there again
-    `Effort.after_choice` times (measured studies that confirm, as `confirm.repeat_winner`):
-    its figures are stated from these launches; their trial numbers."""
+    `Effort.after_choice` times (measured studies that confirm, as `confirm.repeat_winner`),
+    if `time_left()`: its figures are stated from these launches; their trial numbers."""
     s = settings.slice
-    if s is None or not s.confirm_full or run.slice is None or not settings.budget.confirm:
+    confirms = s is not None and s.confirm_full and settings.budget.confirm
+    if not confirms or run.slice is None or not time_left():
         return []
     full_run = dataclasses.replace(run, slice=None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from autotune.study import Budget
 from autotune.study.confirm import standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.loop import run_study
+from autotune.study.optuna_private import ask_enqueued
 from autotune.study.settings import SearchSettings
 from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES, SliceSettings
+from autotune.study.slice_confirm import _gave_way
 from autotune.study.slice_scale import fit_scale, probe_nodes, probes_slope, traffic_share
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
@@ -212,3 +215,82 @@ def test_a_guide_told_of_the_scale_miss_proposes_configs_that_send_less_traffic(
     then = guide.propose(set())
     assert first is not None and then is not None
     assert traffic_share(p, then, CAL) < traffic_share(p, first, CAL) - 0.05
+
+
+@dataclass
+class SlowScaleWorld(ScaleWorld):
+    """`ScaleWorld`, each launch taking `seconds` of real time."""
+
+    seconds: float = 0.05
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        time.sleep(self.seconds)
+        return super().run(request)
+
+
+def test_a_slice_study_out_of_time_runs_no_probe_and_nothing_at_full_size() -> None:
+    """`--max-time` ends the search, and with it the scale probes and the full-size launches
+    that would follow (each costs the whole cluster): the winner is the best extrapolation."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    study = optuna.create_study(direction="maximize")
+    settings = SearchSettings(
+        budget=Budget(trials=40, max_time_s=0.4),
+        strategy="random",
+        seed=0,
+        calibration=CAL,
+        slice=SliceSettings(4, confirm_full=2),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = run_study(
+            p,
+            study,
+            ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
+            launcher=SlowScaleWorld(p),
+            progress=Quiet(),
+            settings=settings,
+        )
+    assert outcome.stop_reason.startswith("time budget reached")
+    assert 2 <= len(study.trials) < 40
+    assert not [t for t in study.trials if SCALE_PROBE in t.user_attrs or FULL_OF in t.user_attrs]
+
+
+def test_of_two_workers_taking_one_probe_at_once_only_one_launches_it() -> None:
+    study = new_study()
+    mark = {SCALE_PROBE: 3}
+    first, second = (ask_enqueued(study, {}, mark, {}) for _ in range(2))
+    assert first is not None and second is not None
+    assert not _gave_way(study, first, SCALE_PROBE)
+    assert _gave_way(study, second, SCALE_PROBE)
+    assert study.trials[second.number].state == optuna.trial.TrialState.PRUNED
+
+
+def test_a_resumed_slice_study_searches_under_its_probes_miss_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its probes ran before the study was stopped: the resumed search proposes under the miss
+    they learnt from its first trial, not under the plain extrapolation until it would stop."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    settings = SearchSettings(
+        budget=Budget(trials=40), seed=0, calibration=CAL, slice=SliceSettings(4, confirm_full=1)
+    )
+    study = _study_in_scale_world(p, settings)
+    assert any(SCALE_PROBE in t.user_attrs for t in study.trials)
+    rescaled_at: list[int] = []
+    rescale = GuidedSearch.rescale
+
+    def spy(self: GuidedSearch, slope: float) -> None:
+        rescaled_at.append(len(study.trials))
+        rescale(self, slope)
+
+    monkeypatch.setattr(GuidedSearch, "rescale", spy)
+    before = len(study.trials)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_study(
+            p,
+            study,
+            ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
+            launcher=ScaleWorld(p),
+            progress=Quiet(),
+            settings=dataclasses.replace(settings, budget=Budget(trials=60)),
+        )
+    assert rescaled_at == [before]
