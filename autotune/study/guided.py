@@ -57,6 +57,7 @@ from autotune.study.model_errors import (
 )
 from autotune.study.noise import NOISE_FLOOR
 from autotune.study.slice import observed_as
+from autotune.study.slice_scale import traffic_share
 from autotune.study.trial_attrs import TrialAttrs
 
 TIE = 0.002
@@ -154,8 +155,10 @@ class GuidedSearch:
     which follows from the others (changing TP with DP following is one move)."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
-    leader_measured: tuple[TrainConfig, float] | None = None
-    """The best measured config and its tokens/s, which NCCL variants are scored against."""
+    _completed: list[tuple[TrainConfig, float]] = field(
+        default_factory=list, init=False, repr=False
+    )
+    """Each completed trial's config and tokens/s (a slice trial's extrapolated)."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -210,16 +213,13 @@ class GuidedSearch:
         data = [Observation(*view, engine.traits, step) for _, view, step in seen]
         self.measured = [config for config, _, _ in seen]
         self._beliefs = None
-        fastest = max(
-            (t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
-            key=lambda t: t.value or 0.0,
-            default=None,
-        )
-        self.leader_measured = (
-            (attrs[fastest.number].config, fastest.value or 0.0)
-            if fastest is not None and attrs[fastest.number].config_values is not None
-            else None
-        )
+        self._completed = [
+            (attrs[t.number].config, t.value)
+            for t in trials
+            if t.state == TrialState.COMPLETE
+            and t.value is not None
+            and attrs[t.number].config_values is not None
+        ]
         every = FREE_PARAMETERS + (MOE_PARAMETERS if w.is_moe else ())
         if len(data) >= FULL_FIT_AFTER:
             self.calibration = fit(data, self.calibration, free=every, rounds=3)
@@ -230,6 +230,17 @@ class GuidedSearch:
             if oom.config_values is not None:
                 e = self._estimate(oom.config)
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
+
+    @property
+    def leader_measured(self) -> tuple[TrainConfig, float] | None:
+        """The best measured config and its tokens/s, which NCCL variants are scored against;
+        in a slice study past its probes, each measurement taken down by the scale miss
+        (`scale_slope` times its traffic share), as the full-size predictions are."""
+        if not self.scale_slope:
+            return max(self._completed, key=lambda c: c[1], default=None)
+        p, slope, cal = self.problem, self.scale_slope, self.calibration
+        moved = [(c, v * math.exp(-slope * traffic_share(p, c, cal))) for c, v in self._completed]
+        return max(moved, key=lambda c: c[1], default=None)
 
     def rescale(self, slope: float) -> None:
         """Take full-size predictions down by `slope` times their data-parallel traffic share

@@ -294,3 +294,22 @@ def test_a_resumed_slice_study_searches_under_its_probes_miss_from_the_start(
             settings=dataclasses.replace(settings, budget=Budget(trials=60)),
         )
     assert rescaled_at == [before]
+
+
+def test_a_guide_told_of_the_scale_miss_refines_the_leader_under_it() -> None:
+    """NCCL settings refine the measured leader: once the probes' miss is known, the leader
+    is the config the miss ranks first, not the plain extrapolation's, which sends the most
+    data-parallel traffic."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    fits = memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, CAL)
+    by_share = sorted(fits.configs[:40], key=lambda c: traffic_share(p, c, CAL))
+    quiet, loud = by_share[0], by_share[-1]
+    assert traffic_share(p, loud, CAL) > traffic_share(p, quiet, CAL) + 0.05
+    study = new_study()
+    add_measured(study, 1000.0, quiet)
+    add_measured(study, 1020.0, loud)
+    guide = GuidedSearch(p, fits.fastest_first, CAL, seed=0)
+    guide.learn(study.trials)
+    assert guide.leader_measured is not None and guide.leader_measured[0] == loud
+    guide.rescale(3.0)
+    assert guide.leader_measured is not None and guide.leader_measured[0] == quiet
