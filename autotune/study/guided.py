@@ -155,9 +155,7 @@ class GuidedSearch:
     which follows from the others (changing TP with DP following is one move)."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
-    _completed: list[tuple[TrainConfig, float]] = field(
-        default_factory=list, init=False, repr=False
-    )
+    _completed: list[tuple[TrainConfig, float]] = field(default_factory=list, repr=False)
     """Each completed trial's config and tokens/s (a slice trial's extrapolated)."""
 
     def __post_init__(self) -> None:

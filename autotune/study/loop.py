@@ -40,8 +40,8 @@ from autotune.study.slice_confirm import (
     confirm_full,
     learn_scale,
     repeat_full_winner,
+    slice_ranking,
     slice_run,
-    slice_standings,
     was_probed,
 )
 from autotune.study.storage import StudyRef, fail_abandoned_trials
@@ -351,7 +351,7 @@ class _Search:
         study that confirms its leaders there)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
-        ranking = slice_standings if self.study_run.slice is not None else standings
+        ranking = slice_ranking(self.study_run) if self.study_run.slice is not None else standings
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
             # Never stopped as slower; a runner-up's repeat is measured against the best's

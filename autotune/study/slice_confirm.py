@@ -20,7 +20,7 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import Standing, repeat_winner, standings
+from autotune.study.confirm import Ranking, Standing, repeat_winner, standings
 from autotune.study.noise import measurements
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.slice import (
@@ -230,11 +230,13 @@ def full_standings(study: optuna.Study) -> list[Standing]:
     return full_size(standings(study))
 
 
-def slice_standings(study: optuna.Study) -> list[Standing]:
-    """The standings of configs measured on the slice (or ranked by the model), best
-    first: the leaders repeated there, which a config's full-size launches never join."""
-    full = full_size(ranked := standings(study))
-    return [s for s in ranked if s not in full]
+def slice_ranking(run: StudyRun) -> Ranking:
+    """How a slice study's repeats on the slice rank its leaders: the configs measured there
+    (or ranked by the model), which a config's full-size launches never join, by their
+    extrapolation moved by the scale miss learnt so far (`ScaleView.ranked`), best first."""
+    assert run.slice is not None
+    view = ScaleView(run.study, run.problem, run.slice.settings.nodes, run.slice.calibration)
+    return lambda _study: view.ranked()
 
 
 def repeat_full_winner(

@@ -18,6 +18,7 @@ probed with its own layout on the wider slice is read by that probe instead."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,11 +189,19 @@ class ScaleView:
 
     def ranked(self) -> list[Standing]:
         """The slice's leaders by their extrapolation moved by the miss learnt so far (`fit`),
-        best first; the leaders, their values and the fit from one reading of the study."""
+        best first, each launch's tokens/s moved alike so that their mean is that score (the
+        launches' spread stays their own): what the slice's repeats compare and the
+        confirmations rank; the leaders, their values and the fit from one reading of the
+        study."""
         read = self._read()
         fit = self._fit(read)
-        score = {f: v - fit.miss(read.shares[f]) for f, v in read.values.items()}
-        return sorted((s for s in read.leaders if s.first in score), key=lambda s: -score[s.first])
+        moved = []
+        for s in read.leaders:
+            if s.first in read.values:
+                shift = read.values[s.first] - fit.miss(read.shares[s.first]) - s.log_mean
+                values = tuple(v * math.exp(shift) for v in s.values)
+                moved.append(dataclasses.replace(s, values=values))
+        return sorted(moved, key=lambda s: -s.log_mean)
 
     def best_moved(self, traffic: float) -> tuple[float | None, float]:
         """The best leader's extrapolation taken down by `traffic` times its traffic share

@@ -20,7 +20,7 @@ from autotune.problem import Problem, load_problem
 from autotune.runner import named_nodes, write_config_yaml
 from autotune.space import TrainConfig
 from autotune.study import Budget
-from autotune.study.confirm import contenders, standings
+from autotune.study.confirm import standings
 from autotune.study.effort import STANDARD
 from autotune.study.figures import AFTER_CHOICE as FROM_AFTER_CHOICE
 from autotune.study.figures import EXTRAPOLATED, FULL_WITH_CHOICE, winner_figures
@@ -39,7 +39,6 @@ from autotune.study.slice import (
     observed_as,
     slice_view,
 )
-from autotune.study.slice_confirm import slice_standings
 from autotune.study.slice_cost import study_cost, trial_gpu_hours
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import AFTER_CHOICE, SCALE_PROBE
@@ -247,17 +246,3 @@ def test_a_trial_names_the_nodes_it_ran_on_in_config_yaml_and_result_json(
     written = json.loads((tmp_path / RESULT_FILE).read_text())
     assert (written["nodes"], written["ran_on"]) == (16, "at2n[1-2]")
     assert named_nodes(spec, tmp_path, result, None) is result  # a simulated trial: nowhere
-
-
-def test_the_slice_repeats_never_join_a_config_measured_at_full_size() -> None:
-    """A resumed slice study repeats its slice leaders on the slice; a config's full-size
-    launch, faster or not, is no contender there (its standing would pool both)."""
-    study = new_study(between=0.05)
-    study.set_user_attr(SLICE_STUDY, 1)
-    a, b = TrainConfig(mbs=1), TrainConfig(mbs=2)
-    first_a = add_measured(study, 300.0, a, **{RANKED_BY: "slice", TRIAL_NODES: 1})
-    add_measured(study, 295.0, b, **{RANKED_BY: "slice", TRIAL_NODES: 1})
-    add_measured(study, 305.0, a, **{RANKED_BY: "full", TRIAL_NODES: 4, FULL_OF: first_a})
-    assert any(s.trial.user_attrs[RANKED_BY] == "full" for s in contenders(study))
-    group = contenders(study, ranking=slice_standings)
-    assert group and all(s.trial.user_attrs[RANKED_BY] == "slice" for s in group)

@@ -27,7 +27,13 @@ from autotune.study.optuna_private import ask_enqueued
 from autotune.study.settings import SearchSettings
 from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES, SliceSettings
 from autotune.study.slice_confirm import _gave_way
-from autotune.study.slice_scale import fit_scale, probe_nodes, probes_slope, traffic_share
+from autotune.study.slice_scale import (
+    ScaleView,
+    fit_scale,
+    probe_nodes,
+    probes_slope,
+    traffic_share,
+)
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
 from autotune.trial.result import TrialResult
@@ -313,3 +319,18 @@ def test_a_guide_told_of_the_scale_miss_refines_the_leader_under_it() -> None:
     assert guide.leader_measured is not None and guide.leader_measured[0] == loud
     guide.rescale(3.0)
     assert guide.leader_measured is not None and guide.leader_measured[0] == quiet
+
+
+def test_the_slice_repeats_compare_leaders_under_the_miss_and_never_a_full_size_launch() -> None:
+    """A slice study's repeats on the slice rank its leaders as the confirmations do: by the
+    extrapolation moved by the probes' miss, each leader's launches moved alike; a config's
+    full-size launch is no contender there (its standing would pool both)."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    study, confirmed, truth = _first_confirmed(p, probes=4)
+    ranked = ScaleView(study, p, 4, lambda: CAL).ranked()
+    assert all(s.trial.user_attrs[RANKED_BY] in ("slice", "proxy", "model") for s in ranked)
+    assert TrialAttrs.of(ranked[0].trial).config_key == confirmed
+    plain = {s.first: s for s in standings(study)}
+    for moved in ranked:  # every launch moved alike: the spread between them stays theirs
+        ratios = [m / v for m, v in zip(moved.values, plain[moved.first].values, strict=True)]
+        assert max(ratios) == pytest.approx(min(ratios))
