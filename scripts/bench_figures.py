@@ -193,7 +193,7 @@ def run(seed: int, noise: float, effort: str, flat: bool) -> Outcome:
 
     limit = max(MIN_REPEATS, level.repeats_per_trial * searched.ran)
     confirm(study, lambda _: {}, {}, launch, limit=limit, effort=level)
-    repeat_winner(study, lambda _: {}, {}, launch, level.after_choice)
+    repeat_winner(study, lambda _: {}, {}, launch, level.after_choice, lambda: True)
     figures = winner_figures(study)
     assert figures is not None
     return outcome(world, figures, config_key(yours))

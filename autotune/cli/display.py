@@ -164,8 +164,8 @@ TABLE_COLUMNS = (
 def trial_table(console: Console, frame: pd.DataFrame, engine: str | None = None) -> None:
     """The terminal view, one line per trial: the config as its display label showing the
     knobs that differ between the rows; columns the same in every row are said once above
-    the table instead, but for the trials' role (all search trials: nothing to say) (CSV and
-    JSON keep every column, a column per knob, raw numbers)."""
+    the table instead, but for a role every trial has as a search trial (CSV and JSON keep
+    every column, a column per knob, raw numbers)."""
     rows = [
         {k: column_text(k, row.get(k)) for k in TABLE_COLUMNS} for row in frame.to_dict("records")
     ]
@@ -179,7 +179,7 @@ def trial_table(console: Console, frame: pd.DataFrame, engine: str | None = None
     common += [
         f"{HEADERS.get(k, k)} {rows[0][k]}"
         for k in TABLE_COLUMNS
-        if k not in columns and k not in ("label", "role") and rows and rows[0][k] != "-"
+        if k not in columns and k != "label" and rows and rows[0][k] not in ("-", "search")
     ]
     if common and len(rows) > 1:
         console.print("all trials: " + ", ".join(common))

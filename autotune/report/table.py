@@ -78,14 +78,17 @@ def trial_role(t: optuna.trial.FrozenTrial) -> str:
     probe or full-size launch."""
     attrs = TrialAttrs.of(t)
     nodes, ranked_by = t.user_attrs.get(TRIAL_NODES), t.user_attrs.get(RANKED_BY)
+    on = f" on {nodes} nodes" if nodes else ""
     if attrs.scale_probe_of is not None:
-        return f"scale probe of trial {attrs.scale_probe_of} on {nodes} nodes"
+        return f"scale probe of trial {attrs.scale_probe_of}{on}"
     if (full := t.user_attrs.get(FULL_OF)) is not None:
         return f"trial {full} at full size"
     where = " at full size" if ranked_by == "full" else ""
     if attrs.confirms is not None:
         whose = "winner's repeat" if attrs.after_choice else "repeat"
         return f"{whose} of trial {attrs.confirms}{where}"
+    if ranked_by == "full":
+        return "full size"
     if ranked_by == "model":
         return "ranked by the model"
     if ranked_by == "proxy":

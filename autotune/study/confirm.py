@@ -334,12 +334,14 @@ def repeat_winner(
     distributions: dict[str, optuna.distributions.BaseDistribution],
     run: Callable[[optuna.Trial, TrainConfig], object],
     count: int,
+    time_left: Callable[[], bool],
     ranking: Ranking = standings,
 ) -> list[int]:
     """Up to `count` repeats of the winner chosen from `ranking` (fewer where it has some),
-    marked `AFTER_CHOICE`: its figures are stated from them; returns their trial numbers."""
+    each while `time_left()`, marked `AFTER_CHOICE`: its figures are stated from them;
+    returns their trial numbers."""
     numbers: list[int] = []
-    while (ranked := ranking(study)) and len(after_choice(study, ranking)) < count:
+    while (ranked := ranking(study)) and len(after_choice(study, ranking)) < count and time_left():
         best = ranked[0]
         if TrialAttrs.of(best.trial).source != "measured":
             break

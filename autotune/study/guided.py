@@ -56,8 +56,8 @@ from autotune.study.model_errors import (
     widened,
 )
 from autotune.study.noise import NOISE_FLOOR
-from autotune.study.slice import observed_as
-from autotune.study.slice_scale import traffic_share
+from autotune.study.slice import RANKED_BY, observed_as
+from autotune.study.slice_scale import leader_under_miss
 from autotune.study.trial_attrs import TrialAttrs
 
 TIE = 0.002
@@ -155,11 +155,16 @@ class GuidedSearch:
     which follows from the others (changing TP with DP following is one move)."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
-    _completed: list[tuple[TrainConfig, float]] = field(default_factory=list, repr=False)
-    """Each completed trial's config and tokens/s (a slice trial's extrapolated)."""
+    _completed: list[tuple[TrainConfig, float, bool]] = field(init=False, repr=False)
+    """Each completed trial's config, tokens/s, and whether that is extrapolated (a slice's)."""
+    leader_measured: tuple[TrainConfig, float] | None = field(default=None, init=False)
+    """The best measured config and its tokens/s, which NCCL variants are scored against;
+    in a slice study past its probes, each extrapolation taken down by the scale miss
+    (`scale_slope` times its traffic share), as the full-size predictions are."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._completed = []
         self.memory_limit = self.problem.cluster.device.memory_bytes
         p = self.problem
         self._table = table = ConfigTable.of(self.candidates)
@@ -212,7 +217,7 @@ class GuidedSearch:
         self.measured = [config for config, _, _ in seen]
         self._beliefs = None
         self._completed = [
-            (attrs[t.number].config, t.value)
+            (attrs[t.number].config, t.value, t.user_attrs.get(RANKED_BY) in ("slice", "proxy"))
             for t in trials
             if t.state == TrialState.COMPLETE
             and t.value is not None
@@ -228,23 +233,17 @@ class GuidedSearch:
             if oom.config_values is not None:
                 e = self._estimate(oom.config)
                 self.memory_limit = min(self.memory_limit, e.memory.total * 0.999)
-
-    @property
-    def leader_measured(self) -> tuple[TrainConfig, float] | None:
-        """The best measured config and its tokens/s, which NCCL variants are scored against;
-        in a slice study past its probes, each measurement taken down by the scale miss
-        (`scale_slope` times its traffic share), as the full-size predictions are."""
-        if not self.scale_slope:
-            return max(self._completed, key=lambda c: c[1], default=None)
-        p, slope, cal = self.problem, self.scale_slope, self.calibration
-        moved = [(c, v * math.exp(-slope * traffic_share(p, c, cal))) for c, v in self._completed]
-        return max(moved, key=lambda c: c[1], default=None)
+        self.leader_measured = leader_under_miss(
+            self.problem, self._completed, self.scale_slope, self.calibration
+        )
 
     def rescale(self, slope: float) -> None:
         """Take full-size predictions down by `slope` times their data-parallel traffic share
         from now on (`scale_slope`)."""
         self.scale_slope = slope
         self._beliefs = None
+        p, cal = self.problem, self.calibration
+        self.leader_measured = leader_under_miss(p, self._completed, slope, cal)
 
     # --- proposing ----------------------------------------------------------------------
     def ranked(self, excluded: set[str], optimism: float = PROPOSAL_OPTIMISM_SIGMAS) -> Scored:

@@ -24,7 +24,7 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import best_step_time, confirm, repeat_winner, standings
+from autotune.study.confirm import Ranking, best_step_time, confirm, repeat_winner, standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.noise import (
     early_stop_margin,
@@ -42,6 +42,7 @@ from autotune.study.slice_confirm import (
     repeat_full_winner,
     slice_ranking,
     slice_run,
+    slice_standings,
     was_probed,
 )
 from autotune.study.storage import StudyRef, fail_abandoned_trials
@@ -56,13 +57,11 @@ from autotune.study.trial_attrs import (
     TrialAttrs,
 )
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
-from autotune.study.verdicts import best_value, budget_taken, claim, in_flight, verdicts
+from autotune.study.verdicts import AWAIT_S, best_value, budget_taken, claim, in_flight, verdicts
 from autotune.units import human_duration
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
-AWAIT_S = 2.0
-"""How often a worker whose budget other workers' running trials would spend looks again."""
 MAX_MISSES = 25
 """Proposals in a row that cannot run before the loop picks an unmeasured config itself."""
 
@@ -188,7 +187,8 @@ class _Search:
     def run(self) -> str:
         """Passes until a budget, the space or the stop rule ends the search; why it ended.
         A resumed slice study whose probes ran searches under their miss from the start."""
-        if was_probed(self.study):
+        if was_probed(self.study) and self.guide is not None:
+            self.guide.learn(self.study.get_trials(deepcopy=False))  # the study's fit first
             self._rescaled()
         reason = self.budget_reason()
         while reason is None:
@@ -351,7 +351,9 @@ class _Search:
         study that confirms its leaders there)."""
         if not self.budget.confirm or self.launcher.source != "measured":
             return []
-        ranking = slice_ranking(self.study_run) if self.study_run.slice is not None else standings
+        ranking: Ranking = standings
+        if self.study_run.slice is not None:
+            ranking = slice_ranking(self.study_run) if self._winner_at_full() else slice_standings
 
         def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
             # Never stopped as slower; a runner-up's repeat is measured against the best's
@@ -384,7 +386,7 @@ class _Search:
             effort=self.budget.effort,
             ranking=ranking,
         )
-        if not self.time_left() or self._winner_at_full():
+        if self._winner_at_full():
             return numbers
         return numbers + repeat_winner(
             self.study,
@@ -392,4 +394,5 @@ class _Search:
             self.space.distributions,
             run_confirmation,
             self.budget.effort.after_choice,
+            self.time_left,
         )

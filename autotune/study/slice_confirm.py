@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from autotune.study.slice import (
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
-from autotune.study.storage import stored_specs
+from autotune.study.storage import fail_abandoned_trials, stored_specs
 from autotune.study.trial_attrs import (
     PRUNED_AS,
     PRUNED_REASON,
@@ -44,7 +45,7 @@ from autotune.study.trial_attrs import (
     TrialAttrs,
 )
 from autotune.study.trial_run import StudyRun, run_one
-from autotune.study.verdicts import best_value
+from autotune.study.verdicts import AWAIT_S, best_value
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def confirm_full(
         done.add(standing.first)
         attrs: dict[str, object] = {FULL_OF: standing.first}
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
-        if trial is None or _gave_way(study, trial, FULL_OF):
+        if trial is None or _gave_way(study, trial, FULL_OF) is not None:
             continue
         label = f"{standing.config.label()} (at full size, trial {standing.first} extrapolated)"
         _run_full(full_run, trial, standing.config, settings, label)
@@ -121,7 +122,8 @@ def probe_scale(
     layout tell no slope): how they slow tells the miss per doubling. Each time, the
     `probes` best proxies not yet probed, as the miss ranks them, whose own layout fits
     there: what they measure stands for their proxy's extrapolation, whose error is its
-    own. None once `time_left()` says the time budget is spent."""
+    own. No more once `time_left()` says the time budget is spent; a probe another worker
+    took at once is awaited."""
     s, sliced = settings.slice, run.slice
     assert s is not None and sliced is not None
     nodes = probe_nodes(s.nodes, run.problem.cluster.nodes)
@@ -142,24 +144,30 @@ def probe_scale(
     probe_run = dataclasses.replace(run, slice=wider)
     steps = dataclasses.replace(settings.steps, best_s=None)
     numbers: list[int] = []
+    others: list[int] = []
     for standing in chosen:
         if not time_left():
             break
         attrs: dict[str, object] = {SCALE_PROBE: standing.first}
         trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
-        if trial is None or _gave_way(study, trial, SCALE_PROBE):
+        if trial is None:
+            continue
+        if (other := _gave_way(study, trial, SCALE_PROBE)) is not None:
+            others.append(other)
             continue
         record = run_one(probe_run, trial, standing.config, config_key(standing.config), steps)
         label = f"{standing.config.label()} (on {nodes} nodes, trial {standing.first} again)"
         run.progress.finished(trial.number, label, record, best_value(study))
         numbers.append(trial.number)
+    _await(study, others, time_left)
     return numbers
 
 
-def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> bool:
-    """Whether `trial` (a probe or a full-size launch, marked `mark`) gave way to another
-    worker's of the same trial: each worker marks before it looks, and the lower-numbered
-    one runs, so of two workers that take one at once exactly one launches it."""
+def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> int | None:
+    """The number of another worker's trial that `trial` (a probe or a full-size launch,
+    marked `mark`) gave way to, or None: each worker marks before it looks, and the
+    lower-numbered one runs, so of two workers that take one at once exactly one launches
+    it."""
     value = trial.user_attrs[mark]
     other = next(
         (
@@ -171,12 +179,22 @@ def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> bool:
         ),
         None,
     )
-    if other is None:
-        return False
-    trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED.value)
-    trial.set_user_attr(PRUNED_REASON, f"taken by trial {other} of another worker")
-    study.tell(trial, state=TrialState.PRUNED)
-    return True
+    if other is not None:
+        trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED.value)
+        trial.set_user_attr(PRUNED_REASON, f"taken by trial {other} of another worker")
+        study.tell(trial, state=TrialState.PRUNED)
+    return other
+
+
+def _await(study: optuna.Study, numbers: list[int], time_left: TimeLeft) -> None:
+    """Until other workers' trials `numbers` have ended (or the time budget), so that what
+    they measure is read with this worker's own."""
+    ongoing = (TrialState.RUNNING, TrialState.WAITING)
+    while time_left() and any(
+        study.get_trials(deepcopy=False)[n].state in ongoing for n in numbers
+    ):
+        time.sleep(AWAIT_S)
+        fail_abandoned_trials(study)
 
 
 def was_probed(study: optuna.Study) -> bool:
@@ -230,10 +248,18 @@ def full_standings(study: optuna.Study) -> list[Standing]:
     return full_size(standings(study))
 
 
+def slice_standings(study: optuna.Study) -> list[Standing]:
+    """The standings of configs measured on the slice (or ranked by the model), best
+    first: the leaders repeated there, which a config's full-size launches never join;
+    ranked as measured, as a study that names its winner on the slice ranks them."""
+    full = full_size(ranked := standings(study))
+    return [s for s in ranked if s not in full]
+
+
 def slice_ranking(run: StudyRun) -> Ranking:
-    """How a slice study's repeats on the slice rank its leaders: the configs measured there
-    (or ranked by the model), which a config's full-size launches never join, by their
-    extrapolation moved by the scale miss learnt so far (`ScaleView.ranked`), best first."""
+    """How a slice study whose leaders run at full size ranks them in its repeats on the
+    slice, as its confirmations do: the `slice_standings`, by their extrapolation moved by
+    the scale miss learnt so far (`ScaleView.ranked`), best first."""
     assert run.slice is not None
     view = ScaleView(run.study, run.problem, run.slice.settings.nodes, run.slice.calibration)
     return lambda _study: view.ranked()
@@ -244,10 +270,11 @@ def repeat_full_winner(
 ) -> list[int]:
     """The winner among the leaders measured at full size, launched there again
     `Effort.after_choice` times (measured studies that confirm, as `confirm.repeat_winner`),
-    if `time_left()`: its figures are stated from these launches; their trial numbers."""
+    each while `time_left()`: its figures are stated from these launches; their trial
+    numbers."""
     s = settings.slice
     confirms = s is not None and s.confirm_full and settings.budget.confirm
-    if not confirms or run.slice is None or not time_left():
+    if not confirms or run.slice is None:
         return []
     full_run = dataclasses.replace(run, slice=None)
 
@@ -261,6 +288,7 @@ def repeat_full_winner(
         space.distributions,
         launch,
         settings.budget.effort.after_choice,
+        time_left,
         ranking=full_standings,
     )
 

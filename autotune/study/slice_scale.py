@@ -68,6 +68,25 @@ def traffic_share(problem: Problem, config: TrainConfig, calibration: Calibratio
     return step.dp_comm_s / step.total_s if step.total_s > 0 else 0.0
 
 
+def leader_under_miss(
+    problem: Problem,
+    completed: list[tuple[TrainConfig, float, bool]],
+    slope: float,
+    calibration: Calibration,
+) -> tuple[TrainConfig, float] | None:
+    """The best of `completed` (config, tokens/s, whether that is a slice's extrapolation),
+    each extrapolation taken down by `slope` times its traffic share; a full-size
+    measurement stands as it is."""
+
+    def moved(config: TrainConfig, value: float, extrapolated: bool) -> float:
+        if not slope or not extrapolated:
+            return value
+        return value * math.exp(-slope * traffic_share(problem, config, calibration))
+
+    scored = [(c, moved(c, v, e)) for c, v, e in completed]
+    return max(scored, key=lambda c: c[1], default=None)
+
+
 def apart_in_share(
     leaders: list[Standing], count: int, problem: Problem, calibration: Calibration
 ) -> list[Standing]:

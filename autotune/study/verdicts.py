@@ -13,6 +13,9 @@ from autotune.study.storage import (
 )
 from autotune.study.trial_attrs import CLAIM, Pruned, TrialAttrs
 
+AWAIT_S = 2.0
+"""How often a worker that waits on other workers' running trials looks again."""
+
 
 def verdicts(study: optuna.Study) -> dict[str, int]:
     """Config key -> trial number, for configs that completed, failed or were stopped early

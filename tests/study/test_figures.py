@@ -41,7 +41,7 @@ def equal_world(seed: int, configs: int = 4) -> optuna.Study:
         study.tell(trial, draw())
 
     confirm(study, lambda _: {}, {}, run, effort=STANDARD)
-    repeat_winner(study, lambda _: {}, {}, run, STANDARD.after_choice)
+    repeat_winner(study, lambda _: {}, {}, run, STANDARD.after_choice, lambda: True)
     return study
 
 
