@@ -13,7 +13,6 @@ import time
 import warnings
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune import runner as trials
 from autotune.errors import InputError
@@ -48,8 +47,6 @@ from autotune.study.slice_confirm import (
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
     PREDICTED,
-    PRUNED_AS,
-    PRUNED_REASON,
     SEEDED_BY,
     USERS_CONFIG,
     Prediction,
@@ -57,7 +54,15 @@ from autotune.study.trial_attrs import (
     TrialAttrs,
 )
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
-from autotune.study.verdicts import AWAIT_S, best_value, budget_taken, claim, in_flight, verdicts
+from autotune.study.verdicts import (
+    AWAIT_S,
+    best_value,
+    budget_taken,
+    claim,
+    in_flight,
+    skip,
+    verdicts,
+)
 from autotune.units import human_duration
 
 SEEDS = 3
@@ -228,17 +233,18 @@ class _Search:
         why = self.rejection(config, key)
         if why is not None:
             self.misses += 1
-            self._skip(trial, Pruned.REJECTED, why)
+            skip(self.study, trial, Pruned.REJECTED, why)
             return self.refreshed()
         self.misses = 0
         owner = claim(self.study, trial, key)
         if owner is not None:  # another worker took the same config a moment earlier
             if self.settings.strategy in ENQUEUEING:
                 self.proposer.gave_way.add(trial.number)
-            self._skip(trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
+            skip(self.study, trial, Pruned.CLAIMED, f"config claimed by trial {owner}")
             return self.refreshed()
         if (n := self.budget.trials) is not None and budget_taken(self.study, n, trial.number):
-            self._skip(trial, Pruned.CLAIMED, f"trial budget of {n} taken by other workers")
+            why = f"trial budget of {n} taken by other workers"
+            skip(self.study, trial, Pruned.CLAIMED, why)
             return self.refreshed()
         record = self.measure(trial, config, key)
         return script_fault(self.problem, record, best_value(self.study)) or self.refreshed()
@@ -255,11 +261,6 @@ class _Search:
         if key in self.seen:
             return f"config already measured in trial {self.seen[key]}"
         return None
-
-    def _skip(self, trial: optuna.Trial, as_: Pruned, why: str) -> None:
-        trial.set_user_attr(PRUNED_AS, as_)
-        trial.set_user_attr(PRUNED_REASON, why)
-        self.study.tell(trial, state=TrialState.PRUNED)
 
     def measure(self, trial: optuna.Trial, config: TrainConfig, key: str) -> trials.TrialRecord:
         """Run the config as this trial, with the model's prediction beside it."""

@@ -37,15 +37,9 @@ from autotune.study.slice import (
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
 from autotune.study.storage import fail_abandoned_trials, stored_specs
-from autotune.study.trial_attrs import (
-    PRUNED_AS,
-    PRUNED_REASON,
-    SCALE_PROBE,
-    Pruned,
-    TrialAttrs,
-)
+from autotune.study.trial_attrs import SCALE_PROBE, Pruned, TrialAttrs
 from autotune.study.trial_run import StudyRun, run_one
-from autotune.study.verdicts import AWAIT_S, best_value
+from autotune.study.verdicts import AWAIT_S, best_value, skip
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
@@ -180,9 +174,7 @@ def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> int | None
         None,
     )
     if other is not None:
-        trial.set_user_attr(PRUNED_AS, Pruned.CLAIMED.value)
-        trial.set_user_attr(PRUNED_REASON, f"taken by trial {other} of another worker")
-        study.tell(trial, state=TrialState.PRUNED)
+        skip(study, trial, Pruned.CLAIMED, f"taken by trial {other} of another worker")
     return other
 
 
@@ -273,8 +265,7 @@ def repeat_full_winner(
     each while `time_left()`: its figures are stated from these launches; their trial
     numbers."""
     s = settings.slice
-    confirms = s is not None and s.confirm_full and settings.budget.confirm
-    if not confirms or run.slice is None:
+    if s is None or not s.confirm_full or run.slice is None or not settings.budget.confirm:
         return []
     full_run = dataclasses.replace(run, slice=None)
 

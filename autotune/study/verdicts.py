@@ -11,10 +11,17 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.study.storage import (
     INTERRUPTED,
 )
-from autotune.study.trial_attrs import CLAIM, Pruned, TrialAttrs
+from autotune.study.trial_attrs import CLAIM, PRUNED_AS, PRUNED_REASON, Pruned, TrialAttrs
 
 AWAIT_S = 2.0
 """How often a worker that waits on other workers' running trials looks again."""
+
+
+def skip(study: optuna.Study, trial: optuna.Trial, as_: Pruned, why: str) -> None:
+    """Tell `trial` PRUNED without running it, as `as_` and `why` in words."""
+    trial.set_user_attr(PRUNED_AS, as_)
+    trial.set_user_attr(PRUNED_REASON, why)
+    study.tell(trial, state=TrialState.PRUNED)
 
 
 def verdicts(study: optuna.Study) -> dict[str, int]:
