@@ -56,7 +56,7 @@ from autotune.study.model_errors import (
     widened,
 )
 from autotune.study.noise import NOISE_FLOOR
-from autotune.study.slice import RANKED_BY, observed_as
+from autotune.study.slice import GUESSED, RANKED_BY, observed_as
 from autotune.study.slice_scale import leader_under_miss
 from autotune.study.trial_attrs import TrialAttrs
 
@@ -156,7 +156,8 @@ class GuidedSearch:
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
     _completed: list[tuple[TrainConfig, float, bool]] = field(init=False, repr=False)
-    """Each completed trial's config, tokens/s, and whether that is extrapolated (a slice's)."""
+    """Each completed trial's config, tokens/s, and whether that is a slice study's guess at
+    full size (extrapolated from the slice, or the model's) rather than measured there."""
     leader_measured: tuple[TrainConfig, float] | None = field(default=None, init=False)
     """The best measured config and its tokens/s, which NCCL variants are scored against;
     in a slice study past its probes, each extrapolation taken down by the scale miss
@@ -217,7 +218,7 @@ class GuidedSearch:
         self.measured = [config for config, _, _ in seen]
         self._beliefs = None
         self._completed = [
-            (attrs[t.number].config, t.value, t.user_attrs.get(RANKED_BY) in ("slice", "proxy"))
+            (attrs[t.number].config, t.value, t.user_attrs.get(RANKED_BY) in GUESSED)
             for t in trials
             if t.state == TrialState.COMPLETE
             and t.value is not None

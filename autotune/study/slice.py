@@ -40,6 +40,9 @@ RANKED_BY = "ranked_by"
 """On a trial of a slice study: `slice` (measured on the slice, extrapolated), `proxy`
 (measured on the slice with fewer layers per stage), `model` (ranked by the model alone) or
 `full` (measured at full size)."""
+GUESSED = ("slice", "proxy", "model")
+"""The `RANKED_BY` values of a trial whose tokens/s is a guess at full size: extrapolated from
+the slice or a proxy, or the model's own; the rest (`full`) were measured there."""
 PROXY = "proxy"
 """On a proxy trial: the proxy it measured ({"pp": stages, "layers": layers})."""
 RANKED_WHY = "ranked_why"

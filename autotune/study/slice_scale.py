@@ -32,7 +32,7 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.study.confirm import Standing, standings
 from autotune.study.noise import NOISE_FLOOR, assumed_between, measurements, study_spread
-from autotune.study.slice import FULL_OF, RANKED_BY, SLICE_TOKENS, observed_as
+from autotune.study.slice import FULL_OF, GUESSED, RANKED_BY, SLICE_TOKENS, observed_as
 from autotune.study.trial_attrs import TrialAttrs
 
 MIN_SHARE_SPREAD = 0.02
@@ -173,11 +173,7 @@ class ScaleView:
     def slice_leaders(self) -> list[Standing]:
         """The configs measured on the slice (or ranked by the model), best extrapolation
         (as their trials made it) first."""
-        return [
-            s
-            for s in standings(self.study)
-            if s.trial.user_attrs.get(RANKED_BY) in ("slice", "proxy", "model")
-        ]
+        return [s for s in standings(self.study) if s.trial.user_attrs.get(RANKED_BY) in GUESSED]
 
     def fit(self) -> ScaleFit:
         """The miss, from every probe and full-size launch of the study so far."""

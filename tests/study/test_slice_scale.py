@@ -319,7 +319,7 @@ def test_a_guide_told_of_the_scale_miss_refines_the_leader_under_it() -> None:
     quiet, loud = by_share[0], by_share[-1]
     assert traffic_share(p, loud, CAL) > traffic_share(p, quiet, CAL) + 0.05
     leaders = []
-    for loud_ran in ("slice", "full"):  # a full-size measurement is no extrapolation
+    for loud_ran in ("slice", "model", "full"):  # a full-size measurement is no guess
         study = new_study()
         add_measured(study, 1000.0, quiet, **{RANKED_BY: "slice", TRIAL_NODES: 4})
         add_measured(study, 1020.0, loud, **{RANKED_BY: loud_ran, TRIAL_NODES: 4})
@@ -329,7 +329,7 @@ def test_a_guide_told_of_the_scale_miss_refines_the_leader_under_it() -> None:
         guide.rescale(3.0)
         assert guide.leader_measured is not None
         leaders.append(guide.leader_measured[0])
-    assert leaders == [quiet, loud]
+    assert leaders == [quiet, quiet, loud]
 
 
 def test_the_slice_repeats_compare_leaders_under_the_miss_and_never_a_full_size_launch() -> None:
