@@ -87,7 +87,7 @@ def a_trial_is_running(results: Path, after_completed: int) -> bool:
     return len(done) >= after_completed and bool(running)
 
 
-TRAIN_SH_RUNS = 20
+TRAIN_SH_RUNS = 5
 
 
 def test_three_trial_study_exports_files_that_run(tmp_path: Path) -> None:
@@ -250,23 +250,28 @@ def test_ctrl_c_stops_the_trial_within_seconds(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fault", "kind", "error"),
+    ("fault", "kind", "error", "limit"),
     [
-        ("crash", "crash", "RuntimeError: injected crash"),
-        ("hang", "timeout", "killed at the time limit"),
+        ("crash", "crash", "RuntimeError: injected crash", "60s"),
+        ("hang", "timeout", "killed at the time limit", "12s"),
         # One rank with an NCCL setting of its own: every rank names it, the trial fails.
-        ("nccl_env", "launch_error", "NCCL_ALGO is Tree on rank 1 but the trial sets it unset"),
+        (
+            "nccl_env",
+            "launch_error",
+            "NCCL_ALGO is Tree on rank 1 but the trial sets it unset",
+            "60s",
+        ),
     ],
 )
 def test_failed_trials_are_recorded_and_the_study_goes_on(
-    tmp_path: Path, fault: str, kind: str, error: str
+    tmp_path: Path, fault: str, kind: str, error: str, limit: str
 ) -> None:
     result = autotune(
         *RUN,
         "--trials",
         "2",
         "--timeout-per-trial",
-        "25s",
+        limit,
         "--results",
         str(tmp_path),
         env={"AUTOTUNE_INJECT_FAULT": fault},
