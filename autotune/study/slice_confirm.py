@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.estimate.calibration import Calibration
 from autotune.problem import Problem
@@ -36,7 +36,7 @@ from autotune.study.slice import (
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
-from autotune.study.storage import fail_abandoned_trials, stored_specs
+from autotune.study.storage import INTERRUPTED, fail_abandoned_trials, stored_specs
 from autotune.study.trial_attrs import SCALE_PROBE, Pruned, TrialAttrs
 from autotune.study.trial_run import StudyRun, run_one
 from autotune.study.verdicts import AWAIT_S, best_value, skip
@@ -76,7 +76,8 @@ def confirm_full(
     resumed study counts those it has), each the best of the rest as the extrapolation's miss
     learnt so far ranks them (`slice_scale`): first from scale probes, then from each
     confirmation, while `time_left()`; the trial numbers of the probes and confirmations.
-    Records the slice-to-full error."""
+    A launch another worker took at once is awaited; one interrupted (its tuner stopped or
+    died) counts for nothing and is made again. Records the slice-to-full error."""
     s = settings.slice
     if s is None or not s.confirm_full or run.slice is None:
         return []
@@ -84,21 +85,31 @@ def confirm_full(
     view = ScaleView(study, run.problem, s.nodes, run.slice.calibration)
     numbers = probe_scale(run, space, settings, view, time_left)
     full_run = dataclasses.replace(run, slice=None)
-    done = {t.user_attrs.get(FULL_OF) for t in study.get_trials(deepcopy=False)} - {None}
-    for _ in range(s.confirm_full - len(done)):
-        if not time_left():
+    while True:
+        done = _marked(study, FULL_OF)
+        others = []
+        for _ in range(s.confirm_full - len(done)):
+            if not time_left():
+                break
+            standing = next((st for st in view.ranked() if st.first not in done), None)
+            if standing is None:
+                break
+            done.add(standing.first)
+            attrs: dict[str, object] = {FULL_OF: standing.first}
+            params = space.params(standing.config)
+            trial = ask_enqueued(study, params, attrs, space.distributions)
+            if trial is None:
+                continue
+            if (other := _gave_way(study, trial, FULL_OF)) is not None:
+                others.append(other)
+                continue
+            extrapolated = f"trial {standing.first} extrapolated"
+            label = f"{standing.config.label()} (at full size, {extrapolated})"
+            _run_full(full_run, trial, standing.config, settings, label)
+            numbers.append(trial.number)
+        _await(study, others, time_left)
+        if not (_ended_interrupted(study, others) and time_left()):  # a dead worker's: again
             break
-        standing = next((st for st in view.ranked() if st.first not in done), None)
-        if standing is None:
-            break
-        done.add(standing.first)
-        attrs: dict[str, object] = {FULL_OF: standing.first}
-        trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
-        if trial is None or _gave_way(study, trial, FULL_OF) is not None:
-            continue
-        label = f"{standing.config.label()} (at full size, trial {standing.first} extrapolated)"
-        _run_full(full_run, trial, standing.config, settings, label)
-        numbers.append(trial.number)
     record_error(study)
     return numbers
 
@@ -117,14 +128,14 @@ def probe_scale(
     `probes` best proxies not yet probed, as the miss ranks them, whose own layout fits
     there: what they measure stands for their proxy's extrapolation, whose error is its
     own. No more once `time_left()` says the time budget is spent; a probe another worker
-    took at once is awaited."""
+    took at once is awaited, and run here if it was interrupted."""
     s, sliced = settings.slice, run.slice
     assert s is not None and sliced is not None
     nodes = probe_nodes(s.nodes, run.problem.cluster.nodes)
     if nodes is None or not s.probes:
         return []
     study = run.study
-    probed = {TrialAttrs.of(t).scale_probe_of for t in study.get_trials(deepcopy=False)}
+    probed = _marked(study, SCALE_PROBE)
     wider = dataclasses.replace(sliced, settings=dataclasses.replace(sliced.settings, nodes=nodes))
     ranked = [st for st in view.ranked() if st.first not in probed]
     own = [st for st in ranked if st.trial.user_attrs.get(RANKED_BY) == "slice"]
@@ -138,22 +149,26 @@ def probe_scale(
     probe_run = dataclasses.replace(run, slice=wider)
     steps = dataclasses.replace(settings.steps, best_s=None)
     numbers: list[int] = []
-    others: list[int] = []
-    for standing in chosen:
-        if not time_left():
-            break
-        attrs: dict[str, object] = {SCALE_PROBE: standing.first}
-        trial = ask_enqueued(study, space.params(standing.config), attrs, space.distributions)
-        if trial is None:
-            continue
-        if (other := _gave_way(study, trial, SCALE_PROBE)) is not None:
-            others.append(other)
-            continue
-        record = run_one(probe_run, trial, standing.config, config_key(standing.config), steps)
-        label = f"{standing.config.label()} (on {nodes} nodes, trial {standing.first} again)"
-        run.progress.finished(trial.number, label, record, best_value(study))
-        numbers.append(trial.number)
-    _await(study, others, time_left)
+    while chosen and time_left():
+        others: dict[int, Standing] = {}
+        for standing in chosen:
+            if not time_left():
+                break
+            attrs: dict[str, object] = {SCALE_PROBE: standing.first}
+            params = space.params(standing.config)
+            trial = ask_enqueued(study, params, attrs, space.distributions)
+            if trial is None:
+                continue
+            if (other := _gave_way(study, trial, SCALE_PROBE)) is not None:
+                others[other] = standing
+                continue
+            key = config_key(standing.config)
+            record = run_one(probe_run, trial, standing.config, key, steps)
+            label = f"{standing.config.label()} (on {nodes} nodes, trial {standing.first} again)"
+            run.progress.finished(trial.number, label, record, best_value(study))
+            numbers.append(trial.number)
+        _await(study, list(others), time_left)
+        chosen = [others[n] for n in others if _ended_interrupted(study, [n])]
     return numbers
 
 
@@ -167,15 +182,31 @@ def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> int | None
         (
             t.number
             for t in study.get_trials(deepcopy=False)
-            if t.number < trial.number
-            and t.user_attrs.get(mark) == value
-            and t.state != TrialState.PRUNED
+            if t.number < trial.number and t.user_attrs.get(mark) == value and _holds(t)
         ),
         None,
     )
     if other is not None:
         skip(study, trial, Pruned.CLAIMED, f"taken by trial {other} of another worker")
     return other
+
+
+def _holds(t: FrozenTrial) -> bool:
+    """Whether a probe or full-size launch `t` holds its mark: queued, running or ended, but
+    not given way (PRUNED) nor interrupted (its tuner died or was stopped: it runs again)."""
+    return t.state != TrialState.PRUNED and TrialAttrs.of(t).kind != INTERRUPTED
+
+
+def _marked(study: optuna.Study, mark: str) -> set[int]:
+    """The leaders (first trial numbers) that a probe or full-size launch (`mark`) holds."""
+    trials = study.get_trials(deepcopy=False)
+    return {t.user_attrs[mark] for t in trials if mark in t.user_attrs and _holds(t)}
+
+
+def _ended_interrupted(study: optuna.Study, numbers: list[int]) -> bool:
+    """Whether any of trials `numbers` was interrupted."""
+    trials = study.get_trials(deepcopy=False)
+    return any(TrialAttrs.of(trials[n]).kind == INTERRUPTED for n in numbers)
 
 
 def _await(study: optuna.Study, numbers: list[int], time_left: TimeLeft) -> None:

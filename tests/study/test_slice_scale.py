@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import tempfile
@@ -352,3 +353,62 @@ def test_the_slice_repeats_compare_leaders_under_the_miss_and_never_a_full_size_
     assert means == sorted(means, reverse=True)
     moved = ranked[0]
     assert len(moved.values) == 2 and moved.values[1] == pytest.approx(0.9 * moved.values[0])
+
+
+@dataclass
+class StoppedOnce(ScaleWorld):
+    """`ScaleWorld`, where the first launch on `nodes` is stopped by Ctrl-C."""
+
+    nodes: int = 0
+    stopped: bool = False
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        if spec.cluster.nodes == self.nodes and not self.stopped:
+            self.stopped = True
+            raise KeyboardInterrupt
+        return super().run(request)
+
+
+@pytest.mark.parametrize(("nodes", "mark"), [(8, SCALE_PROBE), (32, FULL_OF)])
+def test_a_probe_or_full_size_launch_stopped_midway_runs_again_when_the_study_resumes(
+    nodes: int, mark: str
+) -> None:
+    """Ctrl-C (or a dead worker) interrupts the first probe on 8 nodes or launch on all 32;
+    the resumed study runs that leader's again and confirms as many leaders at full size as
+    asked. Neither is taken as done: the other workers and a resume give way to neither."""
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    settings = SearchSettings(
+        budget=Budget(trials=40), seed=0, calibration=CAL, slice=SliceSettings(4, confirm_full=2)
+    )
+    study = optuna.create_study(direction="maximize")
+    launcher = StoppedOnce(p, nodes=nodes)
+    for attempt in range(2):
+        with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+            if attempt == 0:
+                stack.enter_context(pytest.raises(KeyboardInterrupt))
+            run_study(
+                p,
+                study,
+                ref=StudyRef(name="t", storage_url="memory", folder=Path(tmp)),
+                launcher=launcher,
+                progress=Quiet(),
+                settings=settings,
+            )
+    marked = [t for t in study.trials if mark in t.user_attrs]
+    stopped = next(t for t in marked if TrialAttrs.of(t).kind == "interrupted")
+    done = [t for t in marked if t.state == optuna.trial.TrialState.COMPLETE]
+    assert stopped.user_attrs[mark] in {t.user_attrs[mark] for t in done}
+    full = [t for t in study.trials if FULL_OF in t.user_attrs]
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in full) == 2
+
+
+def test_no_worker_gives_way_to_a_probe_whose_tuner_died() -> None:
+    study = new_study()
+    mark = {SCALE_PROBE: 3}
+    dead = ask_enqueued(study, {}, mark, {})
+    assert dead is not None
+    dead.set_user_attr("kind", "interrupted")
+    study.tell(dead, state=optuna.trial.TrialState.FAIL)
+    mine = ask_enqueued(study, {}, mark, {})
+    assert mine is not None and _gave_way(study, mine, SCALE_PROBE) is None
