@@ -38,6 +38,25 @@ def fail_trial(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, str]) -
     study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
+def fail_stale_trials(study: optuna.Study, attrs: dict[str, str]) -> list[int]:
+    """Optuna's `fail_stale_trials` (RUNNING trials whose heartbeat stopped, where the
+    storage keeps heartbeats), each given `attrs` first, which a finished trial can no
+    longer take; the numbers of the trials failed."""
+    storage = study._storage
+    if not isinstance(storage, BaseHeartbeat) or storage.get_heartbeat_interval() is None:
+        return []
+    failed = []
+    for trial_id in storage._get_stale_trial_ids(study._study_id):
+        try:
+            for name, value in attrs.items():
+                storage.set_trial_user_attr(trial_id, name, value)
+            if storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                failed.append(storage.get_trial_number_from_id(trial_id))
+        except UpdateFinishedTrialError:  # another process failed or finished it first
+            continue
+    return failed
+
+
 def ask_enqueued(
     study: optuna.Study,
     params: dict[str, object],

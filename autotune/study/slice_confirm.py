@@ -86,10 +86,11 @@ def confirm_full(
     numbers = probe_scale(run, space, settings, view, time_left)
     full_run = dataclasses.replace(run, slice=None)
     while True:
-        done = _marked(study, FULL_OF)
+        done: set[int] = set()
         others = []
-        for _ in range(s.confirm_full - len(done)):
-            if not time_left():
+        while time_left():
+            done |= _marked(study, FULL_OF)  # other workers' too, as they take them
+            if len(done) >= s.confirm_full:
                 break
             standing = next((st for st in view.ranked() if st.first not in done), None)
             if standing is None:

@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
-from autotune.study.optuna_private import HEARTBEAT_S, fail_trial
+from autotune.study.optuna_private import HEARTBEAT_S, fail_stale_trials, fail_trial
 from autotune.study.schema import bring_to_current
 from autotune.study.trial_attrs import ERROR, KIND, TrialAttrs
 from autotune.trial.spec import UserJob
@@ -249,10 +249,5 @@ def fail_abandoned_trials(study: optuna.Study) -> list[int]:
                 study, trial, {KIND: INTERRUPTED, ERROR: "the tuner running this trial died"}
             )
             failed.append(trial.number)
-    before = {t.number for t in study.get_trials(states=(optuna.trial.TrialState.FAIL,))}
-    with warnings.catch_warnings():  # fail_stale_trials is "experimental"
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-    after = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
-    failed += [t.number for t in after if t.number not in before and t.number not in failed]
-    return failed
+    stale = {KIND: INTERRUPTED, ERROR: "the tuner running this trial stopped its heartbeat"}
+    return failed + [n for n in fail_stale_trials(study, stale) if n not in failed]

@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import socket
+import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
@@ -20,7 +24,7 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.study import Budget
+from autotune.study import Budget, slice_confirm
 from autotune.study.confirm import standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.loop import run_study
@@ -36,7 +40,7 @@ from autotune.study.slice_scale import (
     traffic_share,
 )
 from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import CONFIRMS, SCALE_PROBE, TrialAttrs
+from autotune.study.trial_attrs import CONFIRMS, OWNER, SCALE_PROBE, TrialAttrs
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 from tests.fakes import Quiet, add_measured, new_study
@@ -412,3 +416,38 @@ def test_no_worker_gives_way_to_a_probe_whose_tuner_died() -> None:
     study.tell(dead, state=optuna.trial.TrialState.FAIL)
     mine = ask_enqueued(study, {}, mark, {})
     assert mine is not None and _gave_way(study, mine, SCALE_PROBE) is None
+
+
+def test_a_full_size_launch_another_worker_took_and_died_in_is_made_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another worker takes the first leader's full-size launch a moment before this one and
+    dies in it: this worker gives way, awaits it, and launches that leader itself once the
+    other is failed as interrupted; two leaders are measured at full size, as asked."""
+    other = subprocess.Popen(["sleep", "60"])
+    tag = f"{socket.gethostname()}:{other.pid}:{psutil.Process(other.pid).create_time():.3f}"
+    taken: list[int] = []
+
+    def others_first(
+        study: optuna.Study, params: dict[str, object], attrs: dict[str, object], dists: dict
+    ) -> optuna.Trial | None:
+        if FULL_OF in attrs and not taken:
+            theirs = ask_enqueued(study, params, attrs, dists)
+            assert theirs is not None
+            theirs.set_user_attr(OWNER, tag)
+            taken.append(theirs.number)
+            threading.Timer(0.5, lambda: (other.kill(), other.wait())).start()
+        return ask_enqueued(study, params, attrs, dists)
+
+    monkeypatch.setattr(slice_confirm, "ask_enqueued", others_first)
+    monkeypatch.setattr(slice_confirm, "AWAIT_S", 0.1)
+    p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
+    settings = SearchSettings(
+        budget=Budget(trials=40), seed=0, calibration=CAL, slice=SliceSettings(4, confirm_full=2)
+    )
+    study = _study_in_scale_world(p, settings)
+    (theirs,) = (t for t in study.trials if t.number in taken)
+    assert TrialAttrs.of(theirs).kind == "interrupted"
+    full = [t for t in study.trials if FULL_OF in t.user_attrs]
+    done = [t for t in full if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2 and theirs.user_attrs[FULL_OF] in {t.user_attrs[FULL_OF] for t in done}
