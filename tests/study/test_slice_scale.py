@@ -378,9 +378,9 @@ class StoppedOnce(ScaleWorld):
 def test_a_probe_or_full_size_launch_stopped_midway_runs_again_when_the_study_resumes(
     nodes: int, mark: str
 ) -> None:
-    """Ctrl-C (or a dead worker) interrupts the first probe on 8 nodes or launch on all 32;
-    the resumed study runs that leader's again and confirms as many leaders at full size as
-    asked. Neither is taken as done: the other workers and a resume give way to neither."""
+    """Ctrl-C interrupts the first probe on 8 nodes or launch on all 32: the resumed study
+    runs that leader's again, not taking it as done, and confirms as many leaders at full
+    size as asked."""
     p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
     settings = SearchSettings(
         budget=Budget(trials=40), seed=0, calibration=CAL, slice=SliceSettings(4, confirm_full=2)
