@@ -8,13 +8,12 @@ import dataclasses
 import json
 import math
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from autotune.estimate.calibration import Calibration
 from autotune.problem import Problem
@@ -34,12 +33,19 @@ from autotune.study.slice import (
     full_size,
     is_slice_study,
 )
+from autotune.study.slice_claims import (
+    TimeLeft,
+    any_interrupted,
+    await_trials,
+    gave_way,
+    marked,
+)
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
-from autotune.study.storage import INTERRUPTED, fail_abandoned_trials, stored_specs
-from autotune.study.trial_attrs import SCALE_PROBE, Pruned, TrialAttrs
+from autotune.study.storage import stored_specs
+from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
 from autotune.study.trial_run import StudyRun, run_one
-from autotune.study.verdicts import AWAIT_S, best_value, skip
+from autotune.study.verdicts import best_value
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
@@ -65,10 +71,6 @@ def slice_run(
     return SliceRun(settings, problem, calibration)
 
 
-TimeLeft = Callable[[], bool]
-"""Whether the study's `--max-time` leaves time for another trial."""
-
-
 def confirm_full(
     run: StudyRun, space: StudySpace, settings: SearchSettings, time_left: TimeLeft
 ) -> list[int]:
@@ -89,7 +91,7 @@ def confirm_full(
         done: set[int] = set()
         others = []
         while time_left():
-            done |= _marked(study, FULL_OF)  # other workers' too, as they take them
+            done |= marked(study, FULL_OF)  # other workers' too, as they take them
             if len(done) >= s.confirm_full:
                 break
             standing = next((st for st in view.ranked() if st.first not in done), None)
@@ -101,15 +103,15 @@ def confirm_full(
             trial = ask_enqueued(study, params, attrs, space.distributions)
             if trial is None:
                 continue
-            if (other := _gave_way(study, trial, FULL_OF)) is not None:
+            if (other := gave_way(study, trial, FULL_OF)) is not None:
                 others.append(other)
                 continue
             extrapolated = f"trial {standing.first} extrapolated"
             label = f"{standing.config.label()} (at full size, {extrapolated})"
             _run_full(full_run, trial, standing.config, settings, label)
             numbers.append(trial.number)
-        _await(study, others, time_left)
-        if not (_ended_interrupted(study, others) and time_left()):  # a dead worker's: again
+        await_trials(study, others, time_left)
+        if not (any_interrupted(study, others) and time_left()):  # a dead worker's: again
             break
     record_error(study)
     return numbers
@@ -136,7 +138,7 @@ def probe_scale(
     if nodes is None or not s.probes:
         return []
     study = run.study
-    probed = _marked(study, SCALE_PROBE)
+    probed = marked(study, SCALE_PROBE)
     wider = dataclasses.replace(sliced, settings=dataclasses.replace(sliced.settings, nodes=nodes))
     ranked = [st for st in view.ranked() if st.first not in probed]
     own = [st for st in ranked if st.trial.user_attrs.get(RANKED_BY) == "slice"]
@@ -160,7 +162,7 @@ def probe_scale(
             trial = ask_enqueued(study, params, attrs, space.distributions)
             if trial is None:
                 continue
-            if (other := _gave_way(study, trial, SCALE_PROBE)) is not None:
+            if (other := gave_way(study, trial, SCALE_PROBE)) is not None:
                 others[other] = standing
                 continue
             key = config_key(standing.config)
@@ -168,57 +170,9 @@ def probe_scale(
             label = f"{standing.config.label()} (on {nodes} nodes, trial {standing.first} again)"
             run.progress.finished(trial.number, label, record, best_value(study))
             numbers.append(trial.number)
-        _await(study, list(others), time_left)
-        chosen = [others[n] for n in others if _ended_interrupted(study, [n])]
+        await_trials(study, list(others), time_left)
+        chosen = [others[n] for n in others if any_interrupted(study, [n])]
     return numbers
-
-
-def _gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> int | None:
-    """The number of another worker's trial that `trial` (a probe or a full-size launch,
-    marked `mark`) gave way to, or None: each worker marks before it looks, and the
-    lower-numbered one runs, so of two workers that take one at once exactly one launches
-    it."""
-    value = trial.user_attrs[mark]
-    other = next(
-        (
-            t.number
-            for t in study.get_trials(deepcopy=False)
-            if t.number < trial.number and t.user_attrs.get(mark) == value and _holds(t)
-        ),
-        None,
-    )
-    if other is not None:
-        skip(study, trial, Pruned.CLAIMED, f"taken by trial {other} of another worker")
-    return other
-
-
-def _holds(t: FrozenTrial) -> bool:
-    """Whether a probe or full-size launch `t` holds its mark: queued, running or ended, but
-    not given way (PRUNED) nor interrupted (its tuner died or was stopped: it runs again)."""
-    return t.state != TrialState.PRUNED and TrialAttrs.of(t).kind != INTERRUPTED
-
-
-def _marked(study: optuna.Study, mark: str) -> set[int]:
-    """The leaders (first trial numbers) that a probe or full-size launch (`mark`) holds."""
-    trials = study.get_trials(deepcopy=False)
-    return {t.user_attrs[mark] for t in trials if mark in t.user_attrs and _holds(t)}
-
-
-def _ended_interrupted(study: optuna.Study, numbers: list[int]) -> bool:
-    """Whether any of trials `numbers` was interrupted."""
-    trials = study.get_trials(deepcopy=False)
-    return any(TrialAttrs.of(trials[n]).kind == INTERRUPTED for n in numbers)
-
-
-def _await(study: optuna.Study, numbers: list[int], time_left: TimeLeft) -> None:
-    """Until other workers' trials `numbers` have ended (or the time budget), so that what
-    they measure is read with this worker's own."""
-    ongoing = (TrialState.RUNNING, TrialState.WAITING)
-    while time_left() and any(
-        study.get_trials(deepcopy=False)[n].state in ongoing for n in numbers
-    ):
-        time.sleep(AWAIT_S)
-        fail_abandoned_trials(study)
 
 
 def was_probed(study: optuna.Study) -> bool:

@@ -24,14 +24,14 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.study import Budget, slice_confirm
+from autotune.study import Budget, slice_claims, slice_confirm
 from autotune.study.confirm import standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.loop import run_study
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.settings import SearchSettings
 from autotune.study.slice import FULL_OF, RANKED_BY, SLICE_TOKENS, TRIAL_NODES, SliceSettings
-from autotune.study.slice_confirm import _gave_way
+from autotune.study.slice_claims import gave_way
 from autotune.study.slice_scale import (
     ScaleView,
     fit_scale,
@@ -270,8 +270,8 @@ def test_of_two_workers_taking_one_probe_at_once_only_one_launches_it() -> None:
     mark = {SCALE_PROBE: 3}
     first, second = (ask_enqueued(study, {}, mark, {}) for _ in range(2))
     assert first is not None and second is not None
-    assert _gave_way(study, first, SCALE_PROBE) is None
-    assert _gave_way(study, second, SCALE_PROBE) == first.number
+    assert gave_way(study, first, SCALE_PROBE) is None
+    assert gave_way(study, second, SCALE_PROBE) == first.number
     assert study.trials[second.number].state == optuna.trial.TrialState.PRUNED
     # Crossed: the other worker queued its probe first and has not taken it yet, while
     # this one took the newer; this one gives way to it, which the other then runs.
@@ -279,7 +279,7 @@ def test_of_two_workers_taking_one_probe_at_once_only_one_launches_it() -> None:
     study.enqueue_trial({}, user_attrs=mark)
     newer = ask_enqueued(study, {}, mark, {})
     assert newer is not None and newer.number == 1
-    assert _gave_way(study, newer, SCALE_PROBE) == 0
+    assert gave_way(study, newer, SCALE_PROBE) == 0
 
 
 def test_a_resumed_slice_study_searches_under_its_probes_miss_from_the_start(
@@ -415,7 +415,7 @@ def test_no_worker_gives_way_to_a_probe_whose_tuner_died() -> None:
     dead.set_user_attr("kind", "interrupted")
     study.tell(dead, state=optuna.trial.TrialState.FAIL)
     mine = ask_enqueued(study, {}, mark, {})
-    assert mine is not None and _gave_way(study, mine, SCALE_PROBE) is None
+    assert mine is not None and gave_way(study, mine, SCALE_PROBE) is None
 
 
 def test_a_full_size_launch_another_worker_took_and_died_in_is_made_again(
@@ -440,7 +440,7 @@ def test_a_full_size_launch_another_worker_took_and_died_in_is_made_again(
         return ask_enqueued(study, params, attrs, dists)
 
     monkeypatch.setattr(slice_confirm, "ask_enqueued", others_first)
-    monkeypatch.setattr(slice_confirm, "AWAIT_S", 0.1)
+    monkeypatch.setattr(slice_claims, "AWAIT_S", 0.1)
     p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
     settings = SearchSettings(
         budget=Budget(trials=40), seed=0, calibration=CAL, slice=SliceSettings(4, confirm_full=2)
@@ -451,3 +451,24 @@ def test_a_full_size_launch_another_worker_took_and_died_in_is_made_again(
     full = [t for t in study.trials if FULL_OF in t.user_attrs]
     done = [t for t in full if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 2 and theirs.user_attrs[FULL_OF] in {t.user_attrs[FULL_OF] for t in done}
+
+
+def test_a_probe_left_queued_by_a_worker_that_died_is_not_awaited_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another worker queued a probe and died before it took it: this worker gives way to
+    it, waits `ORPHANED_S`, then fails it as interrupted, so that it runs the probe itself
+    (within seconds here, not never)."""
+    monkeypatch.setattr(slice_claims, "ORPHANED_S", 0.2)
+    monkeypatch.setattr(slice_claims, "AWAIT_S", 0.05)
+    study = new_study()
+    mark = {SCALE_PROBE: 3}
+    study.enqueue_trial({}, user_attrs=mark)  # the dead worker's, never taken
+    mine = ask_enqueued(study, {}, mark, {})
+    assert mine is not None and gave_way(study, mine, SCALE_PROBE) == 0
+    deadline = time.monotonic() + 10
+    slice_claims.await_trials(study, [0], lambda: time.monotonic() < deadline)
+    assert time.monotonic() < deadline
+    orphan = study.trials[0]
+    assert orphan.state == optuna.trial.TrialState.FAIL
+    assert TrialAttrs.of(orphan).kind == "interrupted"
