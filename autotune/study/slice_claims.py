@@ -9,15 +9,33 @@ import time
 from collections.abc import Callable
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.optuna_private import fail_trial
+from autotune.study.optuna_private import ask_enqueued, fail_trial
 from autotune.study.storage import INTERRUPTED, fail_abandoned_trials
 from autotune.study.trial_attrs import ERROR, KIND, Pruned, TrialAttrs
 from autotune.study.verdicts import AWAIT_S, skip
 
 TimeLeft = Callable[[], bool]
 """Whether the study's `--max-time` leaves time for another trial."""
+
+
+def take(
+    study: optuna.Study,
+    mark: str,
+    leader: int,
+    params: dict[str, object],
+    distributions: dict[str, BaseDistribution],
+) -> optuna.Trial | int | None:
+    """Queue and take this worker's probe or full-size launch of `leader` (marked `mark`):
+    the trial to run; or the number of another worker's trial it gave way to (`gave_way`),
+    to await; or None where a worker queueing the same took it first."""
+    trial = ask_enqueued(study, params, {mark: leader}, distributions)
+    if trial is None:
+        return None
+    other = gave_way(study, trial, mark)
+    return trial if other is None else other
 
 
 def gave_way(study: optuna.Study, trial: optuna.Trial, mark: str) -> int | None:

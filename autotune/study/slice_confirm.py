@@ -22,7 +22,6 @@ from autotune.specs import Cluster
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import Ranking, Standing, repeat_winner, standings
 from autotune.study.noise import measurements
-from autotune.study.optuna_private import ask_enqueued
 from autotune.study.slice import (
     FULL_OF,
     RANKED_BY,
@@ -37,8 +36,8 @@ from autotune.study.slice_claims import (
     TimeLeft,
     any_interrupted,
     await_trials,
-    gave_way,
     marked,
+    take,
 )
 from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
 from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
@@ -98,13 +97,11 @@ def confirm_full(
             if standing is None:
                 break
             done.add(standing.first)
-            attrs: dict[str, object] = {FULL_OF: standing.first}
             params = space.params(standing.config)
-            trial = ask_enqueued(study, params, attrs, space.distributions)
-            if trial is None:
-                continue
-            if (other := gave_way(study, trial, FULL_OF)) is not None:
-                others.append(other)
+            trial = take(study, FULL_OF, standing.first, params, space.distributions)
+            if isinstance(trial, int):
+                others.append(trial)
+            if not isinstance(trial, optuna.Trial):
                 continue
             extrapolated = f"trial {standing.first} extrapolated"
             label = f"{standing.config.label()} (at full size, {extrapolated})"
@@ -157,13 +154,11 @@ def probe_scale(
         for standing in chosen:
             if not time_left():
                 break
-            attrs: dict[str, object] = {SCALE_PROBE: standing.first}
             params = space.params(standing.config)
-            trial = ask_enqueued(study, params, attrs, space.distributions)
-            if trial is None:
-                continue
-            if (other := gave_way(study, trial, SCALE_PROBE)) is not None:
-                others[other] = standing
+            trial = take(study, SCALE_PROBE, standing.first, params, space.distributions)
+            if isinstance(trial, int):
+                others[trial] = standing
+            if not isinstance(trial, optuna.Trial):
                 continue
             key = config_key(standing.config)
             record = run_one(probe_run, trial, standing.config, key, steps)

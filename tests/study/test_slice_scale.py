@@ -24,7 +24,7 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.study import Budget, slice_claims, slice_confirm
+from autotune.study import Budget, slice_claims
 from autotune.study.confirm import standings
 from autotune.study.guided import GuidedSearch
 from autotune.study.loop import run_study
@@ -439,7 +439,7 @@ def test_a_full_size_launch_another_worker_took_and_died_in_is_made_again(
             threading.Timer(0.5, lambda: (other.kill(), other.wait())).start()
         return ask_enqueued(study, params, attrs, dists)
 
-    monkeypatch.setattr(slice_confirm, "ask_enqueued", others_first)
+    monkeypatch.setattr(slice_claims, "ask_enqueued", others_first)
     monkeypatch.setattr(slice_claims, "AWAIT_S", 0.1)
     p = load_problem("megatron", "llama3-8b", "dgx-h100:32", None)
     settings = SearchSettings(
