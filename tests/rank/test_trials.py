@@ -187,16 +187,26 @@ def agreement_tolerance(first: list[float], second: list[float]) -> float:
 
 
 def test_same_config_twice_agrees_within_its_own_noise(tmp_path: Path) -> None:
-    """The same config measured twice (20 measured steps of ~0.1 s): the median step times
-    agree within 15%, or within three standard errors of the two medians when this shared
-    machine is noisier than that, but never past 35%."""
-    first, second = (
-        run_trial(tmp_path / f"run{i}", "deepspeed", "zero=1,mbs=8", steps=20)["result"]
-        for i in range(2)
-    )
-    a, b = first["step_time_s"], second["step_time_s"]
-    tolerance = agreement_tolerance(first["step_times_s"], second["step_times_s"])
-    assert abs(a - b) / min(a, b) < tolerance, (a, b, tolerance)
+    """The same config measured twice (20 measured steps of a few tens of ms): the median
+    step times agree within 15%, or within three standard errors of the two medians when this
+    shared machine is noisier than that, but never past 35%. A pair that disagrees is
+    measured again once: a burst of other work on this machine can move a whole trial (once
+    in CI, one trial of a pair ran 25% slower with steady steps), while a timing defect, such
+    as warm-up steps counted, splits every pair."""
+    gaps = []
+    for pair in range(2):
+        first, second = (
+            run_trial(tmp_path / f"pair{pair}-run{i}", "deepspeed", "zero=1,mbs=8", steps=20)[
+                "result"
+            ]
+            for i in range(2)
+        )
+        a, b = first["step_time_s"], second["step_time_s"]
+        tolerance = agreement_tolerance(first["step_times_s"], second["step_times_s"])
+        gaps.append((a, b, tolerance))
+        if abs(a - b) / min(a, b) < tolerance:
+            return
+    pytest.fail(f"two pairs of trials disagreed (step time, step time, tolerance): {gaps}")
 
 
 def test_launch_script_reruns_the_trial_by_hand(tmp_path: Path) -> None:
