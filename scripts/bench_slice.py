@@ -14,16 +14,22 @@ pipeline, 1.20x with 128 chunks; published weak scaling keeps 52% of peak from 3
 GPUs with 64 stages, Narayanan et al. 2021 in shared/data, so no layout loses twice its
 speed to them); moderate and harsh settings of these (`SCALES`). Each study is the real
 study loop (guided search) on a launcher that answers with the truth at the trial's node
-count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms: the plan's
-best config (no trial); full-size guided studies with the default 8 trials and until
+count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms: the
+plan's best config (no trial); full-size guided studies with the default 8 trials and until
 converged; slice studies on 8 and 16 nodes, which search until converged, run their scale
 probes (the best leaders on twice the slice, charged to every arm), search on under the
 miss they learn until converged again, and confirm leaders at full size (`--confirm-full`
 0, 1, 2, read off one study: 0 names the best extrapolation, from a search the probes
 helped, which a real --confirm-full 0 study runs none of; 1 the first leader measured at
-full size, 2 the better of two; this script's --confirm-full N reads 0 to N). Regret is
-against the converged full-size study's winner (negative: better than it) and against the
-world's best config; GPU-hours against that study's. Writes results/benchmarks/slice.md.
+full size, 2 the better of two; this script's --confirm-full N reads 0 to N); and ideal
+slice studies, not designs: each knows every config as its slice would read it with no
+noise and no search (its full-size truth without the scale effects; a config whose own
+layout does not run on the slice with a proxy's own error in place of its layout's), learns
+none of the scale effects (or all but the spine), and launches its top N at full size (N of
+--confirm-full, at least 1; its slice charged nothing): what reading the slice perfectly
+gives. Regret is against the converged full-size study's winner (negative: better than it)
+and against the world's best config; GPU-hours against that study's. Writes
+results/benchmarks/slice.md.
 
     .venv/bin/python scripts/bench_slice.py [--seeds 20] [--worlds 1024,8192]
         [--scales moderate,harsh] [--confirm-full 2]
@@ -61,8 +67,12 @@ from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import TrainConfig, config_key  # noqa: E402
 from autotune.study.loop import run_study
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
-from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings  # noqa: E402
-from autotune.study.slice_cost import trial_gpu_hours  # noqa: E402
+from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings, slice_view  # noqa: E402
+from autotune.study.slice_cost import (  # noqa: E402
+    SIMULATED_STEPS,
+    SIMULATED_TRIAL_S,
+    trial_gpu_hours,
+)
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
@@ -132,6 +142,15 @@ SCALES = {
 }
 
 
+def learnt(scale: Scale) -> dict[str, Scale]:
+    """What an ideal slice study learns of the scale effects, by the arm's suffix: none of
+    them, or all but the spine (what probes short of 32 nodes could at best learn)."""
+    return {
+        "": Scale("none", 0.0, 1.0, 0.0),
+        ", all but the spine learnt": replace(scale, spine=1.0),
+    }
+
+
 @dataclass(frozen=True)
 class World:
     problem: Problem
@@ -151,16 +170,19 @@ class World:
         step *= 1 + self.scale.straggler * math.log2(nodes) * (1 + chunks / 7)
         return step * math.exp(config_error(config, key, self.seed))
 
-    def full_truth(self) -> dict[str, float]:
-        """Tokens/s at full size of every config predicted to fit."""
+    def full_truth(self, proxied: frozenset[str] = frozenset()) -> dict[str, float]:
+        """Tokens/s at full size of every config predicted to fit; those `proxied` (their
+        keys) with a proxy's own error in place of their own layout's, as a slice that
+        cannot run their layout sees them."""
         p = self.problem
         cal = DEFAULT_CALIBRATION["hopper"]
         ranked = memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, cal)
         truth = {}
         for e in ranked:
             key = config_key(e.config)
+            own = f"{key} proxy" if key in proxied else key
             truth[key] = p.workload.tokens_per_step / self.step(
-                e.step, e.config, key, p.cluster.nodes
+                e.step, e.config, own, p.cluster.nodes
             )
         return truth
 
@@ -274,6 +296,12 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
         "best": (max(truth.values()), 0.0, 0.0),
         "plan": (truth[config_key(plan.config)], 0.0, 0),
     }
+    for nodes in SLICES:  # the top `confirm` of what an ideal slice knows, at full size
+        for suffix, known in learnt(scale).items():
+            seen = World(problem, seed, *biases, known).full_truth(proxied(gpus, nodes))
+            top = sorted(seen, key=lambda k: -seen[k])[: max(confirm, 1)]
+            hours = sum(_full_launch_hours(problem, truth[k]) for k in top)
+            arms[f"ideal slice-{nodes}{suffix}"] = (max(truth[k] for k in top), hours, len(top))
     for name, trials in (("full-8", FULL_TRIALS), ("full-converged", CONVERGED_CAP)):
         s = study(world, trials, None)
         ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
@@ -286,6 +314,34 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
         for n, (key, hours) in slice_arms(s, world, confirm).items():
             arms[f"slice-{nodes}, confirm {n}"] = (truth[key], hours, n_ran - confirm + n)
     return arms
+
+
+@functools.cache
+def proxied(gpus: int, nodes: int) -> frozenset[str]:
+    """Keys of the world's configs whose own layout does not run on `nodes` (model-parallel
+    group, rules or memory), which a slice study measures on a proxy."""
+    problem = world_problem(gpus)
+    cal = DEFAULT_CALIBRATION["hopper"]
+    keys = set()
+    for e in memory_verdicts(
+        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
+    ):
+        view = slice_view(problem, e.config, nodes)
+        traits = problem.engine.traits
+        runs = (
+            view.why_not is None
+            and estimate(view.workload, view.config, view.cluster, traits, cal).fits
+        )
+        if not runs:
+            keys.add(config_key(e.config))
+    return frozenset(keys)
+
+
+def _full_launch_hours(problem: Problem, tokens_per_s: float) -> float:
+    """GPU-hours of one simulated full-size trial at `tokens_per_s` (`study.slice_cost`)."""
+    step = problem.workload.tokens_per_step / tokens_per_s
+    seconds = SIMULATED_TRIAL_S + SIMULATED_STEPS * step
+    return seconds * problem.cluster.nodes * problem.cluster.devices_per_node / 3600
 
 
 def _space_file() -> str:
