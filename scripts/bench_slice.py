@@ -23,13 +23,13 @@ miss they learn until converged again, and confirm leaders at full size (`--conf
 helped, which a real --confirm-full 0 study runs none of; 1 the first leader measured at
 full size, 2 the better of two; this script's --confirm-full N reads 0 to N); and ideal
 slice studies, not designs: each knows every config as its slice would read it with no
-noise and no search (its full-size truth without the scale effects; a config whose own
-layout does not run on the slice with a proxy's own error in place of its layout's), learns
-none of the scale effects (or all but the spine), and launches its top N at full size (N of
---confirm-full, at least 1; its slice charged nothing): what reading the slice perfectly
-gives. Regret is against the converged full-size study's winner (negative: better than it)
-and against the world's best config; GPU-hours against that study's. Writes
-results/benchmarks/slice.md.
+noise and no search (its full-size truth with the scale effects of the slice's node count;
+a config whose own layout does not run on the slice with a proxy's own error in place of
+its layout's), learns none of the scale effects beyond the slice (or all but the spine),
+and launches its top N at full size (N of --confirm-full, at least 1; its slice charged
+nothing): what reading the slice perfectly gives. Regret is against the converged full-size
+study's winner (negative: better than it) and against the world's best config; GPU-hours
+against that study's. Writes results/benchmarks/slice.md.
 
     .venv/bin/python scripts/bench_slice.py [--seeds 20] [--worlds 1024,8192]
         [--scales moderate,harsh] [--confirm-full 2]
@@ -142,12 +142,13 @@ SCALES = {
 }
 
 
-def learnt(scale: Scale) -> dict[str, Scale]:
-    """What an ideal slice study learns of the scale effects, by the arm's suffix: none of
-    them, or all but the spine (what probes short of 32 nodes could at best learn)."""
+def learnt(scale: Scale, nodes: int, cluster_nodes: int) -> dict[str, tuple[Scale, int]]:
+    """What an ideal slice study of `nodes` knows of the scale effects, by the arm's suffix,
+    and at what node count: those its slice has, or all the full-size job has but the spine
+    (what probes short of 32 nodes could at best learn)."""
     return {
-        "": Scale("none", 0.0, 1.0, 0.0),
-        ", all but the spine learnt": replace(scale, spine=1.0),
+        "": (scale, nodes),
+        ", all but the spine learnt": (replace(scale, spine=1.0), cluster_nodes),
     }
 
 
@@ -170,10 +171,13 @@ class World:
         step *= 1 + self.scale.straggler * math.log2(nodes) * (1 + chunks / 7)
         return step * math.exp(config_error(config, key, self.seed))
 
-    def full_truth(self, proxied: frozenset[str] = frozenset()) -> dict[str, float]:
+    def full_truth(
+        self, proxied: frozenset[str] = frozenset(), nodes: int | None = None
+    ) -> dict[str, float]:
         """Tokens/s at full size of every config predicted to fit; those `proxied` (their
         keys) with a proxy's own error in place of their own layout's, as a slice that
-        cannot run their layout sees them."""
+        cannot run their layout sees them; given `nodes`, with the scale effects of that
+        many nodes (a slice's) instead of the cluster's."""
         p = self.problem
         cal = DEFAULT_CALIBRATION["hopper"]
         ranked = memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, cal)
@@ -182,7 +186,7 @@ class World:
             key = config_key(e.config)
             own = f"{key} proxy" if key in proxied else key
             truth[key] = p.workload.tokens_per_step / self.step(
-                e.step, e.config, own, p.cluster.nodes
+                e.step, e.config, own, nodes or p.cluster.nodes
             )
         return truth
 
@@ -297,8 +301,8 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
         "plan": (truth[config_key(plan.config)], 0.0, 0),
     }
     for nodes in SLICES:  # the top `confirm` of what an ideal slice knows, at full size
-        for suffix, known in learnt(scale).items():
-            seen = World(problem, seed, *biases, known).full_truth(proxied(gpus, nodes))
+        for suffix, (known, at) in learnt(scale, nodes, problem.cluster.nodes).items():
+            seen = World(problem, seed, *biases, known).full_truth(proxied(gpus, nodes), at)
             top = sorted(seen, key=lambda k: -seen[k])[: max(confirm, 1)]
             hours = sum(_full_launch_hours(problem, truth[k]) for k in top)
             arms[f"ideal slice-{nodes}{suffix}"] = (max(truth[k] for k in top), hours, len(top))
