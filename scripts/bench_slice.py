@@ -59,7 +59,7 @@ from bench_search import _Quiet  # noqa: E402
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.estimate.predict import estimate  # noqa: E402
-from autotune.estimate.ranking import memory_verdicts  # noqa: E402
+from autotune.estimate.ranking import Ranked, memory_verdicts  # noqa: E402
 from autotune.estimate.steptime import StepTime  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.problem import Problem, load_problem  # noqa: E402
@@ -179,10 +179,8 @@ class World:
         cannot run their layout sees them; given `nodes`, with the scale effects of that
         many nodes (a slice's) instead of the cluster's."""
         p = self.problem
-        cal = DEFAULT_CALIBRATION["hopper"]
-        ranked = memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, cal)
         truth = {}
-        for e in ranked:
+        for e in predicted(p.cluster.world_size):
             key = config_key(e.config)
             own = f"{key} proxy" if key in proxied else key
             truth[key] = p.workload.tokens_per_step / self.step(
@@ -285,6 +283,15 @@ def world_problem(gpus: int) -> Problem:
     return problem
 
 
+@functools.cache
+def predicted(gpus: int) -> Ranked:
+    """The model's estimate of every config of the world predicted to fit, best first,
+    computed once for every seed and arm."""
+    p = world_problem(gpus)
+    cal = DEFAULT_CALIBRATION["hopper"]
+    return memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, cal)
+
+
 def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
     """Per arm: (true tokens/s of its pick, GPU-hours, trials)."""
     problem = world_problem(gpus)
@@ -292,10 +299,7 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
     biases = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
     world = World(problem, seed, *biases, scale)
     truth = world.full_truth()
-    cal = DEFAULT_CALIBRATION["hopper"]
-    plan = memory_verdicts(
-        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
-    )[0]
+    plan = predicted(gpus)[0]
     arms = {
         "best": (max(truth.values()), 0.0, 0.0),
         "plan": (truth[config_key(plan.config)], 0.0, 0),
@@ -325,13 +329,10 @@ def proxied(gpus: int, nodes: int) -> frozenset[str]:
     """Keys of the world's configs whose own layout does not run on `nodes` (model-parallel
     group, rules or memory), which a slice study measures on a proxy."""
     problem = world_problem(gpus)
-    cal = DEFAULT_CALIBRATION["hopper"]
+    cal, traits = DEFAULT_CALIBRATION["hopper"], problem.engine.traits
     keys = set()
-    for e in memory_verdicts(
-        problem.workload, problem.cluster, problem.engine.traits, problem.enumerate().valid, cal
-    ):
+    for e in predicted(gpus):
         view = slice_view(problem, e.config, nodes)
-        traits = problem.engine.traits
         runs = (
             view.why_not is None
             and estimate(view.workload, view.config, view.cluster, traits, cal).fits
