@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,7 +110,8 @@ def slurm_nodes() -> dict[str, str]:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Write the slowest tests of this run (setup, call and teardown together) as a Markdown
-    table, for a person to read after CI; its path ends the summary."""
+    table, for a person to read after CI, named for the tier run (`-m`); its path ends the
+    summary."""
     seconds: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -117,7 +119,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                 seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
     if not seconds:
         return
-    path = Path(os.environ.get(DURATIONS_ENV) or REPO / "test-durations.md")
+    tier = re.sub(r"\W+", "-", terminalreporter.config.option.markexpr).strip("-")
+    name = f"test-durations-{tier}.md" if tier else "test-durations.md"  # -m "not slow": -not-slow
+    path = Path(os.environ.get(DURATIONS_ENV) or REPO / name)
     slowest = sorted(seconds.items(), key=lambda item: item[1], reverse=True)[:SLOWEST]
     lines = [
         f"# The {len(slowest)} slowest of {len(seconds)} tests",
