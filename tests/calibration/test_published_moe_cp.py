@@ -1,6 +1,7 @@
 """Published expert- and context-parallel runs read as cases of the model, or left out with
 a reason."""
 
+import functools
 import statistics
 
 import pytest
@@ -56,9 +57,11 @@ def test_megatrons_defaults_are_the_fit_of_its_dense_runs() -> None:
     assert {c.workload.name for c in anchors()} >= {"Llama3-8B", "Llama3-70B", "Llama3.1-405B"}
 
 
+@functools.cache
 def held_out_errors() -> dict[int, float]:
     """Each run's error with Megatron's default calibration, its experts' host time refitted
-    to the other releases' runs (the one thing fitted to these runs)."""
+    to the other releases' runs (the one thing fitted to these runs); fitted once, for the two
+    tests that read it."""
     runs = [c for c in cases() if isinstance(c, MoeCpCase)]
     cals = held_out_calibrations(runs)
     errors = {}
