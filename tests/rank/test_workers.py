@@ -83,7 +83,8 @@ def test_three_workers_never_measure_a_config_twice(storage: str, tmp_path: Path
 
 
 def test_killing_a_worker_mid_trial_loses_nothing(storage: str, tmp_path: Path) -> None:
-    workers = [start_worker(storage, tmp_path, trials=4) for _ in range(3)]
+    budget = 4
+    workers = [start_worker(storage, tmp_path, trials=budget) for _ in range(3)]
     pids = {w.pid: w for w in workers}
     victim = None
     deadline = time.monotonic() + 240
@@ -121,7 +122,7 @@ def test_killing_a_worker_mid_trial_loses_nothing(storage: str, tmp_path: Path) 
         for t in trials
     ]
     assert completed_before <= {t.number for t in complete}
-    assert len(complete) >= 4 and len(distinct) == len(complete), (states, outputs)
+    assert len(complete) >= budget and len(distinct) == len(complete), (states, outputs)
     killed = [t for t in trials if t.user_attrs.get("kind") == "interrupted"]
     assert len(killed) == 1 and killed[0].state == optuna.trial.TrialState.FAIL
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
