@@ -27,7 +27,9 @@ noise and no search (its full-size truth with the scale effects of the slice's n
 a config whose own layout does not run on the slice with a proxy's own error in place of
 its layout's), learns none of the scale effects beyond the slice (or all but the spine),
 and launches its top N at full size (N of --confirm-full, at least 1; its slice charged
-nothing): what reading the slice perfectly gives. Regret is against the converged full-size
+nothing): what reading the slice perfectly gives, and how many of its top configs it would
+have to launch at full size to hold one within 2% of the full-size study's winner in 90%
+of seeds, at what share of that study's GPU-hours. Regret is against the converged full-size
 study's winner (negative: better than it) and against the world's best config; GPU-hours
 against that study's. Writes results/benchmarks/slice.md.
 
@@ -292,8 +294,9 @@ def predicted(gpus: int) -> Ranked:
     return memory_verdicts(p.workload, p.cluster, p.engine.traits, p.enumerate().valid, cal)
 
 
-def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
-    """Per arm: (true tokens/s of its pick, GPU-hours, trials)."""
+def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> tuple[Arms, Needs]:
+    """Per arm: (true tokens/s of its pick, GPU-hours, trials); per ideal arm, what it needs
+    (`Needs`)."""
     problem = world_problem(gpus)
     rng = random.Random(seed)
     biases = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
@@ -304,10 +307,12 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
         "best": (max(truth.values()), 0.0, 0.0),
         "plan": (truth[config_key(plan.config)], 0.0, 0),
     }
+    orders = {}
     for nodes in SLICES:  # the top `confirm` of what an ideal slice knows, at full size
         for suffix, (known, at) in learnt(scale, nodes, problem.cluster.nodes).items():
             seen = World(problem, seed, *biases, known).full_truth(proxied(gpus, nodes), at)
-            top = sorted(seen, key=lambda k: -seen[k])[: max(confirm, 1)]
+            order = orders[f"ideal slice-{nodes}{suffix}"] = sorted(seen, key=lambda k: -seen[k])
+            top = order[: max(confirm, 1)]
             hours = sum(_full_launch_hours(problem, truth[k]) for k in top)
             arms[f"ideal slice-{nodes}{suffix}"] = (max(truth[k] for k in top), hours, len(top))
     for name, trials in (("full-8", FULL_TRIALS), ("full-converged", CONVERGED_CAP)):
@@ -316,12 +321,18 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> Arms:
         standing = best_standing(s)
         assert standing is not None
         arms[name] = (truth[_key(standing.trial)], _hours(ran, world), len(ran))
+    needs: Needs = {}
+    near = arms[REFERENCE][0] * (1 - WITHIN)
+    for arm, order in orders.items():
+        rank = next(i for i, k in enumerate(order) if truth[k] >= near)
+        each = tuple(_full_launch_hours(problem, truth[k]) for k in order[:NEEDS_UP_TO])
+        needs[arm] = (rank + 1, each)
     for nodes in SLICES:
         s = study(world, CONVERGED_CAP, nodes, confirm)
         n_ran = len(s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
         for n, (key, hours) in slice_arms(s, world, confirm).items():
             arms[f"slice-{nodes}, confirm {n}"] = (truth[key], hours, n_ran - confirm + n)
-    return arms
+    return arms, needs
 
 
 @functools.cache
@@ -355,7 +366,7 @@ def _space_file() -> str:
     return str(path)
 
 
-def table(gpus: int, scale: Scale, runs: list[Arms]) -> list[str]:
+def table(gpus: int, scale: Scale, runs: list[Arms], needs: list[Needs]) -> list[str]:
     lines = [
         f"### {gpus:,} GPUs, {scale.name} scale effects: {WORLDS[gpus][1]} on "
         f"{WORLDS[gpus][2]} ({len(runs)} seeds)",
@@ -388,10 +399,43 @@ def table(gpus: int, scale: Scale, runs: list[Arms]) -> list[str]:
         "Goal (within 2% of the full-size study's winner in at least 90% of seeds, median "
         "GPU-hours at most 1/8 of its, median regret below the plan's): "
     )
-    return [*lines, "", goal + "; ".join(verdicts) + ".", ""]
+    return [*lines, "", goal + "; ".join(verdicts) + ".", "", *needed(runs, needs)]
 
 
 Arms = dict[str, tuple[float, float, float]]
+Needs = dict[str, tuple[int, tuple[float, ...]]]
+"""Per ideal arm: how many of its top configs, launched at full size, it takes to launch one
+within 2% of the full-size study's winner, and the GPU-hours of each of its first
+`NEEDS_UP_TO` launches."""
+NEEDS_UP_TO = 200
+"""Full-size launches whose GPU-hours each seed keeps: far more than 1/8 of a study buys."""
+NEEDED_SHARE = 0.9
+"""The share of seeds in which the launches an ideal slice needs find a config within 2%."""
+
+
+def needed(runs: list[Arms], needs: list[Needs]) -> list[str]:
+    """What each ideal slice needs to hold a config within 2% of the full-size study's winner
+    in `NEEDED_SHARE` of the seeds: that many full-size launches of its top configs, and
+    their GPU-hours against the full-size study's (median over the seeds)."""
+    lines = []
+    for arm in needs[0]:
+        ranks = sorted(n[arm][0] for n in needs)
+        k = ranks[math.ceil(NEEDED_SHARE * len(ranks)) - 1]
+        if k > NEEDS_UP_TO:
+            lines.append(f"- {arm}: more than {NEEDS_UP_TO} full-size launches")
+            continue
+        share = statistics.median(
+            sum(n[arm][1][:k]) / r[REFERENCE][1] for r, n in zip(runs, needs, strict=True)
+        )
+        lines.append(f"- {arm}: its top {k} at full size, {share:.0%} of the GPU-hours")
+    return [
+        "What reading the slice perfectly would need to hold a config within 2% of the "
+        f"full-size study's winner in {NEEDED_SHARE:.0%} of seeds (the full-size launches of "
+        "its top configs, and their GPU-hours as a share of the full-size study's, median):",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def main() -> None:
@@ -408,12 +452,14 @@ def main() -> None:
     sections = []
     for scale in (SCALES[name] for name in args.scales.split(",")):
         for gpus in (int(g) for g in args.worlds.split(",")):
-            runs = []
+            runs, needs = [], []
             for seed in range(args.seeds):
-                runs.append(one_seed(gpus, seed, scale, args.confirm_full))
-                shown = {k: round(v[0] / runs[-1][REFERENCE][0], 3) for k, v in runs[-1].items()}
+                arms, needs_of = one_seed(gpus, seed, scale, args.confirm_full)
+                runs.append(arms)
+                needs.append(needs_of)
+                shown = {k: round(v[0] / arms[REFERENCE][0], 3) for k, v in arms.items()}
                 print(scale.name, gpus, seed, shown, flush=True)
-            sections += table(gpus, scale, runs)
+            sections += table(gpus, scale, runs, needs)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text("\n".join(_head(args, started) + sections))
     print(f"wrote {args.out}")
