@@ -307,14 +307,15 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> tuple[Arms
         "best": (max(truth.values()), 0.0, 0.0),
         "plan": (truth[config_key(plan.config)], 0.0, 0),
     }
-    orders = {}
+    orders: dict[str, list[str]] = {}
     for nodes in SLICES:  # the top `confirm` of what an ideal slice knows, at full size
         for suffix, (known, at) in learnt(scale, nodes, problem.cluster.nodes).items():
+            arm = f"ideal slice-{nodes}{suffix}"
             seen = World(problem, seed, *biases, known).full_truth(proxied(gpus, nodes), at)
-            order = orders[f"ideal slice-{nodes}{suffix}"] = sorted(seen, key=lambda k: -seen[k])
-            top = order[: max(confirm, 1)]
+            orders[arm] = sorted(seen, key=lambda k: -seen[k])
+            top = orders[arm][: max(confirm, 1)]
             hours = sum(_full_launch_hours(problem, truth[k]) for k in top)
-            arms[f"ideal slice-{nodes}{suffix}"] = (max(truth[k] for k in top), hours, len(top))
+            arms[arm] = (max(truth[k] for k in top), hours, len(top))
     for name, trials in (("full-8", FULL_TRIALS), ("full-converged", CONVERGED_CAP)):
         s = study(world, trials, None)
         ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
@@ -429,7 +430,7 @@ def needed(runs: list[Arms], needs: list[Needs]) -> list[str]:
         )
         lines.append(f"- {arm}: its top {k} at full size, {share:.0%} of the GPU-hours")
     return [
-        "What reading the slice perfectly would need to hold a config within 2% of the "
+        f"What reading the slice perfectly would need to hold a config within {WITHIN:.0%} of the "
         f"full-size study's winner in {NEEDED_SHARE:.0%} of seeds (the full-size launches of "
         "its top configs, and their GPU-hours as a share of the full-size study's, median):",
         "",
