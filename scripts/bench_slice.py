@@ -326,8 +326,7 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> tuple[Arms
     near = arms[REFERENCE][0] * (1 - WITHIN)
     for arm, order in orders.items():
         rank = next(i for i, k in enumerate(order) if truth[k] >= near)
-        each = tuple(_full_launch_hours(problem, truth[k]) for k in order[:NEEDS_UP_TO])
-        needs[arm] = (rank + 1, each)
+        needs[arm] = (rank + 1, tuple(_full_launch_hours(problem, truth[k]) for k in order))
     for nodes in SLICES:
         s = study(world, CONVERGED_CAP, nodes, confirm)
         n_ran = len(s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
@@ -406,10 +405,8 @@ def table(gpus: int, scale: Scale, runs: list[Arms], needs: list[Needs]) -> list
 Arms = dict[str, tuple[float, float, float]]
 Needs = dict[str, tuple[int, tuple[float, ...]]]
 """Per ideal arm: how many of its top configs, launched at full size, it takes to launch one
-within 2% of the full-size study's winner, and the GPU-hours of each of its first
-`NEEDS_UP_TO` launches."""
-NEEDS_UP_TO = 200
-"""Full-size launches whose GPU-hours each seed keeps: far more than 1/8 of a study buys."""
+within 2% of the full-size study's winner, and the GPU-hours of a full-size launch of each
+config, in its order."""
 NEEDED_SHARE = 0.9
 """The share of seeds in which the launches an ideal slice needs find a config within 2%."""
 
@@ -422,9 +419,6 @@ def needed(runs: list[Arms], needs: list[Needs]) -> list[str]:
     for arm in needs[0]:
         ranks = sorted(n[arm][0] for n in needs)
         k = ranks[math.ceil(NEEDED_SHARE * len(ranks)) - 1]
-        if k > NEEDS_UP_TO:
-            lines.append(f"- {arm}: more than {NEEDS_UP_TO} full-size launches")
-            continue
         share = statistics.median(
             sum(n[arm][1][:k]) / r[REFERENCE][1] for r, n in zip(runs, needs, strict=True)
         )
