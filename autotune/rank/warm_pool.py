@@ -5,9 +5,10 @@ torchrun starts `python -m autotune.rank autotune.rank.warm_pool <engine worker 
 <socket>` on every rank (launchers/warm_pool.py). Each rank connects to the launcher's socket
 and waits for a trial folder; it runs the trial with `harness.py` (the same code a one-trial
 launch runs), its output appended to the trial's log, destroys the process groups the
-trial made, and answers when every rank is done. A trial that fails writes its
-`error-rank<N>.json` and ends the rank, which takes the pool down: the next trial starts a
-fresh one, so no trial runs in a process a failure left.
+trial made, puts back what it patched in torch (`torch_patches.py`), and answers when
+every rank is done. A trial that fails writes its `error-rank<N>.json` and ends the rank,
+which takes the pool down: the next trial starts a fresh one, so no trial runs in a process
+a failure left.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from autotune.rank import harness
+from autotune.rank import harness, torch_patches
 from autotune.rank.measure import reset_peak_memory
 from autotune.trial.lifetime import die_with_parent
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
@@ -40,6 +41,7 @@ def main(args: list[str], started: float) -> None:
     module, address = args
     build: harness.Build = importlib.import_module(module).SESSION
     gc.freeze()  # the imports' objects stay: the collection after each trial skips them
+    torch_as_imported = torch_patches.note()
     imported = time.time()
     rank = int(os.environ.get("RANK", "0"))
     conn = Client(address, family="AF_UNIX")
@@ -53,7 +55,13 @@ def main(args: list[str], started: float) -> None:
             "imported": imported if first else received,
         }
         device = _trial(
-            build, Path(request["folder"]), request["log"], request["env"], rank, clock
+            build,
+            Path(request["folder"]),
+            request["log"],
+            request["env"],
+            rank,
+            clock,
+            torch_as_imported,
         )
         conn.send_bytes(b'{"done": true}')
         thorough = light >= MAX_LIGHT or not conn.poll(NEXT_TRIAL_WAIT_S)
@@ -69,6 +77,7 @@ def _trial(
     env: dict[str, str],
     rank: int,
     clock: dict[str, float],
+    torch_as_imported: list[torch_patches.Namespace],
 ) -> torch.device:
     """One trial, answered once every rank is done with it."""
     spec = TrialSpec.from_json((folder / TRIAL_FILE).read_text())
@@ -87,6 +96,8 @@ def _trial(
         dist.barrier()
         live = destroy_trial_groups()
         print(f"autotune pool: rank {rank} holds {live} process group(s) after the trial")
+        restored = torch_patches.put_back(torch_as_imported)
+        print(f"autotune pool: rank {rank} put back {' '.join(restored) or 'nothing'} in torch")
     return device
 
 

@@ -146,32 +146,39 @@ def test_a_users_script_runs_forked_each_trial_a_fresh_process(
 
 
 @pytest.mark.parametrize("engine", WARM_ENGINES)
-def test_a_pool_destroys_each_trials_process_groups(
+def test_a_pool_leaves_no_trials_groups_or_torch_patches(
     tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Across a pool's life its ranks hold the world group alone between trials: each
     trial's own groups are destroyed after it (they once added up, 5, 9, then 13 live
-    groups after three trials)."""
+    groups after three trials). What a trial patched in torch is put back: after a ZeRO-3
+    trial, DeepSpeed's own linear once ran in every later trial of the pool, which then read
+    up to a fifth slower than a fresh launch of its config."""
     monkeypatch.setenv(*ALL_RANKS_LOCAL)
     launcher = get_launcher("local")
     problem = load_problem(engine, "tiny", "local:2")
-    spec = problem.trial_spec(
-        TrainConfig(dp=2, zero=1 if engine == "deepspeed" else 0, mbs=2), StepPlan()
-    )
+    zeros = (3, 1, 1) if engine == "deepspeed" else (0, 0, 0)
     before = deepspeed_buffers()
     with launcher:
-        for n in range(3):
+        for n, zero in enumerate(zeros):
+            spec = problem.trial_spec(TrainConfig(dp=2, zero=zero, mbs=2), StepPlan())
             request = prepare(spec, problem.engine, launcher, tmp_path / f"t{n}", 300)
             assert request.pool == "warm"
             assert launcher.run(request).kind == "ok"
     # Searched anywhere in a line: the ranks append to one log, and another rank's
     # unfinished line (a buffer flushed mid-line) can run into the start of this one.
-    counts = [
-        sorted(re.findall(POOL_LINE, (tmp_path / f"t{n}" / "log.txt").read_text()))
-        for n in range(3)
-    ]
+    logs = [(tmp_path / f"t{n}" / "log.txt").read_text() for n in range(3)]
+    counts = [sorted(re.findall(POOL_LINE, log)) for log in logs]
     assert counts == [[("0", "1"), ("1", "1")]] * 3, counts
     assert deepspeed_buffers() <= before
+    put_back = [sorted(re.findall(PUT_BACK_LINE, log)) for log in logs]
+    linear = "torch.nn.functional.linear" if engine == "deepspeed" else "nothing"
+    assert put_back == [
+        [("0", linear), ("1", linear)],
+        [("0", "nothing"), ("1", "nothing")],
+        [("0", "nothing"), ("1", "nothing")],
+    ], put_back
 
 
 POOL_LINE = r"autotune pool: rank (\d+) holds (\d+) process group\(s\) after the trial"
+PUT_BACK_LINE = r"autotune pool: rank (\d+) put back (.+?) in torch"

@@ -1,0 +1,74 @@
+"""What a trial's engine swapped in torch's own namespaces, put back before the next trial in
+a warm pool.
+
+Engines patch torch for the life of a process: DeepSpeed's ZeRO-3 replaces
+`torch.nn.functional.linear` with its own autograd function and says so ("This will persist
+unless manually reset"). A fresh launch of a ZeRO-0 config never runs it, but in a warm pool
+every trial after a ZeRO-3 one did, and read up to a fifth slower than its launch. A pool's
+rank notes torch's functions and classes once its imports are done and, after each trial,
+puts back any a trial replaced, and removes a method a trial set on a class over the one it
+inherits. Other attributes a trial added are left: torch's lazily imported submodules
+arrive that way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+
+import torch
+
+PATCHED: tuple[tuple[str, ModuleType | type], ...] = (
+    ("torch", torch),
+    ("torch.nn.functional", torch.nn.functional),
+    ("torch.nn.init", torch.nn.init),
+    ("torch.distributed", torch.distributed),
+    ("torch.Tensor", torch.Tensor),
+    ("torch.nn.Module", torch.nn.Module),
+)
+"""The namespaces engines patch: tensor constructors, functional ops, weight initialisers,
+collectives, and the methods of every tensor and module."""
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One namespace's attributes as the pool's imports left them."""
+
+    name: str
+    space: ModuleType | type
+    callables: MappingProxyType[str, object]
+    names: frozenset[str]
+
+
+def note(namespaces: tuple[tuple[str, ModuleType | type], ...] = PATCHED) -> list[Namespace]:
+    """Noted after `torch._dynamo` is imported: the first trial imports it (the profiler
+    does) and it wraps `torch.manual_seed` as torch's own, as in every fresh launch."""
+    importlib.import_module("torch._dynamo")
+    return [
+        Namespace(
+            name,
+            space,
+            MappingProxyType({k: v for k, v in vars(space).items() if callable(v)}),
+            frozenset(vars(space)),
+        )
+        for name, space in namespaces
+    ]
+
+
+def put_back(noted: list[Namespace]) -> list[str]:
+    """Every noted callable a trial replaced, restored, and every method it set on a class
+    over an inherited one, removed; their dotted names."""
+    restored = []
+    for ns in noted:
+        now = dict(vars(ns.space))
+        for key, value in ns.callables.items():
+            if now.get(key) is not value:
+                setattr(ns.space, key, value)
+                restored.append(f"{ns.name}.{key}")
+        if isinstance(ns.space, type):
+            for key in now.keys() - ns.names:
+                if any(key in vars(base) for base in ns.space.__mro__[1:]):
+                    delattr(ns.space, key)
+                    restored.append(f"{ns.name}.{key}")
+    return restored
