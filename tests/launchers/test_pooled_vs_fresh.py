@@ -1,7 +1,9 @@
 """A trial in a pool measures what a fresh launch of the same config measures, as production
 will launch the export: pooled and fresh launches of several configs, interleaved in pairs so
 that a slow moment of the machine falls on both, differ by no more than launches of one
-config differ from each other (issue 39: pooled trials once read up to 19% slow)."""
+config differ from each other (issue 39: pooled trials once read up to 19% slow; later, every
+trial after a ZeRO-3 one in a warm pool ran DeepSpeed's own linear, until the pool's ranks put
+back what a trial patched in torch, `rank/torch_patches.py`)."""
 
 from __future__ import annotations
 
