@@ -40,8 +40,8 @@ def main(args: list[str], started: float) -> None:
     die_with_parent()
     module, address = args
     build: harness.Build = importlib.import_module(module).SESSION
+    torch_as_imported = torch_patches.note()  # imports torch._dynamo, so before the freeze
     gc.freeze()  # the imports' objects stay: the collection after each trial skips them
-    torch_as_imported = torch_patches.note()
     imported = time.time()
     rank = int(os.environ.get("RANK", "0"))
     conn = Client(address, family="AF_UNIX")
