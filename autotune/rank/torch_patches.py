@@ -5,10 +5,12 @@ Engines patch torch for the life of a process: DeepSpeed's ZeRO-3 replaces
 `torch.nn.functional.linear` with its own autograd function and says so ("This will persist
 unless manually reset"). A fresh launch of a ZeRO-0 config never runs it, but in a warm pool
 every trial after a ZeRO-3 one did, and read up to a fifth slower than its launch. A pool's
-rank notes torch's functions and classes once its imports are done and, after each trial,
+rank notes torch's functions, classes and methods once its imports are done and, after each trial,
 puts back any a trial replaced, and removes a method a trial set on a class over the one it
 inherits. Other attributes a trial added are left: torch's lazily imported submodules
-arrive that way.
+arrive that way. A patch torch makes once per process behind a flag of its own (Dynamo's of
+`Module.__init__` at its first compile) would be undone for good; no warm pool's engine
+compiles.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from types import MappingProxyType, ModuleType
 
 import torch
 
-PATCHED: tuple[tuple[str, ModuleType | type], ...] = (
+NAMESPACES: tuple[tuple[str, ModuleType | type], ...] = (
     ("torch", torch),
     ("torch.nn.functional", torch.nn.functional),
     ("torch.nn.init", torch.nn.init),
@@ -41,19 +43,26 @@ class Namespace:
     names: frozenset[str]
 
 
-def note(namespaces: tuple[tuple[str, ModuleType | type], ...] = PATCHED) -> list[Namespace]:
-    """Noted after `torch._dynamo` is imported: the first trial imports it (the profiler
-    does) and it wraps `torch.manual_seed` as torch's own, as in every fresh launch."""
+def note(namespaces: tuple[tuple[str, ModuleType | type], ...] = NAMESPACES) -> list[Namespace]:
+    """Each namespace's code as it is now: functions, classes, and a class's class methods
+    and properties. Noted after `torch._dynamo` is imported: the first trial imports it (the
+    profiler does) and it wraps `torch.manual_seed` as torch's own, as in every fresh
+    launch."""
     importlib.import_module("torch._dynamo")
     return [
         Namespace(
             name,
             space,
-            MappingProxyType({k: v for k, v in vars(space).items() if callable(v)}),
+            MappingProxyType({k: v for k, v in vars(space).items() if is_code(v)}),
             frozenset(vars(space)),
         )
         for name, space in namespaces
     ]
+
+
+def is_code(value: object) -> bool:
+    """Python 3.11's class methods and properties are not callable, yet are patched too."""
+    return callable(value) or isinstance(value, (classmethod, property))
 
 
 def put_back(noted: list[Namespace]) -> list[str]:
@@ -71,4 +80,4 @@ def put_back(noted: list[Namespace]) -> list[str]:
                 if any(key in vars(base) for base in ns.space.__mro__[1:]):
                     delattr(ns.space, key)
                     restored.append(f"{ns.name}.{key}")
-    return restored
+    return sorted(restored)

@@ -17,6 +17,10 @@ class Tensorish(Base):
     def add(self) -> str:
         return "own"
 
+    @classmethod
+    def dispatch(cls) -> str:
+        return "own"
+
 
 def namespaces() -> tuple[tuple[str, types.ModuleType | type], ...]:
     functional = types.ModuleType("functional")
@@ -29,21 +33,25 @@ def test_a_replaced_function_and_a_shadowed_method_are_put_back() -> None:
     spaces = namespaces()
     functional = spaces[0][1]
     noted = note(spaces)
-    original_add = Tensorish.add
+    originals = {k: vars(Tensorish)[k] for k in ("add", "dispatch")}
     functional.linear = lambda: "the engine's"  # type: ignore[attr-defined]
     Tensorish.add = lambda self: "patched"  # type: ignore[method-assign]
+    Tensorish.dispatch = classmethod(lambda cls: "patched")  # type: ignore[method-assign, assignment]
     Tensorish.step = lambda self: "patched"  # type: ignore[method-assign]
     try:
-        assert sorted(put_back(noted)) == [
+        assert put_back(noted) == [
             "Tensorish.add",
+            "Tensorish.dispatch",
             "Tensorish.step",
             "functional.linear",
         ]
         assert functional.linear() == "torch's"  # type: ignore[attr-defined]
         assert Tensorish().add() == "own" and Tensorish().step() == "inherited"
+        assert Tensorish.dispatch() == "own"
         assert put_back(noted) == []  # nothing left to put back
     finally:
-        Tensorish.add = original_add  # type: ignore[method-assign]
+        for key, value in originals.items():
+            setattr(Tensorish, key, value)
         if "step" in vars(Tensorish):
             del Tensorish.step
 
@@ -62,7 +70,3 @@ def test_what_a_trial_added_or_set_as_data_stays() -> None:
         assert functional.version == "2"  # type: ignore[attr-defined]
     finally:
         del Tensorish.cache  # type: ignore[attr-defined]
-
-
-def test_torch_as_imported_has_nothing_to_put_back() -> None:
-    assert put_back(note()) == []
