@@ -5,9 +5,9 @@ Engines patch torch for the life of a process: DeepSpeed's ZeRO-3 replaces
 `torch.nn.functional.linear` with its own autograd function and says so ("This will persist
 unless manually reset"). A fresh launch of a ZeRO-0 config never runs it, but in a warm pool
 every trial after a ZeRO-3 one did, and read up to a fifth slower than its launch. A pool's
-rank notes torch's functions, classes and methods once its imports are done and, after each trial,
-puts back any a trial replaced, and removes a method a trial set on a class over the one it
-inherits. Other attributes a trial added are left: torch's lazily imported submodules
+rank notes torch's functions, classes and methods once its imports are done and, after
+each trial, puts back any a trial replaced, and removes a method a trial set on a class over
+the one it inherits. Other attributes a trial added are left: torch's lazily imported submodules
 arrive that way. A patch torch makes once per process behind a flag of its own (Dynamo's of
 `Module.__init__` at its first compile) would be undone for good; no warm pool's engine
 compiles.
@@ -39,7 +39,7 @@ class Namespace:
 
     name: str
     space: ModuleType | type
-    callables: MappingProxyType[str, object]
+    code: MappingProxyType[str, object]
     names: frozenset[str]
 
 
@@ -66,12 +66,12 @@ def is_code(value: object) -> bool:
 
 
 def put_back(noted: list[Namespace]) -> list[str]:
-    """Every noted callable a trial replaced, restored, and every method it set on a class
-    over an inherited one, removed; their dotted names."""
+    """Every noted piece of code a trial replaced, restored, and every method it set on a
+    class over an inherited one, removed; their dotted names."""
     restored = []
     for ns in noted:
         now = dict(vars(ns.space))
-        for key, value in ns.callables.items():
+        for key, value in ns.code.items():
             if now.get(key) is not value:
                 setattr(ns.space, key, value)
                 restored.append(f"{ns.name}.{key}")
