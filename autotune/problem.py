@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from autotune.space import (
     TrainConfig,
     enumerate_space,
     first_violation,
+    parse_overrides,
 )
 from autotune.space.derive import derive_space
 from autotune.space.enumerate import build_config
@@ -40,6 +41,10 @@ class Problem:
     reads_model: bool = False
     """The workload is a stand-in until the model is read from the user's DeepSpeed job (no
     `--model` was given): `model_probe.read_model` runs their config once to read it."""
+    stated: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The user's own knob values as they stated them (`--users-config`, or the space file's
+    `yours:`), for a command whose framework cannot read its config."""
+    stated_from: str = ""
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -62,18 +67,29 @@ class Problem:
         )
 
     def users_config(self) -> TrainConfig | None:
+        """The config the user's own command runs today, with defaults for what it leaves
+        unset; None where it is not known, or when it breaks a rule here."""
+        return self.users_reference()[0]
+
+    def users_reference(self) -> tuple[TrainConfig | None, str]:
         """The config the user's own command runs today (a DeepSpeed or Hugging Face job's
-        config file), with defaults for what it leaves unset; None where the framework does
-        not know it, or when it breaks a rule here."""
+        config file, as the framework fills it; else the values the user stated) and where
+        it came from; (None, why) where it is not known or breaks a rule here."""
         if self.job is None or self.framework is None:
-            return None
+            return None, "no command of yours is tuned"
         knobs = self.framework.users_knobs(self.job, self.workload, self.cluster.world_size)
+        source = self.framework.users_config_source
+        if knobs is None and self.stated:
+            knobs, source = self.stated, self.stated_from
         if knobs is None:
-            return None
+            return None, (
+                "autotune cannot read your config from your command: state its values with "
+                "--users-config KNOB=VALUE,... (or `yours:` in the space file)"
+            )
         try:
-            return self.config(knobs)
-        except InputError:
-            return None
+            return self.config(knobs), source
+        except InputError as exc:
+            return None, f"your config ({source}) cannot run here: {exc}"
 
     def enumerate(self) -> Enumeration:
         return enumerate_space(self.space, self.workload, self.cluster, self.rules)
@@ -106,9 +122,12 @@ def load_problem(
     cluster: str,
     space: str | None = None,
     command: Sequence[str] = (),
+    users_config: str = "",
 ) -> Problem:
     """The problem the flags describe; with `command`, the user's own training command is
-    the trial, its config file sets the global batch, and the space holds what it reads."""
+    the trial, its config file sets the global batch, and the space holds what it reads.
+    `users_config`: the knobs that command runs today (`--users-config`), where autotune
+    cannot read them."""
     chosen = get_engine(engine)
     path = Path(space) if space else default_space_path(chosen.name)
     if space and not path.is_file():
@@ -120,11 +139,35 @@ def load_problem(
         space=load_space(path, chosen.name, chosen.knobs),
     )
     if not command:
+        if users_config:
+            raise InputError("--users-config names the config of your own command: give it")
         return _check_runs(dataclasses.replace(problem, space=_derived(problem)))
     job = parse_job(command, Path.cwd(), chosen.name)
-    return _check_runs(
-        _with_job(problem, job, space_given=space is not None, model_given=model != "tiny")
-    )
+    problem = _with_job(problem, job, space_given=space is not None, model_given=model != "tiny")
+    return _check_runs(_with_stated(problem, users_config))
+
+
+def _with_stated(problem: Problem, text: str) -> Problem:
+    """The problem with the user's own values as they stated them (`--users-config`, else the
+    space file's `yours:`) among the space's, where their framework cannot read them."""
+    stated, source = parse_overrides(text, "--users-config"), "--users-config"
+    if not stated and problem.space.yours:
+        stated, source = problem.space.yours, f"`yours:` in {problem.space.source}"
+    if not stated:
+        return problem
+    assert problem.job is not None and problem.framework is not None
+    framework, world = problem.framework, problem.cluster.world_size
+    if framework.users_knobs(problem.job, problem.workload, world) is not None:
+        raise InputError(
+            f"{source}: autotune reads your config from {framework.users_config_source}; drop it"
+        )
+    unused = set(stated) - problem.engine.knobs - {"tp", "pp"}
+    if unused:
+        raise InputError(
+            f"{source}: the {problem.engine.name} engine does not use {', '.join(sorted(unused))}"
+        )
+    space = problem.space.including(stated, source)
+    return dataclasses.replace(problem, space=space, stated=stated, stated_from=source)
 
 
 def _check_runs(problem: Problem) -> Problem:

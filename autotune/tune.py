@@ -22,14 +22,8 @@ from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
-from autotune.study.noise import (
-    length_spread,
-    noise_kind,
-    read_spread,
-    remember_spread,
-    save_spread,
-    trial_precision,
-)
+from autotune.study.noise import noise_kind, remember_spread, save_spread
+from autotune.study.reference import reference_plan
 from autotune.study.samplers import make_sampler
 from autotune.study.settings import SearchSettings
 from autotune.study.slice import SliceSettings, check_trial_nodes
@@ -84,8 +78,7 @@ def tune(
     )
     read = None
     if problem.reads_model and launcher.source == "measured":
-        noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
-        read = _read_users_model(problem, launcher, ref, settings, noise_file, say)
+        read = _read_users_model(problem, launcher, ref, settings, say)
         problem = read.problem
     noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
     study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
@@ -159,19 +152,15 @@ def _read_users_model(
     launcher: Launcher,
     ref: StudyRef,
     settings: TuneSettings,
-    noise_file: Path,
     say: Callable[[str], None],
 ) -> ModelRead:
-    """The user's model read by a run of their script, as long as a trial needs to be for the
-    cluster's saved between-trial spread; says what was read."""
-    between = length_spread(read_spread(noise_file), measured=True)
+    """The user's model read by a run of their config, as long as a reference run is (the
+    study takes it as that run); says what was read."""
     read = read_model(
         problem,
         launcher,
         ref.folder / "model_probe",
-        dataclasses.replace(
-            settings.steps, precision=trial_precision(settings.steps.precision, between)
-        ),
+        reference_plan(settings.steps),  # the run of the user's config: the reference's
         settings.budget.timeout_per_trial_s,
     )
     shape, w = read.shape, read.problem.workload

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 import optuna
 
-from autotune.launchers.base import LaunchOutcome, LaunchRequest
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.space import TrainConfig
 from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE
 from autotune.trial.result import TrialResult
-from autotune.trial.spec import TrialSpec
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 
 def new_study(between: float | None = None) -> optuna.Study:
@@ -148,3 +150,70 @@ def measured_outcome(
     )
     result.write(request.folder)
     return LaunchOutcome(kind="ok", error=None, wall_s=1.0, result=result)
+
+
+class LossWorld(Launcher):
+    """A measured cluster running a user's script that tells its loss: every config trains
+    the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
+    micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
+    knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
+    script's learning rate follows that knob). `crashes`: knob values whose trials crash
+    alike; `fail_users`: launches of the user's config (the first ones) that crash. Each
+    trial runs as long as its plan's measured steps and warm-up, and stops early where its
+    parity plan says its loss left the user's, as a rank does. Its step time follows the
+    ZeRO stage and buckets, so the search has something to find."""
+
+    name = "losses"
+    source = "measured"
+
+    def __init__(
+        self,
+        users: TrainConfig,
+        breaks: tuple[str, ...] = (),
+        crashes: dict[str, Any] | None = None,
+        fail_users: int = 0,
+    ) -> None:
+        self.users, self.breaks, self.crashes = users, breaks, crashes or {}
+        self.fail_users = fail_users
+        self.specs: list[TrialSpec] = []
+
+    def curve(self, spec: TrialSpec, steps: int) -> tuple[float, ...]:
+        config = spec.config
+        moved = any(getattr(config, k) != getattr(self.users, k) for k in self.breaks)
+        seed = spec.parity.reseed if spec.parity.reseed is not None else config.mbs
+        jitter = random.Random(seed)
+        losses = []
+        for step in range(steps):
+            grown = 0.0 if step == 0 else 1e-4 * math.exp(step / 6)  # chaos amplifies it
+            if spec.parity.reseed is None and config.mbs == self.users.mbs:
+                grown = 0.0  # the user's own grouping: the same draws
+            loss = (6.0 - 0.05 * step) * (1 + grown * jitter.uniform(-1, 1))
+            losses.append(loss * (1 + 0.03 * step / 10) if moved else loss)
+        return tuple(losses)
+
+    def run(self, request: LaunchRequest) -> LaunchOutcome:
+        spec = TrialSpec.from_json((request.folder / TRIAL_FILE).read_text())
+        self.specs.append(spec)
+        config = spec.config
+        if config == self.users and self.fail_users > 0:
+            self.fail_users -= 1
+            return LaunchOutcome(kind="crash", error="cache not built yet", wall_s=1.0)
+        for knob, value in self.crashes.items():
+            if getattr(config, knob) == value:
+                error = f"RuntimeError: view size is not compatible with {id(spec)} strides"
+                return LaunchOutcome(kind="crash", error=error, wall_s=1.0)
+        plan = spec.steps
+        steps = plan.min_warmup + plan.measured_steps + 1
+        losses = self.curve(spec, steps)
+        over = next(
+            (i + 1 for i, loss in enumerate(losses) if spec.parity.over(i + 1, loss)), None
+        )
+        stopped = "cap"
+        if over is not None:  # the rank stops once its speed is measured
+            steps = max(over, plan.min_warmup + plan.min_measured + 1)
+            losses, stopped = losses[:steps], "differs"
+        step = 0.1 * (1 + 0.1 * config.zero) * (1.02 if config.overlap_comm else 1.0)
+        return measured_outcome(request, spec, step, losses=losses, stopped_for=stopped)
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["echo", "losses"]

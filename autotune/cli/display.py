@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -219,7 +220,6 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
     from autotune.study.figures import winner_figures
-    from autotune.study.parity import summary_line as parity_line
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import TrialAttrs
 
@@ -231,8 +231,8 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
         _winner(console, ok, figures)
-    if (parity := parity_line(study)) is not None:
-        console.print(parity)
+    for line in parity_lines(study):
+        console.print(escape(line))
     if not failed.empty:
         kinds = failed["kind"].value_counts().to_dict()
         console.print("failures: " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
@@ -253,6 +253,23 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     console.print(f"files: {ref.folder} (trials/, best/), storage {masked_url(ref.storage_url)}")
     if exported:
         console.print("exported: " + ", ".join(p.name for p in exported))
+
+
+def parity_lines(study: Any) -> list[str]:
+    """The summary's loss-parity lines, for a study of the user's command that knows their
+    config or says why not (`study.parity_verdict`)."""
+    from autotune.export.best import exported_trial
+    from autotune.study.parity_verdict import study_parity
+    from autotune.study.storage import stored_job, stored_specs
+    from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG, TrialAttrs
+
+    if stored_job(study) is None:
+        return []
+    if not {USERS_CONFIG, NO_REFERENCE} & set(study.user_attrs):
+        return []
+    trial = exported_trial(study)
+    key = TrialAttrs.of(trial).config_key if trial is not None else None
+    return study_parity(study, key, stored_specs(study)[1].precision).lines()
 
 
 def estimate(console: Console, problem: Problem, e: Estimate, calibration: str) -> None:

@@ -66,6 +66,8 @@ class Framework(ABC):
     """Its trials may run forked from a pool rank that imported `rank_module` (on gloo)."""
     fallback: ClassVar[bool] = False
     """Takes any command of its engine that no other framework recognises."""
+    users_config_source: ClassVar[str] = "your command"
+    """Where `users_knobs` reads the user's config, in words."""
 
     @abstractmethod
     def recognises(self, command: Sequence[str]) -> bool:

@@ -29,10 +29,10 @@ from autotune.errors import InputError
 from autotune.export.nccl_verdict import nccl_verdict
 from autotune.export.scripts import nccl_env_text, sbatch_script, simulated_banner, train_script
 from autotune.report.table import best_trial
-from autotune.study import parity
 from autotune.study.confirm import standings
 from autotune.study.figures import winner_figures
 from autotune.study.noise import study_spread
+from autotune.study.parity_verdict import study_parity
 from autotune.study.slice_cost import slice_summary
 from autotune.study.storage import stored_job, stored_specs
 from autotune.study.trial_attrs import TrialAttrs
@@ -45,6 +45,13 @@ COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")
 
 MARKER = ".autotune-export"
 """In every folder autotune exported; `--force` replaces only a folder that holds it."""
+
+
+def exported_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The trial whose config the export writes: the winner, or its layout with NCCL's
+    defaults where its NCCL settings are not surely faster (`nccl_verdict`)."""
+    winner = best_trial(study)
+    return nccl_verdict(study, winner).trial if winner is not None else None
 
 
 def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Path]:
@@ -209,13 +216,10 @@ def _standing(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str,
 def _parity(
     study: optuna.Study, trial: optuna.trial.FrozenTrial, spec: TrialSpec
 ) -> dict[str, Any]:
-    """The exported config's loss curve against the user's config's (`study.parity`)."""
-    found = parity.of_trial(
-        study, trial.number, TrialAttrs.of(trial).losses, spec.workload.precision
-    )
-    if found is None:
-        return {"verdict": "not_checked", "why": "no loss to compare (see docs: loss parity)"}
-    return found.as_dict()
+    """The exported config's longest run against the user's config's, with the study's count
+    of configs that train another model and why (`study.parity_verdict`)."""
+    key = TrialAttrs.of(trial).config_key
+    return study_parity(study, key, spec.workload.precision).as_dict()
 
 
 def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:

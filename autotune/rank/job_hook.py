@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.rank import failures, faults, harness, measure
-from autotune.rank.loss import StepLoss, seed_everything
+from autotune.rank.loss import StepLoss, Watch, reseed_after_first_step, seed_everything
 from autotune.rank.model_shape import ModelShape
 from autotune.trial.spec import METRICS_FILE, TrialSpec, read_command
 
@@ -56,6 +56,8 @@ class StepHook:
         """The model's shape, where the framework's hook can read it (DeepSpeed)."""
         self.loss = StepLoss()
         """Each step's loss, as the framework's hook or `autotune.step.done` tells it."""
+        self.watch: Watch | None = None
+        """The loss against the user's config's, where the trial was given it."""
 
     def before_step(self, states: States) -> None:
         """Where the framework lets the hook in before its optimizer step (gradients are
@@ -70,6 +72,7 @@ class StepHook:
         now = time.perf_counter()
         self.steps += 1
         self.loss.end_step()
+        self._watch(device)
         if self.meter is None:
             self._first_step(device, check)
         elif self.profiling is not None:
@@ -78,6 +81,17 @@ class StepHook:
             self._record(now - self.last_end, states)
         measure.sync(device)
         self.last_end = time.perf_counter()
+
+    def _watch(self, device: torch.device) -> None:
+        """The step's loss against the user's config's (a collective, outside the timed
+        interval); once it has left it, the trial ends as soon as its speed is measured."""
+        if not self.spec.parity.reference or not dist.is_initialized():
+            return
+        if self.watch is None:
+            self.watch = Watch(self.spec.parity, device)
+        self.watch.step_ended(self.steps, self.loss.curve[-1])
+        if self.watch.over_at is not None and self.meter is not None:
+            self.meter.end_early("differs")
 
     def step_done(self, loss: object = None) -> None:
         """`autotune.step.done(loss=...)` from the user's loop: nothing to check, no states
@@ -163,6 +177,8 @@ def run_for_trial(
     the command ends by itself."""
     try:
         seed_everything()
+        if spec.parity.reseed is not None:
+            reseed_after_first_step(spec.parity.reseed)
         run_command(argv, spec.user_job.workdir)
     except SystemExit as exc:
         if exc.code not in (0, None):

@@ -6,6 +6,10 @@ knows it; the step's loss is their average over the step's micro-batches (their 
 the caller already divided them by the accumulation, as the Trainer does), and the trial's
 curve is that, averaged over the ranks. Before the user's command runs, every rank is seeded
 alike, so a script that does not seed itself starts from the same model in every trial.
+
+The second run of the user's config draws otherwise from the end of its first optimizer step
+(`reseed_after_first_step`); a trial given the user's curve and floor (`ParityPlan`) averages
+each step's loss over the ranks as the step ends and is told when it leaves them (`Watch`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import random
 
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from autotune.trial.spec import ParityPlan
 
 SEED = 0
 """The seed every trial's ranks start from (the script's own seeding replaces it)."""
@@ -29,6 +36,44 @@ def seed_everything() -> None:
     except ImportError:  # pragma: no cover - numpy comes with torch's wheels
         return
     numpy.random.seed(SEED)
+
+
+def reseed_after_first_step(seed: int) -> None:
+    """Seed torch's generators (every device's) with `seed` once the first optimizer step of
+    this process has ended: dropout and any later draw of torch's come out otherwise, while
+    the model's initialisation and the data order the script drew before (a sampler's
+    permutation for the epoch) stay as in every other trial. Any torch optimizer tells it,
+    the inner one of DeepSpeed's and Megatron's included."""
+
+    def reseed(*_: object) -> None:
+        handle.remove()
+        torch.manual_seed(seed)
+
+    handle = register_optimizer_step_post_hook(reseed)
+
+
+class Watch:
+    """A trial's loss against the user's config's as each step ends (`ParityPlan.over`)."""
+
+    def __init__(self, plan: ParityPlan, device: torch.device) -> None:
+        self.plan, self.device = plan, device
+        self.over_at: int | None = None
+        """The first step whose loss left the user's, or None."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.plan.reference)
+
+    def step_ended(self, step: int, loss: float, collective: bool = True) -> None:
+        """Step `step` (from 1) ended with this rank's loss `loss`; a collective where
+        `collective` (every rank calls it at every step), so all ranks agree."""
+        if not self.active or self.over_at is not None:
+            return
+        if collective:
+            mean = over_ranks([loss], self.device)
+            loss = mean[0] if mean else math.nan
+        if self.plan.over(step, loss):
+            self.over_at = step
 
 
 class StepLoss:

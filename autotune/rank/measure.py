@@ -81,6 +81,13 @@ class StepMeter:
         self.stopped_for: length.StoppedFor | None = None
         self.carried = 0
         """Warm-up steps counted as measured: the settled window, once it is stable."""
+        self.ending: length.StoppedFor | None = None
+        """Why to stop as soon as `min_measured` steps are measured (`end_early`)."""
+
+    def end_early(self, why: length.StoppedFor) -> None:
+        """Stop once the fewest measured steps are in: the trial's verdict is known already
+        (every rank asks it at the same step)."""
+        self.ending = why
 
     @property
     def tally_next(self) -> bool:
@@ -111,6 +118,8 @@ class StepMeter:
                 del self.measured[:lead]
                 self.carried = max(0, self.carried - lead)
             self.stopped_for = length.stopped_for(self.measured, self.plan)
+            if self.ending is not None and len(self.measured) >= self.plan.min_measured:
+                self.stopped_for = self.ending
             self.done = self._decided(self.stopped_for is not None)
 
     def warmup_ended_at(self, now: float) -> float:
@@ -124,7 +133,7 @@ class StepMeter:
         could_win = plan.best_s is None or statistics.median(self.measured) <= plan.best_s * (
             1 + plan.precision
         )
-        return self._decided(plan.profile and could_win)
+        return self._decided(plan.profile and could_win and self.ending is None)
 
     def _decided(self, decision: bool) -> bool:
         return bool(self._agreed(int(decision)))

@@ -189,14 +189,15 @@ def _nccl_value(name: str, text: str, where: str) -> str:
     return canonical
 
 
-def parse_overrides(text: str) -> dict[str, Any]:
-    """`zero=2,mbs=4` -> {"zero": 2, "mbs": 4}, each value typed by its knob."""
+def parse_overrides(text: str, option: str = "--config") -> dict[str, Any]:
+    """`zero=2,mbs=4` -> {"zero": 2, "mbs": 4}, each value typed by its knob; `option` names
+    the flag in errors."""
     overrides: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = item.partition("=")
         if not sep or not value.strip():
-            raise InputError(f"--config: expected knob=value, got {item!r}")
-        overrides[name.strip()] = coerce_knob(name.strip(), value, "--config")
+            raise InputError(f"{option}: expected knob=value, got {item!r}")
+        overrides[name.strip()] = coerce_knob(name.strip(), value, option)
     return overrides
 
 

@@ -30,6 +30,7 @@ from autotune.study.noise import (
     study_spread,
 )
 from autotune.study.optuna_private import ask_enqueued
+from autotune.study.parity import differing_now
 from autotune.study.storage import INTERRUPTED
 from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, USERS_CONFIG, TrialAttrs
 
@@ -130,17 +131,21 @@ def standings(study: optuna.Study) -> list[Standing]:
     """Each measured config's standing, best first, on the measurements that choose (not the
     winner's repeats after the choice); a config whose latest repeat failed
     (out of memory, a crash; not one stopped by the user) does not stand, nor does a slice
-    study's scale probe (it measures how the slice misses, not a config). A trial that runs
-    after a confirmation (a resumed study, another worker) stands like any other and can
-    win."""
+    study's scale probe (it measures how the slice misses, not a config), nor one whose loss
+    leaves the user's (`parity`: judged again here, so a trial measured before the study's
+    reference existed is judged too). A trial that runs after a confirmation (a resumed
+    study, another worker) stands like any other and can win."""
     failed: dict[int, int] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         attrs = TrialAttrs.of(t)
         if attrs.confirms is not None and attrs.kind != INTERRUPTED:
             failed[attrs.confirms] = t.number
     found = []
+    differing = differing_now(study)
     for first, trials in measurements(study).items():
         if TrialAttrs.of(trials[0]).scale_probe_of is not None:
+            continue
+        if any(t.number in differing for t in trials):
             continue
         latest = max(trials, key=lambda t: t.number)
         chose = tuple(t.value for t in trials if t.value and not TrialAttrs.of(t).after_choice)

@@ -27,6 +27,7 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState
@@ -56,6 +57,7 @@ from autotune.study.model_errors import (
     widened,
 )
 from autotune.study.noise import NOISE_FLOOR
+from autotune.study.parity import DIFFERS
 from autotune.study.slice import GUESSED, RANKED_BY, observed_as
 from autotune.study.slice_scale import leader_under_miss
 from autotune.study.trial_attrs import TrialAttrs
@@ -153,6 +155,8 @@ class GuidedSearch:
     _move_knobs: np.ndarray = field(init=False, repr=False)
     """The knobs whose change is a move: those that vary among the layouts, less `dp`,
     which follows from the others (changing TP with DP following is one move)."""
+    _allowed: np.ndarray | None = field(default=None, init=False, repr=False)
+    """Per candidate, whether it keeps the training (`restrict`); None: all do."""
     _learned_from: tuple[int, ...] | None = field(default=None, init=False, repr=False)
     """The trials the last fit used: a pass that lost a claim refits nothing."""
     _completed: list[tuple[TrainConfig, float, bool]] = field(init=False, repr=False)
@@ -192,14 +196,16 @@ class GuidedSearch:
 
     # --- learning from the study ------------------------------------------------------
     def learn(self, trials: list[FrozenTrial]) -> None:
-        """Refit the model to the measured trials; tighten memory after out-of-memory ones.
-        A slice study's scale probes are left out: what they tell is `scale_slope`."""
+        """Refit the model to the measured trials (those that train another model than the
+        user's too: their speed was measured); tighten memory after out-of-memory ones. A
+        slice study's scale probes are left out: what they tell is `scale_slope`."""
         trials = [t for t in trials if TrialAttrs.of(t).scale_probe_of is None]
         attrs = {t.number: TrialAttrs.of(t) for t in trials}
         step_times = {
             t.number: step
             for t in trials
-            if t.state == TrialState.COMPLETE and (step := attrs[t.number].step_time_s)
+            if (t.state == TrialState.COMPLETE or attrs[t.number].kind == DIFFERS)
+            and (step := attrs[t.number].step_time_s)
         }
         learned_from = tuple(
             t.number for t in trials if t.number in step_times or attrs[t.number].kind == "oom"
@@ -238,6 +244,20 @@ class GuidedSearch:
             self.problem, self._completed, self.scale_slope, self.calibration
         )
 
+    def restrict(self, held: dict[str, Any], banned: Sequence[dict[str, Any]]) -> None:
+        """Propose only configs with each `held` knob at its value and none with all the knob
+        values of one of `banned`: what loss parity and repeated failures taught
+        (`parity_cause`)."""
+        mask = np.ones(len(self._table), dtype=bool)
+        for knob, value in held.items():
+            mask &= getattr(self._table, knob) == value
+        for values in banned:
+            matched = np.ones(len(self._table), dtype=bool)
+            for knob, value in values.items():
+                matched &= getattr(self._table, knob) == value
+            mask &= ~matched
+        self._allowed = None if mask.all() else mask
+
     def rescale(self, slope: float) -> None:
         """Take full-size predictions down by `slope` times their data-parallel traffic share
         from now on (`scale_slope`)."""
@@ -267,6 +287,8 @@ class GuidedSearch:
         rows, expected, unc = self._beliefs
         measured = [row for row in map(self._coded.row, excluded) if row is not None]
         open_ = ~np.isin(rows, measured)
+        if self._allowed is not None:
+            open_ &= self._allowed[rows]
         return rows[open_], expected[open_], unc[open_]
 
     def _believe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

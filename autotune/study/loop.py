@@ -22,6 +22,7 @@ from autotune.estimate.ranking import memory_reason, memory_verdicts
 from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
+from autotune.study import reference
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import Ranking, best_step_time, confirm, repeat_winner, standings
 from autotune.study.guided import GuidedSearch
@@ -32,6 +33,9 @@ from autotune.study.noise import (
     study_spread,
     trial_precision,
 )
+from autotune.study.optuna_private import ask_enqueued
+from autotune.study.parity import study_band
+from autotune.study.parity_cause import Causes, read_causes
 from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.settings import SearchSettings, StudyOutcome
@@ -46,9 +50,14 @@ from autotune.study.slice_confirm import (
 )
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
+    CONFIRMS,
+    NO_REFERENCE,
+    ONE_KNOB,
+    PARITY_RESEED,
     PREDICTED,
     SEEDED_BY,
     USERS_CONFIG,
+    USERS_CONFIG_FROM,
     Prediction,
     Pruned,
     TrialAttrs,
@@ -63,6 +72,7 @@ from autotune.study.verdicts import (
     skip,
     verdicts,
 )
+from autotune.trial.spec import ParityPlan, StepPlan
 from autotune.units import human_duration
 
 SEEDS = 3
@@ -128,6 +138,7 @@ class _Search:
         valid = problem.enumerate().require_some().valid
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
+        self.valid_keys = {config_key(c) for c in valid}
         self.cal = settings.calibration or default_calibration(
             problem.cluster.device.generation, problem.engine.traits
         )
@@ -150,11 +161,13 @@ class _Search:
             if settings.strategy == "guided"
             else None
         )
-        self.baseline = self._users_config()
-        self.proposer = Proposer(study, self.ranked, self.guide, self.baseline)
+        self.users = self._users_config()
+        self.proposer = Proposer(study, self.ranked, self.guide)
         self._seed_from_plan()
         self.resumed_failed = fail_abandoned_trials(study)
         self.seen = verdicts(study)
+        self.causes: Causes | None = None
+        self._learn_causes()
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start, self._scaled = 0, 0, time.monotonic(), False
 
@@ -163,27 +176,33 @@ class _Search:
         return self.guide.calibration if self.guide is not None else self.cal
 
     def _users_config(self) -> TrainConfig | None:
-        """The config the user's command runs today, when it is in the space and predicted
-        to fit: a new study measures it first, so the winner is compared with what they have
-        (the study keeps its key as `USERS_CONFIG`)."""
-        config = self.problem.users_config()
-        if config is None or self.ranked.table.row_of(config) is None:
+        """The config the user's command runs today, when it is a valid config of the space:
+        the reference (`study.reference`), measured before anything else, so that the winner
+        is compared with what they have and every config is judged against it. A new study
+        keeps its key (`USERS_CONFIG`) and where it came from, or why there is none
+        (`NO_REFERENCE`); a resumed one keeps what it began with."""
+        if self.problem.job is None:
             return None
+        config, source = self.problem.users_reference()
+        if config is not None and config_key(config) not in self.valid_keys:
+            source = f"your config ({config.label()}) is not in the search space"
+            config = None
         if not self.study.get_trials(deepcopy=False):
-            self.study.set_user_attr(USERS_CONFIG, config_key(config))
-        return config
+            if config is not None:
+                self.study.set_user_attr(USERS_CONFIG, config_key(config))
+                self.study.set_user_attr(USERS_CONFIG_FROM, source)
+            else:
+                self.study.set_user_attr(NO_REFERENCE, source)
+        key = self.study.user_attrs.get(USERS_CONFIG)
+        return config if config is not None and config_key(config) == key else None
 
     def _seed_from_plan(self) -> None:
-        """A new study under an Optuna sampler starts with the user's config, then where the
-        model expects the best."""
+        """A new study under an Optuna sampler starts, after the user's config (the
+        reference's), where the model expects the best."""
         s = self.settings
         if s.strategy in ENQUEUEING or not s.seed_from_plan:
             return
         if not self.study.get_trials(deepcopy=False):
-            if self.baseline is not None:
-                self.study.enqueue_trial(
-                    self.space.params(self.baseline), user_attrs={SEEDED_BY: "user"}
-                )
             for e in self.ranked[:SEEDS]:
                 self.study.enqueue_trial(
                     self.space.params(e.config), user_attrs={SEEDED_BY: "plan"}
@@ -197,20 +216,99 @@ class _Search:
             self._rescaled()
         reason = self.budget_reason()
         while reason is None:
+            acted, stop = self._reference()
+            if acted:
+                reason = stop or self.refreshed()
+                continue
+            if (one := self._one_knob()) is not None:
+                self.study.enqueue_trial(self.space.params(one[1]), user_attrs={ONE_KNOB: one[0]})
+                reason = self.one_pass()
+                continue
             if self.settings.strategy in ENQUEUEING:
                 proposal, reason = self.proposer.next_config(self.seen)
                 if proposal is None and reason and self._rescaled():
                     reason = None
                     continue
                 if proposal is None:
+                    reason = self._held_back(reason)
                     break
                 self.study.enqueue_trial(self.space.params(proposal))
             elif self.misses >= MAX_MISSES:  # the sampler keeps proposing what cannot run
-                untried = [c for c in self.ranked.configs if config_key(c) not in self.seen]
+                untried = [
+                    c
+                    for c in self.ranked.configs
+                    if config_key(c) not in self.seen
+                    and (self.causes is None or self.causes.allows(c))
+                ]
+                if not untried:
+                    reason = "search space exhausted: every config left changes the training"
+                    break
                 self.study.enqueue_trial(self.space.params(self.rng.choice(untried)))
                 self.misses = 0
             reason = self.one_pass()
         return reason or ""
+
+    def _reference(self) -> tuple[bool, str | None]:
+        """Run or await what the reference (the user's config) needs before anything else;
+        whether it acted, and why to stop the study (its script cannot run)."""
+        if self.users is None:
+            return False, None
+        step = reference.next_step(self.study)
+        if step.step == "none" and step.why:
+            reference.give_up(self.study, step.why)
+        if step.step in ("none", "ready"):
+            return False, None
+        if step.step == "wait":  # another worker runs it: nothing is judged before it
+            time.sleep(AWAIT_S)
+            fail_abandoned_trials(self.study)
+            return True, None
+        plan = reference.reference_plan(self.settings.steps)
+        marks: dict[str, object] = {SEEDED_BY: "user"}
+        parity = ParityPlan()
+        if step.step == "reseeded":
+            marks = {CONFIRMS: step.confirms, PARITY_RESEED: reference.RESEED}
+            parity = ParityPlan(reseed=reference.RESEED)
+            plan = dataclasses.replace(plan, profile=False)
+        params = self.space.params(self.users)
+        trial = ask_enqueued(self.study, params, marks, self.space.distributions)
+        if trial is None:  # another worker took it first
+            return True, None
+        record = self._launch(trial, self.users, config_key(self.users), plan, parity)
+        if step.step != "reseeded":
+            self.ran += 1
+        return True, script_fault(self.problem, record, best_value(self.study))
+
+    def _one_knob(self) -> tuple[str, TrainConfig] | None:
+        """The user's config with the one move that tells which move of a flagged trial
+        changes the training (`parity_cause`), when it can run and has no verdict."""
+        if self.causes is None or self.users is None:
+            return None
+        move = self.causes.next_one_knob()
+        if move is None:
+            return None
+        knob, value = move
+        config = dataclasses.replace(self.users, **{knob: value})
+        if config_key(config) in self.seen or config_key(config) not in self.valid_keys:
+            return None
+        return knob, config
+
+    def _held_back(self, reason: str | None) -> str | None:
+        """Why the search ends when nothing is left to propose: every config left changes
+        the training, where parity holds knobs back."""
+        held = self.causes.held() if self.causes is not None else {}
+        if not held or reason is None or not reason.startswith("search space exhausted"):
+            return reason
+        kept = ", ".join(f"{k}={v}" for k, v in held.items())
+        return f"search space exhausted: every config left that keeps {kept} (yours) ran"
+
+    def _learn_causes(self) -> None:
+        """What breaks parity, as the trials tell it now; the search holds it."""
+        self.causes = read_causes(self.study) if self.users is not None else None
+        if self.causes is not None:
+            if self.guide is not None:
+                banned = [b.values for b in self.causes.banned]
+                self.guide.restrict(self.causes.held(), banned)
+            self.proposer = dataclasses.replace(self.proposer, allows=self.causes.allows)
 
     def _rescaled(self) -> bool:
         """Once, in a slice study about to stop: go on under its probes' scale miss."""
@@ -230,7 +328,7 @@ class _Search:
             trial = self.study.ask(self.space.distributions)
         config = self.space.config(trial.params, self.problem.cluster.world_size)
         key = config_key(config)
-        why = self.rejection(config, key)
+        why = self.rejection(config, key, one_knob=ONE_KNOB in trial.user_attrs)
         if why is not None:
             self.misses += 1
             skip(self.study, trial, Pruned.REJECTED, why)
@@ -249,12 +347,17 @@ class _Search:
         record = self.measure(trial, config, key)
         return script_fault(self.problem, record, best_value(self.study)) or self.refreshed()
 
-    def rejection(self, config: TrainConfig, key: str) -> str | None:
-        """Why a proposal is not run: a broken rule, predicted not to fit, or measured."""
+    def rejection(self, config: TrainConfig, key: str, one_knob: bool = False) -> str | None:
+        """Why a proposal is not run: a broken rule, a move that changes the training (not
+        for the one-knob trial that tells which move does), predicted not to fit, or
+        measured."""
         p = self.problem
         broken = first_violation(config, p.workload, p.cluster, p.rules)
         if broken is not None:
             return f"rule {broken.name}: {broken.reason}"
+        changes = self.causes.why_not(config) if self.causes is not None else None
+        if changes is not None and not one_knob:
+            return changes
         e = estimate(p.workload, config, p.cluster, p.engine.traits, self.cal)
         if not e.fits:
             return memory_reason(e, p.cluster.device)
@@ -264,13 +367,6 @@ class _Search:
 
     def measure(self, trial: optuna.Trial, config: TrainConfig, key: str) -> trials.TrialRecord:
         """Run the config as this trial, with the model's prediction beside it."""
-        p = self.problem
-        cal = self.guide.calibration if self.guide is not None else self.cal
-        predicted = estimate(p.workload, config, p.cluster, p.engine.traits, cal)
-        prediction = Prediction(
-            predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
-        )
-        trial.set_user_attr(PREDICTED, prediction.as_attr())
         best = self._best_step_time()
         margin = self.budget.early_stop_margin
         steps = dataclasses.replace(
@@ -283,11 +379,38 @@ class _Search:
                 else None
             ),
         )
-        record = run_one(self.study_run, trial, config, key, steps, self.measured.pop(key, None))
+        record = self._launch(trial, config, key, steps, self.parity_plan())
         self.ran += 1
+        return record
+
+    def _launch(
+        self,
+        trial: optuna.Trial,
+        config: TrainConfig,
+        key: str,
+        steps: StepPlan,
+        parity: ParityPlan,
+    ) -> trials.TrialRecord:
+        """Run the config as this trial for `steps`, with the model's prediction beside it;
+        what it teaches of parity learnt at once."""
+        p = self.problem
+        cal = self.guide.calibration if self.guide is not None else self.cal
+        predicted = estimate(p.workload, config, p.cluster, p.engine.traits, cal)
+        prediction = Prediction(
+            predicted.step.total_s, predicted.memory.total, predicted.step.as_dict()
+        )
+        trial.set_user_attr(PREDICTED, prediction.as_attr())
+        measured = self.measured.pop(key, None)
+        record = run_one(self.study_run, trial, config, key, steps, measured, parity)
         self.progress.finished(trial.number, config.label(), record, best_value(self.study))
         fail_abandoned_trials(self.study)  # other workers that died meanwhile
+        self._learn_causes()
         return record
+
+    def parity_plan(self) -> ParityPlan:
+        """The user's curve and floors, for a trial to stop once its loss leaves them."""
+        against = study_band(self.study, self.problem.workload.precision)
+        return against.plan() if against is not None else ParityPlan()
 
     def refreshed(self) -> str | None:
         """Every worker's verdicts read again, and whether the budget is spent."""
@@ -373,7 +496,11 @@ class _Search:
                 margin=None,
                 profile=not any(TrialAttrs.of(t).profile for t in ran),
             )
-            record = run_one(self.study_run, trial, config, config_key(config), repeat)
+            key = config_key(config)
+            plan = ParityPlan() if key == self.study.user_attrs.get(USERS_CONFIG) else None
+            record = run_one(
+                self.study_run, trial, config, key, repeat, parity=plan or self.parity_plan()
+            )
             label = f"{config.label()} (repeat of trial {first})"
             self.progress.finished(trial.number, label, record, best_value(self.study))
 

@@ -1,37 +1,80 @@
 """Loss parity: whether a config trains the same model as the user's own config.
 
 Every trial of a user's command records the loss of each optimizer step from the first
-(`TrialResult.losses`), from the same seed and data. A config's curve is compared with the
-user's config's (the study's first trial) over the steps both ran: the largest relative
-difference at any step. It must stay within the run-to-run floor: `REPEAT_MARGIN` times the
-largest difference between runs of the user's config (its repeats), and never less than
-`PRECISION_FLOOR`, since on one machine with one seed those runs are often bit-identical
-while a legitimate change is not (summation order; a micro-batch change regroups dropout's
-random draws, which moves the tiny test scripts' fp32 losses by up to 0.2% a step). A config
-over the floor `differs`: its trial fails with that kind, so it is never exported as the best.
+(`TrialResult.losses`), from the same seed and data. The reference is the user's own config,
+always (`study/reference.py`): it runs first, and once more with torch's generators reseeded
+after its first optimizer step, so that its dropout and any later draw come out otherwise.
+How far those runs drift apart, step by step, is what a change that keeps the training does
+(a micro-batch regroups dropout's draws; another ZeRO stage or bucket sums in another order):
+the parts stay close until the training's own chaos amplifies the difference.
+
+A config's curve is compared with the user's seeded-alike run at every step both ran. Each
+step has a floor: `MARGIN` times the largest drift of the user's runs up to that step, and
+never less than `PRECISION_FLOOR` (rounding). A config over the floor at any step `differs`:
+it trains another model, its trial fails with that kind, and it is never exported. A learning
+rate, data order or global batch that follows a knob moves the loss within the first steps,
+before the drift grows; a safe change stays within the drift however long the trials run.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.space import TrainConfig
-from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
-from autotune.units import knob_text
+from autotune.study.trial_attrs import PARITY_RESEED, USERS_CONFIG, TrialAttrs
+from autotune.trial.spec import ParityPlan, relative_difference
 
 DIFFERS = "differs"
 """The kind of a trial whose loss curve leaves the user's config's: it trains another model."""
 PRECISION_FLOOR = {"fp32": 0.005, "bf16": 0.02, "fp16": 0.02}
-"""The least relative loss difference that counts, by the job's precision: 0.5% in fp32
-(3x the largest step difference, 0.16%, a legitimate micro-batch change made in
-results/bench/parity.md); half-precision rounding (bf16 keeps 8 bits) adds 1.5%."""
-REPEAT_MARGIN = 2.0
-"""The floor over the largest difference measured between runs of the user's config."""
+"""The least relative loss difference that counts, by the job's precision: 0.5% in fp32, where
+the user's runs without dropout are often bit-identical while a safe change is not (another
+summation order: 0.16% at most a step on the test scripts, results/bench/parity.md); half
+precision's rounding (bf16 keeps 8 bits) adds 1.5%."""
+MARGIN = 3.0
+"""A step's floor over the largest drift between the user's runs up to that step: the drift
+of one reseeded run is one draw of what a safe change does, and another draw lands up to a
+few times further at a step (results/bench/parity.md)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the user's config: its loss curve, and whether it was reseeded."""
+
+    curve: tuple[float, ...]
+    reseeded: bool
+    number: int
+
+
+@dataclass(frozen=True)
+class Band:
+    """What the user's own runs say a change that keeps the training may do to the loss."""
+
+    curve: tuple[float, ...]
+    """The user's config's loss per step, from its longest run seeded as every trial is."""
+    floor: tuple[float, ...]
+    """The largest relative difference from `curve` that is the same training, per step:
+    over the steps the user's runs cover (two of them where there are two)."""
+    from_runs: tuple[bool, ...]
+    """Per step, whether the floor is the runs' drift (else the precision floor)."""
+    runs: int
+    reseeded: int
+    """How many of the runs were reseeded (0: the floor is the precision floor alone)."""
+
+    def plan(self) -> ParityPlan:
+        """What a trial is given, to stop once its loss leaves the user's."""
+        return ParityPlan(reference=self.curve[: len(self.floor)], floor=self.floor)
+
+    def source(self, step: int) -> str:
+        """What set the floor at `step` (from 1), in words."""
+        if step and self.from_runs[step - 1]:
+            return f"the drift of your config's {self.runs} runs"
+        return "precision"
 
 
 @dataclass(frozen=True)
@@ -41,13 +84,13 @@ class Parity:
     verdict: str
     """same, or differs."""
     steps: int
-    """Steps compared: those both curves have, from the first."""
+    """Steps compared: those both curves have (and the user's runs cover), from the first."""
     largest: float
-    """The largest relative difference at any compared step."""
+    """The relative difference at the step nearest its floor (or furthest over it)."""
     at_step: int
     floor: float
+    """That step's floor."""
     floor_from: str
-    """What set the floor: repeats (of the user's config), or precision."""
 
     def as_dict(self) -> dict[str, Any]:
         """best.yaml's `parity:` block."""
@@ -61,131 +104,108 @@ class Parity:
         }
 
 
-def largest_difference(curve: tuple[float, ...], base: tuple[float, ...]) -> tuple[float, int]:
-    """The largest relative difference over the steps both curves have, and its step (from
-    1); (0, 0) when they share none."""
-    steps = zip(curve, base, strict=False)  # the steps both ran
-    pairs = [(_step_difference(c, b), i + 1) for i, (c, b) in enumerate(steps)]
-    return max(pairs, default=(0.0, 0))
-
-
-def _step_difference(loss: float, base: float) -> float:
-    """Relative difference at one step; infinite where one loss is not finite and the other
-    is not the same (a NaN or inf loss never passes for the same model)."""
-    if math.isfinite(loss) and math.isfinite(base):
-        return abs(loss - base) / max(abs(base), 1e-12)
-    same = (math.isnan(loss) and math.isnan(base)) or loss == base
-    return 0.0 if same else math.inf
-
-
-def run_floor(bases: list[tuple[float, ...]], precision: str) -> tuple[float, str]:
-    """The floor and what set it, from the curves of the user's config's runs."""
-    spreads = (largest_difference(a, b)[0] for i, a in enumerate(bases) for b in bases[i + 1 :])
-    spread = max(
-        (d for d in spreads if math.isfinite(d)), default=0.0
-    )  # a diverged repeat sets none
-    least = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["bf16"])
-    measured = REPEAT_MARGIN * spread
-    return (measured, "repeats") if measured > least else (least, "precision")
-
-
-def judge(
-    curve: tuple[float, ...], bases: list[tuple[float, ...]], precision: str
-) -> Parity | None:
-    """`curve` against the first of the user's config's runs; None when either has no loss."""
-    if not curve or not bases:
+def band(runs: Sequence[Run], precision: str) -> Band | None:
+    """The band of the user's runs; None without a seeded-alike run with a loss."""
+    alike = [r for r in runs if not r.reseeded and r.curve]
+    if not alike:
         return None
-    largest, at_step = largest_difference(curve, bases[0])
-    floor, floor_from = run_floor(bases, precision)
-    verdict = DIFFERS if largest > floor else "same"
-    return Parity(verdict, min(len(curve), len(bases[0])), largest, at_step, floor, floor_from)
+    base = max(alike, key=lambda r: len(r.curve)).curve
+    curves = [r.curve for r in runs if r.curve]
+    lengths = sorted((len(c) for c in curves), reverse=True)
+    covered = min(len(base), lengths[1]) if len(curves) > 1 else len(base)
+    least = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["bf16"])
+    floor, from_runs, widest = [], [], 0.0
+    for step in range(covered):
+        drifts = (
+            relative_difference(a[step], b[step])
+            for i, a in enumerate(curves)
+            for b in curves[i + 1 :]
+            if step < min(len(a), len(b))
+        )
+        # a run that diverged (NaN, inf) sets no floor: it is not what a safe change does
+        widest = max([widest, *(d for d in drifts if math.isfinite(d))])
+        floor.append(max(least, MARGIN * widest))
+        from_runs.append(MARGIN * widest > least)
+    reseeded = sum(r.reseeded for r in runs if r.curve)
+    return Band(base, tuple(floor), tuple(from_runs), len(curves), reseeded)
+
+
+def judge(curve: tuple[float, ...], against: Band) -> Parity | None:
+    """`curve` against the band of the user's runs; None when it has no step to compare."""
+    steps = min(len(curve), len(against.floor))
+    if not steps:
+        return None
+    ratios = [
+        (relative_difference(curve[i], against.curve[i]) / against.floor[i], i)
+        for i in range(steps)
+    ]
+    ratio, i = max(ratios)
+    largest = relative_difference(curve[i], against.curve[i])
+    verdict = DIFFERS if ratio > 1 else "same"
+    return Parity(verdict, steps, largest, i + 1, against.floor[i], against.source(i + 1))
 
 
 def reference_runs(study: optuna.Study) -> list[FrozenTrial]:
-    """The completed runs, with their loss, of the config every other is compared with: the
-    user's own (`USERS_CONFIG`), or where autotune cannot know it (a script of the
-    `autotune.step` helper) the study's first completed trial's; first first."""
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if TrialAttrs.of(t).losses
-    ]
-    first = TrialAttrs.of(done[0]).config_key if done else None
-    key = study.user_attrs.get(USERS_CONFIG) or first
+    """The completed runs of the user's own config (`USERS_CONFIG`), first first; none where
+    the study does not know it."""
+    key = study.user_attrs.get(USERS_CONFIG)
+    if key is None:
+        return []
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     return [t for t in done if TrialAttrs.of(t).config_key == key]
 
 
-def reference_name(study: optuna.Study) -> str:
-    return "your config" if study.user_attrs.get(USERS_CONFIG) else "the first trial's config"
+def study_band(study: optuna.Study, precision: str) -> Band | None:
+    """The band of the user's runs as the study knows them now."""
+    runs = [
+        Run(TrialAttrs.of(t).losses, bool(t.user_attrs.get(PARITY_RESEED) is not None), t.number)
+        for t in reference_runs(study)
+    ]
+    return band(runs, precision)
 
 
 def of_trial(
     study: optuna.Study, number: int, curve: tuple[float, ...], precision: str
 ) -> Parity | None:
-    """Trial `number`'s parity (its curve `curve`) with the reference config as the study
-    knows it now."""
-    runs = reference_runs(study)
-    if any(t.number == number for t in runs):  # the reference itself
-        bases = [TrialAttrs.of(t).losses for t in runs]
-        floor, floor_from = run_floor(bases, precision)
-        return Parity("same", len(curve), 0.0, 0, floor, floor_from) if curve else None
-    return judge(curve, [TrialAttrs.of(t).losses for t in runs], precision)
+    """Trial `number`'s parity (its curve `curve`) with the user's config as the study knows
+    it now; None where there is nothing to compare (no reference, or no loss)."""
+    against = study_band(study, precision)
+    if against is None or not curve:
+        return None
+    if any(t.number == number for t in reference_runs(study)):  # the reference itself
+        steps = min(len(curve), len(against.floor))
+        return Parity("same", steps, 0.0, 0, against.floor[0], against.source(1))
+    return judge(curve, against)
 
 
-def changed_knobs(config: TrainConfig, reference: TrainConfig) -> str:
-    """The knobs a config sets otherwise than the reference, e.g. `mbs 8->4`."""
-    mine, theirs = config.as_dict(), reference.as_dict()
-    names = [k for k in mine if mine[k] != theirs.get(k)]
-    return (
-        ", ".join(f"{k} {knob_text(k, theirs.get(k))}->{knob_text(k, mine[k])}" for k in names)
-        or "none"
-    )
+def differing_now(study: optuna.Study) -> set[int]:
+    """Completed trials whose loss leaves the user's band as the study knows it now: a config
+    measured before its reference existed (a study begun by an older version, a reference
+    run again on resume) is judged as any other."""
+    precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
+    against = study_band(study, precision)
+    if against is None:
+        return set()
+    mine = {t.number for t in reference_runs(study)}
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return {
+        t.number
+        for t in done
+        if t.number not in mine
+        and (found := judge(TrialAttrs.of(t).losses, against)) is not None
+        and found.verdict == DIFFERS
+    }
 
 
-def differs_note(parity: Parity, knobs: str, reference: str) -> str:
-    """A differing trial's error: which knobs changed the training, and by how much."""
-    return (
-        f"trains another model than {reference}: {knobs} moves the loss "
-        f"{_pct(parity.largest)} at step {parity.at_step} of {parity.steps} "
-        f"(floor {_pct(parity.floor)}, from {parity.floor_from})"
-    )
+def longest_run(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    """Of a config's completed runs, the one with the longest loss curve (the latest of
+    equals): the one its parity is stated on."""
+    told = [t for t in trials if TrialAttrs.of(t).losses]
+    return max(told, key=lambda t: (len(TrialAttrs.of(t).losses), t.number), default=None)
 
 
-def _pct(share: float) -> str:
+def pct(share: float) -> str:
+    """A relative difference in words: 0%, <0.01%, 0.16%, 4.7%."""
     if share < 0.0001:
         return "0%" if share == 0 else "<0.01%"
     return f"{100 * share:.2g}%" if share < 0.01 else f"{100 * share:.1f}%"
-
-
-def summary_line(study: optuna.Study) -> str | None:
-    """The summary's `parity:` line; None for a study with no loss to compare (not a user's
-    command, or one that tells no loss)."""
-    from autotune.study.confirm import standings
-    from autotune.study.storage import stored_specs
-
-    runs = reference_runs(study)
-    if not runs:
-        return None
-    ranked = standings(study)
-    best = ranked[0].trial if ranked else runs[0]
-    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    differing = [t for t in failed if TrialAttrs.of(t).kind == DIFFERS]
-    note = ""
-    if differing:
-        first = differing[0]
-        note = f"; {len(differing)} trial(s) differ, e.g. trial {first.number}: "
-        note += str(TrialAttrs.of(first).error)
-    precision = stored_specs(study)[1].precision
-    parity = of_trial(study, best.number, TrialAttrs.of(best).losses, precision)
-    if parity is None:
-        return f"parity: not checked for the best (it told no loss){note}"
-    if best.number in {t.number for t in runs}:
-        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        alone = len(complete) == len(runs) and differing
-        why = "no other config trains the same model" if alone else "the fastest"
-        return f"parity: {reference_name(study)} is exported ({why}){note}"
-    return (
-        f"parity: same: the loss stays within {_pct(parity.largest)} of "
-        f"{reference_name(study)}'s over {parity.steps} steps (floor {_pct(parity.floor)}, "
-        f"from {parity.floor_from}){note}"
-    )

@@ -1,6 +1,7 @@
-"""What one worker proposes next: the user's own config first, then the guided search's or
-the grid's choice, away from configs with a verdict, running on another worker, or collided
-on lately (left to the worker that retries them)."""
+"""What one worker proposes next (once the user's own config has run: `study.reference`): the
+guided search's or the grid's choice, away from configs with a verdict, running on another
+worker, collided on lately (left to the worker that retries them), or that change the
+training (`parity_cause`)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,14 @@ class Proposer:
     ranked: Ranked
     guide: GuidedSearch | None
     """The model-guided search; None: the grid, in the plan's order."""
-    baseline: TrainConfig | None
-    """The user's own config, proposed before anything else until it has a verdict."""
     gave_way: set[int] = field(default_factory=set, hash=False)
     """This worker's trials that gave their config way to another worker's."""
     best: Callable[[optuna.Study], tuple[float | None, float]] = best_mean
     """The best config's mean throughput and its log's standard error, which the stop rule
     compares with (a slice study's, once probed, moved by the scale miss)."""
+    allows: Callable[[TrainConfig], bool] = lambda _config: True
+    """Whether a config keeps the training (`parity_cause.Causes.allows`): the grid skips
+    the others (the guided search holds them itself)."""
 
     def next_config(self, seen: dict[str, int]) -> tuple[TrainConfig | None, str | None]:
         """The guided or grid proposal; (None, why) when there is none. `seen`: the configs
@@ -68,8 +70,6 @@ class Proposer:
     def _proposal(
         self, claimed: set[str], avoided: set[str]
     ) -> tuple[TrainConfig | None, str | None]:
-        if self.baseline is not None and config_key(self.baseline) not in avoided:
-            return self.baseline, None
         if self.guide is not None:
             best = self.best(self.study)
             why = self.guide.converged(claimed, *best)
@@ -86,5 +86,10 @@ class Proposer:
 
     def _first_in_order(self, excluded: set[str]) -> TrainConfig | None:
         return next(
-            (c for c in self.ranked.in_given_order() if config_key(c) not in excluded), None
+            (
+                c
+                for c in self.ranked.in_given_order()
+                if config_key(c) not in excluded and self.allows(c)
+            ),
+            None,
         )

@@ -59,6 +59,18 @@ dict), pooled with the study's own repeats in every verdict."""
 USERS_CONFIG = "users_config"
 """On the study: the config key of the config the user's own command runs today (measured
 first; the summary compares the winner with it)."""
+USERS_CONFIG_FROM = "users_config_from"
+"""On the study: where the user's config came from, in words (their ds_config, the Trainer's
+flags, `--users-config`, the space file's `yours:`)."""
+NO_REFERENCE = "no_reference"
+"""On the study: why no run of the user's config can be the loss-parity reference (it is not
+known, not in the space, or failed every time it ran); nothing is then judged."""
+PARITY_RESEED = "parity_reseed"
+"""On a run of the user's config: the seed its ranks took after the first optimizer step
+(`study/parity.py`: the second reference run, whose drift from the first sets the floor)."""
+ONE_KNOB = "one_knob"
+"""On a trial that moves one knob of the user's config alone, to tell which move breaks
+parity (`study/parity_cause.py`): that knob's name."""
 STOPPED_FOR = "stopped_for"
 """Why a measured trial stopped measuring (`trial.length`): precise, slower or cap."""
 

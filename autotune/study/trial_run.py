@@ -20,6 +20,7 @@ from autotune.space import TrainConfig
 from autotune.study import parity
 from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
+from autotune.study.parity_cause import differs_note, moves_text
 from autotune.study.slice import RANKED_BY, TRIAL_NODES, SliceRun
 from autotune.study.storage import INTERRUPTED, StudyRef, owner_tag
 from autotune.study.trial_attrs import (
@@ -33,10 +34,11 @@ from autotune.study.trial_attrs import (
     OWNER,
     QUEUE,
     SOURCE,
+    USERS_CONFIG,
     WALL,
     TrialAttrs,
 )
-from autotune.trial.spec import StepPlan, TrialSpec
+from autotune.trial.spec import ParityPlan, StepPlan, TrialSpec
 
 
 class Progress(Protocol):
@@ -80,10 +82,12 @@ def run_one(
     key: str,
     steps: StepPlan,
     measured: trials.TrialRecord | None = None,
+    parity: ParityPlan | None = None,
 ) -> trials.TrialRecord:
     """Run `config` (its key `key`) as `trial` for `steps` and tell its outcome; `measured`:
     its run already made, moved to the trial's folder and told as this trial instead of
-    launching it again."""
+    launching it again; `parity`: what its ranks do for loss parity (a reseeded run of the
+    user's config, or the user's curve to stop at once the loss leaves it)."""
     study, launcher = run.study, run.launcher
     label = config.label()
     for name, value in {
@@ -99,6 +103,8 @@ def run_one(
     # A run already made (the user's model read) was at full size: told as it is.
     sliced = run.slice.trial(config) if run.slice is not None and measured is None else None
     spec = sliced.spec(steps) if sliced else run.problem.trial_spec(config, steps)
+    if parity is not None and run.problem.job is not None:
+        spec = dataclasses.replace(spec, parity=parity)
     run.progress.started(trial.number, label)
     if sliced is not None and sliced.view.why_not:
         record = sliced.model_record(folder)
@@ -143,20 +149,23 @@ def _run_or_interrupt(
 def _parity(
     run: StudyRun, trial: optuna.Trial, config: TrainConfig, record: trials.TrialRecord
 ) -> trials.TrialRecord:
-    """A trial that ran, as `differs` when its loss curve leaves the reference config's (the
-    user's own: `study.parity`)."""
+    """A trial that ran, as `differs` when its loss curve leaves the user's config's
+    (`study.parity`); its outcome.json says so too."""
     if record.kind != "ok" or record.result is None or not record.result.losses:
         return record
+    if TrialAttrs.of(trial).config_key == run.study.user_attrs.get(USERS_CONFIG):
+        return record  # a run of the user's config is the reference, never judged
     precision = run.problem.workload.precision
     result = parity.of_trial(run.study, trial.number, record.result.losses, precision)
     reference = parity.reference_runs(run.study)
     if result is None or result.verdict != parity.DIFFERS or not reference:
         return record
-    knobs = parity.changed_knobs(config, TrialAttrs.of(reference[0]).config)
-    error = parity.differs_note(result, knobs, parity.reference_name(run.study))
+    error = differs_note(result, moves_text(config, TrialAttrs.of(reference[0]).config))
     trial.set_user_attr(KIND, parity.DIFFERS)
     trial.set_user_attr(ERROR, error)
-    return dataclasses.replace(record, kind=parity.DIFFERS, error=error)
+    record = dataclasses.replace(record, kind=parity.DIFFERS, error=error)
+    trials.write_outcome(record)
+    return record
 
 
 def _attrs(record: trials.TrialRecord) -> dict[str, Any]:

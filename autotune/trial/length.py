@@ -9,6 +9,8 @@ After each measured step (at least `min_measured`) the interval of the mean step
   interval; one close to the best or faster, which could win, measures on to the full
   precision);
 - otherwise it goes on, up to `measured_steps` (`cap`).
+A trial of a user's command whose loss has left the user's config's (`differs`) stops once it
+has `min_measured` steps: its speed still informs the search, and it cannot be exported.
 One slow step widens the interval instead of deciding anything: it never stops a trial as
 slower, and it keeps a trial measuring.
 """
@@ -24,7 +26,7 @@ from scipy.special import stdtrit
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, SLOWER_ONE_SIDED_PROBABILITY
 from autotune.trial.spec import StepPlan
 
-StoppedFor = Literal["precise", "slower", "cap"]
+StoppedFor = Literal["precise", "slower", "cap", "differs"]
 
 
 def _t(degrees: int, level: float) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,6 +92,37 @@ class StepPlan:
     in a trial that could be the winner: the first, or one within `precision` of the best."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class ParityPlan:
+    """What a trial of a user's command does for loss parity (`study/parity.py`)."""
+
+    reseed: int | None = None
+    """Seed torch's generators with this once the first optimizer step has ended: a run of the
+    user's config whose dropout (and any other draw after that step) comes out otherwise, so
+    that its distance from the first run measures what a safe change does to the loss."""
+    reference: tuple[float, ...] = ()
+    """The user's config's loss at each step, from the first..."""
+    floor: tuple[float, ...] = ()
+    """...and the largest relative difference from it that is still the same training, per
+    step: a trial whose loss leaves it stops once its speed is measured (`over`)."""
+
+    def over(self, step: int, loss: float) -> bool:
+        """Whether the loss of step `step` (from 1) is over the floor (never past the
+        reference's steps)."""
+        if step > min(len(self.reference), len(self.floor)):
+            return False
+        return relative_difference(loss, self.reference[step - 1]) > self.floor[step - 1]
+
+
+def relative_difference(loss: float, base: float) -> float:
+    """|loss - base| / |base|; infinite where one loss is not finite and the other is not the
+    same (a NaN or inf loss never passes for the same training)."""
+    if math.isfinite(loss) and math.isfinite(base):
+        return abs(loss - base) / max(abs(base), 1e-12)
+    same = (math.isnan(loss) and math.isnan(base)) or loss == base
+    return 0.0 if same else math.inf
+
+
 PoolKind = Literal["warm", "forked"]
 """How a launcher may keep a world's ranks between trials: `warm`, ranks that run trial after
 trial in one process (a built-in engine's `SESSION`, built afresh each time); `forked`, ranks
@@ -144,6 +176,7 @@ class TrialSpec:
     steps: StepPlan = field(default_factory=StepPlan)
     job: UserJob | None = None
     """The user's command, when the trial runs it instead of autotune's own worker."""
+    parity: ParityPlan = field(default_factory=ParityPlan)
 
     @property
     def user_job(self) -> UserJob:

@@ -301,6 +301,7 @@ class DeepSpeedScript(Framework):
     name = "deepspeed"
     engine = "deepspeed"
     rank_module = "autotune.engines.deepspeed.job_worker"
+    users_config_source = "your ds_config, as DeepSpeed fills it"
     forked = True
     fallback = True  # a command without a config file is told how to give one
 
@@ -376,6 +377,7 @@ class HuggingFaceTrainer(DeepSpeedScript):
 
     name = "huggingface"
     fallback = False
+    users_config_source = "your Trainer flags and ds_config, as the Trainer fills them"
 
     def recognises(self, command: Sequence[str]) -> bool:
         return is_hugging_face(command, find_config_argument(command))
