@@ -363,8 +363,9 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
     best, basis = figures.best, figures.basis
     row = ok[ok["number"] == best.trial.number].iloc[0]
     n = len(basis.values)
+    low, high = figures.range
     how = (
-        f" ±{figures.interval:.1%} (95%, {n} trial{'s' if n > 1 else ''})"
+        f" (95% range {low:,.0f}-{high:,.0f}, {n} trial{'s' if n > 1 else ''})"
         if figures.measured
         else ""
     )
@@ -378,16 +379,22 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
     if figures.measured or figures.extrapolated:
         console.print(f"  figures from {figures.method}")
     if (r := figures.runner_up) is not None:
-        apart = f" (95% interval {r.low:.2f}x-{r.high:.2f}x)" if figures.measured else ""
-        console.print(
-            f"  {r.ratio:.2f}x the runner-up{apart}, trial {r.other.first} "
-            f"{display_label(TrialAttrs.of(r.other.trial).label)}"
-        )
+        label = display_label(TrialAttrs.of(r.other.trial).label)
+        if r.behind:
+            console.print(
+                f"  within noise of the runner-up, trial {r.other.first} {label}: the "
+                f"repeats after the choice read them alike (95% interval {r.low:.2f}x-"
+                f"{r.high:.2f}x); either will do"
+            )
+        else:
+            apart = f" (95% interval {r.low:.2f}x-{r.high:.2f}x)" if figures.measured else ""
+            console.print(f"  {r.ratio:.2f}x the runner-up{apart}, trial {r.other.first} {label}")
     if (y := figures.yours) is not None:
         apart = f"; 95% interval {y.low:.2f}x-{y.high:.2f}x" if figures.measured else ""
         label = display_label(TrialAttrs.of(y.other.trial).label)
+        speed = "within noise of" if y.behind else f"{y.ratio:.2f}x"
         console.print(
-            f"  {y.ratio:.2f}x your own config ({label}, trial {y.other.first}: "
+            f"  {speed} your own config ({label}, trial {y.other.first}: "
             f"{y.other.tokens_per_s:,.0f} tok/s{apart})"
         )
     if figures.is_yours:
@@ -395,10 +402,11 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
             f"  1.00x your own config ({display_label(row['label'])}, trial "
             f"{best.first}: the winner is your own config)"
         )
-    console.print(
-        f"  {figures.median:.2f}x the median and {figures.worst:.2f}x the worst of "
-        f"{figures.configs} {figures.among}"
-    )
+    if figures.median is not None and figures.worst is not None:
+        others = f"{figures.configs} other {figures.among}"
+        console.print(
+            f"  {figures.median:.2f}x the median and {figures.worst:.2f}x the worst of {others}"
+        )
     if (tie := figures.tie()) is not None:
         console.print(f"  [yellow]{tie}[/]")
     between = figures.between

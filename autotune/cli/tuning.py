@@ -133,6 +133,14 @@ if TYPE_CHECKING:
     "traffic slows as the nodes grow (the search goes on under it, and the leaders are "
     "confirmed by it); 0 skips them.",
 )
+@click.option(
+    "--users-config",
+    default="",
+    help="The knobs your own command runs today, e.g. mbs=4,ddp_bucket_mb=25, where autotune "
+    "cannot read them from it (a loop tuned through autotune.step, Megatron-LM, torchtitan): "
+    "the config every other is judged against for loss parity [default: the space file's "
+    "`yours:`].",
+)
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(**options: Any) -> None:
@@ -154,6 +162,7 @@ def run(**options: Any) -> None:
         run_options.cluster,
         run_options.space,
         run_options.command,
+        run_options.users_config,
     )
     settings = _tune_settings(problem, run_options)
     check_writable_folder(run_options.results, "--results")
@@ -194,6 +203,7 @@ class RunOptions:
     trial_nodes: int | None
     confirm_full: int
     scale_probes: int
+    users_config: str
     command: tuple[str, ...]
 
 

@@ -4,6 +4,7 @@ each says where its figures come from, and a simulated export says so first."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -170,10 +171,12 @@ def _figure_words(attrs: TrialAttrs, standing: dict[str, Any] | None) -> str:
     where it comes from, else the trial's own."""
     tps = standing["tokens_per_s"] if standing else attrs.tokens_per_s
     words = f"{tps:,.0f} tokens/s" if tps else "?"
-    if standing and standing.get("interval_95"):
+    if tps and standing and standing.get("interval_95"):
         n = standing["measurements"]
         basis = standing.get("figures_from") or f"the mean of {n} trial{'s' if n > 1 else ''}"
-        words += f" ±{standing['interval_95']:.1%} (95%, {basis})"
+        half = math.log1p(standing["interval_95"])
+        low, high = tps * math.exp(-half), tps * math.exp(half)
+        words += f" (95% range {low:,.0f}-{high:,.0f}; {basis})"
     return words
 
 

@@ -26,7 +26,8 @@ PHASE_NAMES = {
 @dataclass(frozen=True)
 class StudyCost:
     trials: int
-    """Trials with a phase split (measured ones that ran to their result)."""
+    """Trials with a phase split (measured ones that ran to their result, those whose loss
+    left the user's among them)."""
     seconds: dict[str, float]
     """Seconds by phase over those trials, teardown (the rest of each trial's wall time)
     last."""
@@ -44,7 +45,7 @@ class StudyCost:
 
 def study_cost(study: optuna.Study) -> StudyCost | None:
     """None when no trial recorded its phases (simulated, replayed, or none finished)."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
     seconds = dict.fromkeys([*PHASE_NAMES.values(), "teardown"], 0.0)
     counted = 0
     for t in done:

@@ -30,15 +30,22 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
     ]
     if figures is not None and not ok.empty:
         label = html.escape(display_label(TrialAttrs.of(figures.best.trial).label))
-        interval = f" ±{figures.interval:.1%} (95%)" if figures.measured else ""
+        low, high = figures.range
+        interval = f" (95% range {low:,.0f}-{high:,.0f})" if figures.measured else ""
         ratios = "".join(
-            f", {r.ratio:.2f}x {n} ({r.low:.2f}x-{r.high:.2f}x)" for n, r in figures.ratios()
+            f", {'within noise of' if r.behind else f'{r.ratio:.2f}x'} {n} "
+            f"({r.low:.2f}x-{r.high:.2f}x)"
+            for n, r in figures.ratios()
+        )
+        median = (
+            f", {figures.median:.2f}x the median other config"
+            if figures.median is not None
+            else ""
         )
         lines.append(
             f"<p>Winner: trial {figures.best.first}, <code>{label}</code>, "
             f"{figures.tokens_per_s:,.0f} tokens/s{interval} (from {html.escape(figures.method)}, "
-            f"{len(figures.basis.values)} trial(s)), {figures.median:.2f}x the median config"
-            f"{ratios}.</p>"
+            f"{len(figures.basis.values)} trial(s)){median}{ratios}.</p>"
         )
         if (tie := figures.tie()) is not None:
             lines.append(f"<p>{html.escape(tie)}.</p>")

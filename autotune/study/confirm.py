@@ -152,7 +152,24 @@ def standings(study: optuna.Study) -> list[Standing]:
         if failed.get(first, -1) > latest.number or not chose:
             continue
         found.append(Standing(first, latest, chose))
-    return sorted(found, key=lambda s: -s.tokens_per_s)
+    return _unless_overturned(study, sorted(found, key=lambda s: -s.tokens_per_s))
+
+
+def _unless_overturned(study: optuna.Study, ranked: list[Standing]) -> list[Standing]:
+    """`ranked`, its first and second swapped where the first's repeats after its choice
+    show it surely slower (one-sided, at the verdicts' confidence) than the runner-up's
+    measurements that did not make it second: the choice does not stand against what was
+    measured after it, and no winner is stated slower than what it beat."""
+    if len(ranked) < 2:
+        return ranked
+    best, second = ranked[0], ranked[1]
+    after = repeats_after_choice(study, best.first)
+    if not after or TrialAttrs.of(best.trial).source != "measured":
+        return ranked
+    basis = Standing(best.first, best.trial, tuple(after))
+    level = 2 * WINNER_ONE_SIDED_PROBABILITY - 1
+    _, _, high = ratio_interval(basis, unselected(second) or second, study_spread(study), level)
+    return [second, best, *ranked[2:]] if high < 1 else ranked
 
 
 Ranking = Callable[[optuna.Study], list[Standing]]
@@ -343,7 +360,8 @@ def repeat_winner(
     ranking: Ranking = standings,
 ) -> list[int]:
     """Up to `count` repeats of the winner chosen from `ranking` (fewer where it has some),
-    each while `time_left()`, marked `AFTER_CHOICE`: its figures are stated from them;
+    each while `time_left()`, marked `AFTER_CHOICE`: its figures are stated from them (a
+    winner they overturn, `standings`, leaves the lead to the runner-up, repeated alike);
     returns their trial numbers."""
     numbers: list[int] = []
     while (ranked := ranking(study)) and len(after_choice(study, ranking)) < count and time_left():
@@ -354,9 +372,9 @@ def repeat_winner(
         trial = ask_enqueued(study, params_of(best.config), marks, distributions)
         if trial is None:
             break
-        had = len(after_choice(study, ranking))
         run(trial, best.config)
         numbers.append(trial.number)
-        if len(after_choice(study, ranking)) == had:  # it failed: the next would too
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not any(t.number == trial.number for t in done):  # it failed: the next would too
             break
     return numbers

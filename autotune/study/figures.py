@@ -56,16 +56,25 @@ class Ratio:
     high: float
 
     def as_dict(self) -> dict[str, Any]:
+        """best.yaml's account: no ratio where the winner reads behind (within noise)."""
         return {
             "trial": self.other.first,
-            "ratio": self.ratio,
+            "ratio": None if self.behind else self.ratio,
             "interval_95": [self.low, self.high],
+            "within_noise": not self.faster,
         }
 
     @property
     def faster(self) -> bool:
         """The winner is surely faster (the interval lies above 1)."""
         return self.low > 1
+
+    @property
+    def behind(self) -> bool:
+        """The winner's repeats after its choice read it slower than the other config, within
+        noise (surely slower overturns the choice: `confirm.standings`): no speed-up to
+        state."""
+        return self.ratio < 1
 
 
 @dataclass(frozen=True)
@@ -81,10 +90,12 @@ class Figures:
     measured: bool
     runner_up: Ratio | None
     yours: Ratio | None
-    median: float
-    """The winner's throughput over the median config's."""
-    worst: float
+    median: float | None
+    """The winner's throughput over the median of the other configs' (each on the
+    measurements that chose among them); None where no other config stands."""
+    worst: float | None
     configs: int
+    """The other configs the median and worst are of."""
     prior: str | None = None
     """Where the between-trial spread's prior comes from (`noise.prior_note`)."""
     is_yours: bool = False
@@ -103,6 +114,13 @@ class Figures:
         """Relative half-width of the 95% interval of the winner's throughput."""
         return self.basis.interval(self.between) if self.measured else 0.0
 
+    @property
+    def range(self) -> tuple[float, float]:
+        """The 95% interval of the winner's throughput, tokens/s: a range a person can plan
+        with (a wide relative half-width, ±250%, says less)."""
+        half = math.log1p(self.interval)
+        return self.tokens_per_s * math.exp(-half), self.tokens_per_s * math.exp(half)
+
     def ratios(self) -> list[tuple[str, Ratio]]:
         """The ratios stated, each with what it compares with."""
         named = (("the runner-up", self.runner_up), ("your own config", self.yours))
@@ -114,6 +132,7 @@ class Figures:
         return {
             "tokens_per_s": self.tokens_per_s,
             "interval_95": self.interval,
+            "range_95": list(self.range),
             "measurements": len(self.basis.values),
             "figures_from": self.method,
             "between_trial_spread": between.relative if between is not None else None,
@@ -155,8 +174,10 @@ def winner_figures(study: optuna.Study) -> Figures | None:
     yours_key = study.user_attrs.get(USERS_CONFIG)
     yours = next((s for s in pool[1:] if TrialAttrs.of(s.trial).config_key == yours_key), None)
     on_slice = [s for s in ranked if s not in full]
-    scale = _slice_standing(study, best, on_slice) if full else basis
-    means = [s.tokens_per_s for s in (on_slice if full else ranked)]
+    # the median and worst of the other configs, each on its choosing measurements, as the
+    # winner's own (never the winner against itself)
+    scale = _slice_standing(study, best, on_slice) if full else best
+    means = [s.tokens_per_s for s in (on_slice if full else ranked) if s.first != scale.first]
     return Figures(
         best=best,
         basis=basis,
@@ -165,8 +186,8 @@ def winner_figures(study: optuna.Study) -> Figures | None:
         measured=measured,
         runner_up=_ratio(basis, _runner_up(pool[1]), between) if len(pool) > 1 else None,
         yours=_ratio(basis, yours, between) if yours is not None else None,
-        median=scale.tokens_per_s / statistics.median(means),
-        worst=scale.tokens_per_s / min(means),
+        median=scale.tokens_per_s / statistics.median(means) if means else None,
+        worst=scale.tokens_per_s / min(means) if means else None,
         configs=len(means),
         prior=prior_note(study),
         is_yours=yours_key is not None and TrialAttrs.of(best.trial).config_key == yours_key,

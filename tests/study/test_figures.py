@@ -94,3 +94,39 @@ def test_leaders_within_noise_are_said_to_be_so_with_what_would_settle_them() ->
     add_measured(apart, 100.0, TrainConfig(mbs=2), **LABELLED)
     separated = winner_figures(apart)
     assert separated is not None and separated.tie() is None
+
+
+def test_repeats_after_the_choice_that_read_the_winner_surely_slower_give_up_the_lead() -> None:
+    """An exported winner was once stated at 0.63x the runner-up: its repeats after the
+    choice read it surely slower than the config it beat. That choice does not stand."""
+    study = new_study()
+    chosen = add_measured(study, 103.0, TrainConfig(mbs=1), **LABELLED)
+    add_measured(study, 103.2, TrainConfig(mbs=1), **LABELLED, confirms=chosen)
+    runner_up = add_measured(study, 100.0, TrainConfig(mbs=2), **LABELLED)
+    for value in (100.3, 99.8, 100.1, 99.9, 100.2):
+        add_measured(study, value, TrainConfig(mbs=2), **LABELLED, confirms=runner_up)
+    for value in (95.0, 95.3):
+        add_measured(
+            study, value, TrainConfig(mbs=1), **LABELLED, confirms=chosen, after_choice=True
+        )
+    assert [s.first for s in standings(study)] == [runner_up, chosen]
+    figures = winner_figures(study)
+    assert figures is not None and figures.best.first == runner_up
+    assert figures.runner_up is not None and figures.runner_up.ratio > 0.95
+
+
+def test_the_winner_is_never_compared_with_itself() -> None:
+    """With every other config flagged, the summary once read "0.66x the median and 0.66x
+    the worst of 1 configs measured": the winner against itself."""
+    study = new_study(between=0.05)
+    yours = add_measured(study, 100.0, TrainConfig(mbs=1), **LABELLED)
+    add_measured(study, 90.0, TrainConfig(mbs=1), **LABELLED, confirms=yours)
+    for value in (70.0, 72.0):
+        add_measured(
+            study, value, TrainConfig(mbs=1), **LABELLED, confirms=yours, after_choice=True
+        )
+    figures = winner_figures(study)
+    assert figures is not None and figures.median is None and figures.worst is None
+    assert figures.runner_up is None and figures.configs == 0
+    low, high = figures.range
+    assert low < figures.tokens_per_s < high and high / low < 3  # a range one can plan with
