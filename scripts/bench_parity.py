@@ -1,21 +1,28 @@
-"""Loss parity on real studies of the tiny user scripts: no false `differs`, every script whose
-training follows the micro-batch flagged, and what parity costs.
+"""Loss parity on real studies of scripts written for it: no false `differs` on a safe script
+at any trial length, every broken script flagged, never exported and its cause named, and a
+search that learns the move that breaks parity.
 
-Runs `autotune run` (local:2, random sampler, a seed per study, --no-confirm) on copies of
-tests/data/user_scripts: the DeepSpeed script, the Hugging Face Trainer script and the
-`autotune.step` helper script. As written, in `DS_SPACE` (the helper's: plain_space.yaml),
-their configs across ZeRO 0-3, buckets, overlap and micro-batch/accumulation at a fixed global
-batch must all be `same`. With a flag that makes the learning rate, the data order or the
-global batch follow the micro-batch (`FOLLOWS`), in `MBS_SPACE` (the micro-batch alone, so
-every config but the reference changes it), every other config must be flagged (`differs`, or
-`config_ignored` where DeepSpeed's own global batch is not the trial's) and none exported.
-Writes results/bench/parity.md and every trial's verdict to
-results/benchmarks/parity_studies.json.
+The scripts (scripts/parity_scripts/): two DeepSpeed scripts (a GPT with a seeded
+DistributedSampler, a warm-up/cosine schedule and clipping from the ds_config; an MLP whose
+own AdamW and LambdaLR go to deepspeed.initialize), two Hugging Face Trainer scripts (GPT-2;
+a model of its own) and two loops tuned through autotune.step (a GPT under DDP; an MLP with
+SGD). Each runs with dropout 0.1 or none, in fp32 or bf16, as written (safe: at a fixed
+global batch every config of the space trains the same model) or broken four ways (`--broken`:
+its learning rate per sample, its shuffle seeded with the micro-batch, one batch of the
+micro-batch's size reused, its own accumulation so the global batch follows the micro-batch).
 
-    .venv/bin/python scripts/bench_parity.py [--studies 14] [--flagged 1] [--trials 5]
-    .venv/bin/python scripts/bench_parity.py --only flagged  # or lr, order, gbs: those
-                                                            # studies; the JSON's others kept
-    .venv/bin/python scripts/bench_parity.py --report-only   # the report from the kept JSON
+Each study is `autotune run` on local:2 (gloo), guided, `--no-confirm`, its trials measuring
+`--measured-steps` 5, 16 or 48 (so 5 to about 60 steps, the user's runs longer). Safe studies
+must flag nothing; a broken study must flag a config that moves the micro-batch (where one
+ran), export none, and name the micro-batch in its summary; and of its trials after the first
+flag, at most 2 may move the micro-batch again while at least 3 tune other knobs at the
+user's. Writes results/bench/parity.md and every study to results/benchmarks/parity_studies.json
+(kept: `--only` runs some studies again, `--report-only` rewrites the report).
+
+    .venv/bin/python scripts/bench_parity.py                   # every study (about 2 h here)
+    .venv/bin/python scripts/bench_parity.py --only ds_gpt      # one script's studies
+    .venv/bin/python scripts/bench_parity.py --smoke            # one short study, no files
+    .venv/bin/python scripts/bench_parity.py --report-only
 """
 
 from __future__ import annotations
@@ -28,299 +35,305 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import optuna
-import torch
 import yaml
 
-from autotune.rank.loss import StepLoss
 from autotune.study import parity
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.parity_cause import FLAGGED
+from autotune.study.trial_attrs import PARITY_RESEED, TrialAttrs
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "tests" / "data" / "user_scripts"
-HF_ARGS = [
-    "--output_dir", "out", "--max_steps", "60", "--report_to", "none", "--save_strategy", "no",
-    "--use_cpu", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-    "--deepspeed", "hf_ds_config.json",
-]  # fmt: skip
+SCRIPTS = REPO / "scripts" / "parity_scripts"
+RAW = REPO / "results" / "benchmarks" / "parity_studies.json"
+REPORT = REPO / "results" / "bench" / "parity.md"
 DS_SPACE = (
     "engine: deepspeed\nknobs:\n  zero: [0, 1, 2, 3]\n  mbs: [1, 2, 4, 8]\n"
-    "  reduce_bucket: [50000000, 500000000]\n  allgather_bucket: [50000000, 500000000]\n"
-    "  overlap_comm: [false, true]\n"
+    "  reduce_bucket: [50000000, 500000000]\n  overlap_comm: [false, true]\n"
 )
-"""ZeRO 0-3, buckets, overlap and the micro-batch at the scripts' global batch of 16 (the
-user's own values join it)."""
-MBS_SPACE = {
-    "deepspeed": "engine: deepspeed\nknobs:\n  mbs: [1, 2, 4, 8]\n",
-    "torch": "engine: torch\nknobs:\n  mbs: [1, 2, 4, 8]\n",
-}
-"""The flagged studies' space: the micro-batch alone (the accumulation keeps the global batch),
-so every config but the reference changes it and can be flagged."""
-CASES = {
-    "deepspeed": ("deepspeed", ["ds_train.py", "--deepspeed_config", "ds_config.json"]),
-    "huggingface": ("deepspeed", ["hf_train.py", *HF_ARGS]),
-    "helper": ("torch", ["plain_train.py", "--steps", "60"]),
-}
-FOLLOWS = {
-    "lr": {
-        "deepspeed": ["--lr-per-sample", "5e-3"],
-        "huggingface": ["--lr_per_sample", "2.5e-3"],
-        "helper": ["--lr-per-sample", "1e-3"],
-    },
-    "order": {
-        "deepspeed": ["--shuffle-per-mbs"],
-        # on the script's uniform random tokens no data order moves the loss beyond the
-        # floor in a trial's steps (0.28% at most at its 5e-5, 0.41% at 5e-3, in two first
-        # runs of this benchmark); real data mix easy and hard samples (--mixed_data), and
-        # 5e-3 lets a trial's steps learn which are which
-        "huggingface": ["--shuffle_per_mbs", "--mixed_data", "--learning_rate", "5e-3"],
-        "helper": ["--shuffle-per-mbs"],
-    },
-    "gbs": {  # the accumulation the user's config has, kept whatever the micro-batch
-        "deepspeed": ["--gas-follows-mbs", "1"],
-        "huggingface": ["--gas_follows_mbs", "2"],
-        "helper": ["--gas-follows-mbs", "2"],
-    },
-}
-"""What follows the micro-batch in a flagged script: its learning rate (per sample), its data
-order (seeded with the micro-batch) or its global batch (a fixed accumulation)."""
+"""ZeRO 0-3, buckets, overlap and the micro-batch at the scripts' global batch (the user's
+micro-batch is 2)."""
+STEP_SPACE = (
+    "engine: torch\nknobs:\n  mbs: [1, 2, 4, 8]\n  ddp_bucket_mb: [1, 5, 25, 100]\n"
+    "yours:\n  mbs: {mbs}\n  ddp_bucket_mb: 25\n"
+)
+HF_COMMON = [
+    "--output_dir", "out", "--max_steps", "200", "--report_to", "none", "--save_strategy",
+    "no", "--use_cpu", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps",
+    "4", "--lr_scheduler_type", "cosine", "--warmup_steps", "8", "--max_grad_norm", "1.0",
+    "--logging_steps", "1000", "--deepspeed", "hf_ds_config.json",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    engine: str
+    command: tuple[str, ...]
+    space: str
+    bf16: tuple[str, ...] = ("--bf16",)
+
+
+SCRIPTS_RUN = (
+    Script("ds_gpt", "deepspeed", ("ds_gpt.py", "--deepspeed_config", "ds_config.json"), DS_SPACE),
+    Script(
+        "ds_mlp", "deepspeed", ("ds_mlp.py", "--deepspeed_config", "ds_mlp_config.json"), DS_SPACE
+    ),
+    Script(
+        "hf_gpt2", "deepspeed", ("hf_gpt2.py", *HF_COMMON, "--learning_rate", "2e-3"), DS_SPACE
+    ),
+    Script("hf_mlp", "deepspeed", ("hf_mlp.py", *HF_COMMON, "--learning_rate", "3e-3"), DS_SPACE),
+    Script("step_ddp", "torch", ("step_ddp.py",), STEP_SPACE.format(mbs=2)),
+    Script("step_mlp", "torch", ("step_mlp.py",), STEP_SPACE.format(mbs=4)),
+)
+BROKEN = ("lr", "order", "fixed", "accumulation")
+LENGTHS = (5, 16, 48)
+"""Measured steps a trial takes at most: trials of 5 to about 60 steps."""
 STARTED = f"{datetime.now():%Y-%m-%d %H:%M}"
-"""When this run of the benchmark started, kept with each of its studies."""
-FLAGGED = (parity.DIFFERS, "config_ignored")
-"""A flagged config's outcomes: its curve differs, or (a global batch DeepSpeed computes
-otherwise than the trial asked) the rank-side check refused it."""
 
 
-def study(case: str, seed: int, follows: str, trials: int, root: Path) -> dict[str, object]:
-    """One study of `case` (`follows`: what follows the micro-batch, or "-"), and what it
-    says of every trial's parity."""
-    engine, command = CASES[case]
-    workdir = root / f"{case}-{seed}-{follows}"
+@dataclass(frozen=True)
+class Plan:
+    script: str
+    variant: str
+    """safe, or how the script is broken."""
+    dropout: float
+    bf16: bool
+    measured: int
+
+    @property
+    def name(self) -> str:
+        precision = "bf16" if self.bf16 else "fp32"
+        return f"{self.script}-{self.variant}-d{self.dropout}-{precision}-{self.measured}"
+
+
+def plans() -> list[Plan]:
+    """Every safe script at each length with and without dropout, in each precision at
+    alternate lengths; every broken one in both precisions at 16 steps."""
+    found = []
+    for i, s in enumerate(SCRIPTS_RUN):
+        for j, measured in enumerate(LENGTHS):
+            for dropout in (0.1, 0.0):
+                found.append(Plan(s.name, "safe", dropout, (i + j) % 2 == 1, measured))
+        for broken in BROKEN:
+            for bf16 in (False, True):
+                found.append(Plan(s.name, broken, 0.1, bf16, 16))
+    return found
+
+
+def run_study(plan: Plan, root: Path, trials: int = 8) -> dict[str, Any]:
+    """One study of `plan` and what it says of each trial's parity."""
+    script = next(s for s in SCRIPTS_RUN if s.name == plan.script)
+    workdir = root / plan.name
     shutil.copytree(SCRIPTS, workdir)
-    space = "space.yaml" if engine == "deepspeed" or follows != "-" else "plain_space.yaml"
-    (workdir / "space.yaml").write_text(DS_SPACE if follows == "-" else MBS_SPACE[engine])
-    if follows != "-":
-        command = [*command, *FOLLOWS[follows][case]]
-    engine_flag = ["--engine", "torch"] if engine == "torch" else []
+    (workdir / "space.yaml").write_text(script.space)
+    command = [*script.command, "--dropout", str(plan.dropout)]
+    command += list(script.bf16) if plan.bf16 else []
+    command += ["--broken", plan.variant] if plan.variant != "safe" else []
+    engine = ["--engine", "torch"] if script.engine == "torch" else []
     argv = [
-        sys.executable, "-m", "autotune", "run", *engine_flag, "--space", space,
-        "--cluster", "local:2", "--trials", str(trials), "--no-confirm", "--sampler", "random",
-        "--seed", str(seed), "--study", "s", "--results", str(workdir / "results"), "--",
-        *command,
+        sys.executable, "-m", "autotune", "run", *engine, "--space", "space.yaml",
+        "--cluster", "local:2", "--trials", str(trials), "--no-confirm",
+        "--measured-steps", str(plan.measured), "--study", "s",
+        "--results", str(workdir / "results"), "--", *command,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "DS_ACCELERATOR": "cpu"}
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{case} seed {seed}: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     folder = workdir / "results" / "s"
-    loaded = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 'study.db'}")
-    rows, verdict_s, reference = verdicts(loaded)
-    exported = yaml.safe_load((folder / "best" / "best.yaml").read_text())
-    line = next((x for x in done.stdout.splitlines() if x.startswith("parity:")), "")
+    if done.returncode != 0 or not (folder / "study.db").exists():
+        tail = (done.stdout + done.stderr)[-3000:]
+        return {**asdict(plan), "name": plan.name, "error": tail, "wall_s": wall}
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 'study.db'}")
+    best = folder / "best" / "best.yaml"
+    exported = yaml.safe_load(best.read_text()) if best.exists() else {}
+    summary = [line for line in done.stdout.splitlines() if line.startswith(("parity:", "  "))]
     return {
-        "case": case, "seed": seed, "flagged": follows != "-", "follows": follows,
-        "run": STARTED,
-        "wall_s": wall, "verdict_s": verdict_s, "trials": rows, "reference": reference,
-        "exported": exported["config"], "exported_parity": exported.get("parity"),
-        "summary": line,
+        **asdict(plan), "name": plan.name, "run": STARTED, "wall_s": wall,
+        "trials": trial_rows(study), "exported": exported.get("config"),
+        "yours": users_config(study),
+        "exported_parity": exported.get("parity"), "summary": summary,
     }  # fmt: skip
 
 
-def verdicts(study: optuna.Study) -> tuple[list[dict[str, object]], float, dict[str, Any]]:
-    """Each trial's config, kind and curve against the reference (a trial the rank-side check
-    refused, with no curve, too); the seconds the tuner's parity check takes for all of them,
-    done again here as the study did it; the reference config."""
+def users_config(study: optuna.Study) -> dict[str, Any] | None:
     runs = parity.reference_runs(study)
-    reference = TrialAttrs.of(runs[0]).config_values if runs else {}
-    rows: list[dict[str, object]] = []
-    spent = 0.0
+    return TrialAttrs.of(runs[0]).config_values if runs else None
+
+
+def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """Each trial that ran: its config's moves from the user's, kind, steps, and its curve's
+    worst step against the band (as a multiple of that step's floor)."""
+    yours = users_config(study)
+    precision = str(study.user_attrs["workload"]["precision"])
+    band = parity.study_band(study, precision)
+    rows = []
     for t in study.get_trials(deepcopy=False):
         attrs = TrialAttrs.of(t)
-        if attrs.config_values is None or not (attrs.losses or attrs.kind in FLAGGED):
+        if attrs.config_values is None or attrs.kind is None:
             continue
-        started = time.perf_counter()
-        found = parity.of_trial(study, t.number, attrs.losses, "fp32")
-        spent += time.perf_counter() - started
-        changed = {k: v for k, v in attrs.config_values.items() if (reference or {}).get(k) != v}
+        found = parity.judge(attrs.losses, band) if band and attrs.losses else None
+        moved = {k: v for k, v in attrs.config_values.items() if (yours or {}).get(k) != v}
         rows.append(
             {
-                "number": t.number, "kind": attrs.kind, "changed": changed,
-                "steps": len(attrs.losses),
-                "largest": found.largest if found else None,
-                "floor": found.floor if found else None,
+                "number": t.number, "kind": attrs.kind, "moved": moved,
+                "reference": attrs.config_key == study.user_attrs.get("users_config"),
+                "reseeded": PARITY_RESEED in t.user_attrs, "steps": len(attrs.losses),
+                "stopped_for": attrs.stopped_for, "losses": list(attrs.losses),
+                "ratio": found.largest / found.floor if found else None,
             }
         )  # fmt: skip
-    return rows, spent, dict(reference or {})
+    return rows
 
 
-def rank_cost(steps: int = 2000, accumulation: int = 2) -> float:
-    """Seconds the rank-side loss recording adds per optimizer step (no collective)."""
-    tally, loss = StepLoss(), torch.tensor(6.2)
-    started = time.perf_counter()
-    for _ in range(steps):
-        for _ in range(accumulation):
-            tally.add_micro(loss, summed=False)
-        tally.end_step()
-    return (time.perf_counter() - started) / steps
+def judged(result: dict[str, Any]) -> dict[str, Any]:
+    """What a study shows: false flags, catches, misses, the export, the cause, the search."""
+    rows = [r for r in result["trials"] if not r["reference"]]
+    broken = result["variant"] != "safe"
+    flagged = [r for r in rows if r["kind"] in FLAGGED]
+    moved_mbs = [r for r in rows if "mbs" in r["moved"]]
+    exported = result.get("exported") or {}
+    yours = result.get("yours")
+    out: dict[str, Any] = {
+        "false_differs": 0 if broken else len(flagged),
+        "flaggable": bool(moved_mbs) if broken else False,
+        "caught": any("mbs" in r["moved"] for r in flagged) if broken else False,
+        "missed": sum(1 for r in moved_mbs if r["kind"] not in FLAGGED) if broken else 0,
+        "exported_moved": broken and yours is not None and "mbs" in _moved(exported, result),
+        "named": any("the micro-batch" in line for line in result["summary"]),
+    }
+    if broken and flagged:
+        first = min(r["number"] for r in flagged)
+        after = [r for r in rows if r["number"] > first and not r["reseeded"]]
+        out["after_moved"] = sum(1 for r in after if "mbs" in r["moved"])
+        out["after_kept"] = sum(1 for r in after if "mbs" not in r["moved"] and r["moved"])
+    return out
 
 
-def judged(row: dict[str, object], flagged: bool) -> str:
-    """right, false_differs or missed for one trial."""
-    changed = row["changed"]
-    assert isinstance(changed, dict)
-    follows = flagged and "mbs" in changed
-    differs = row["kind"] in FLAGGED
-    if differs == follows:
-        return "right"
-    return "false_differs" if differs else "missed"
+def _moved(exported: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The knobs the export sets otherwise than the user's config."""
+    yours = result.get("yours") or {}
+    return {k: v for k, v in exported.items() if yours.get(k) != v}
 
 
-def report(results: list[dict[str, object]], per_step_s: float, trials: int) -> str:
+def report(results: list[dict[str, Any]]) -> str:
+    ok = [r for r in results if "error" not in r]
+    safe = [r for r in ok if r["variant"] == "safe"]
+    broken = [r for r in ok if r["variant"] != "safe"]
     lines = [
-        "# Loss parity on real studies of the tiny user scripts",
+        "# Loss parity on real studies of scripts written for it",
         "",
-        f"`scripts/bench_parity.py`, report of {datetime.now():%Y-%m-%d %H:%M}: `autotune run` on "
-        f"local:2 (gloo, a shared 2-core machine), {trials} trials a study, random sampler "
-        "(a seed per study), `--no-confirm`, fp32. As written (follows: -), every config "
-        "must be `same`. Where the learning rate (`lr`: per sample), the data order "
-        "(`order`: seeded with the micro-batch) or the global batch (`gbs`: a fixed "
-        "accumulation) follows the micro-batch, the study's space is the micro-batch alone, "
-        "so every config but the reference changes it and must be flagged (`differs`, or "
-        "`config_ignored` where DeepSpeed's own global batch is not the trial's), and none "
-        "exported.",
+        f"`scripts/bench_parity.py`, report of {datetime.now():%Y-%m-%d %H:%M} (studies run "
+        f"{', '.join(sorted({str(r.get('run')) for r in ok}))}): `autotune run` on local:2 "
+        "(gloo, a shared 2-core machine), 8 trials a study, guided, `--no-confirm`. "
+        f"{len({r['script'] for r in ok})} scripts (two DeepSpeed, two Trainer, two "
+        "autotune.step) with and without dropout, fp32 and bf16, as written (safe) and broken "
+        f"four ways: {len({(r['script'], r['variant'], r['dropout'], r['bf16']) for r in ok})} "
+        f"distinct scripts in {len(ok)} studies"
+        + (
+            f" ({len(results) - len(ok)} failed to run: listed at the end)"
+            if len(ok) < len(results)
+            else ""
+        )
+        + ".",
         "",
-        "| script | follows the mbs | studies | trials | changed mbs | changed zero | changed "
-        "buckets | changed overlap | false differs | missed | flagged as | exported a "
-        "changed config | studies flagged | largest same (x floor) | smallest differs "
-        "(x floor) | study wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "## Safe scripts: no false `differs` at any length",
+        "",
+        "| measured steps | trial steps | studies | trials judged | false differs | largest (x floor) |",
+        "|---|---|---|---|---|---|",
     ]
-    for case in CASES:
-        for follows in ("-", *FOLLOWS):
-            group = [r for r in results if r["case"] == case and _follows(r) == follows]
-            if group:
-                lines.append(_row(case, follows, group))
-    ran = sorted({str(r.get("run", "?")) for r in results})
+    for measured in LENGTHS:
+        group = [r for r in safe if r["measured"] == measured]
+        rows = [
+            t for r in group for t in r["trials"] if not t["reference"] and t["ratio"] is not None
+        ]
+        steps = [t["steps"] for t in rows] or [0]
+        false = sum(judged(r)["false_differs"] for r in group)
+        largest = max((t["ratio"] for t in rows), default=0.0)
+        lines.append(
+            f"| {measured} | {min(steps)}-{max(steps)} | {len(group)} | {len(rows)} | {false} | "
+            f"{largest:.2f} |"
+        )
     lines += [
         "",
-        f"Runs that made these studies: started {', '.join(ran)} (`--only` reruns some "
-        "studies and keeps the others). A "
-        "missed trial's curve stayed within the floor over the steps it ran (a learning rate "
-        "under DeepSpeed's warm-up moves the loss only after a few steps); such a trial is "
-        "not flagged, but no study exported one.",
+        "## Broken scripts: flagged, never exported, the cause named, the search taught",
+        "",
+        "| script | broken | studies | moved the mbs | flagged | exported a moved mbs | "
+        "named the micro-batch | after the first flag: moved mbs (max) | kept mbs, other "
+        "knobs (min) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    walls = [float(r["wall_s"]) for r in results]  # type: ignore[arg-type]
-    checks = [float(r["verdict_s"]) for r in results]  # type: ignore[arg-type]
+    for script in SCRIPTS_RUN:
+        for variant in BROKEN:
+            group = [r for r in broken if r["script"] == script.name and r["variant"] == variant]
+            if not group:
+                continue
+            marks = [judged(r) for r in group]
+            flaggable = [m for m in marks if m["flaggable"]]
+            after = [m for m in marks if "after_moved" in m]
+            lines.append(
+                f"| {script.name} | {variant} | {len(group)} | {len(flaggable)} | "
+                f"{sum(m['caught'] for m in flaggable)} | "
+                f"{sum(m['exported_moved'] for m in marks)} | "
+                f"{sum(m['named'] for m in marks if m['caught'])} of "
+                f"{sum(m['caught'] for m in marks)} | "
+                f"{max((m['after_moved'] for m in after), default='-')} | "
+                f"{min((m['after_kept'] for m in after), default='-')} |"
+            )
+    marks = [judged(r) for r in broken]
+    flaggable = [m for m in marks if m["flaggable"]]
+    caught = sum(m["caught"] for m in flaggable)
     lines += [
         "",
-        f"What parity adds: no trial (each study ran its {trials}); the tuner's checks "
-        f"took {1000 * max(checks):.1f} ms at most in a study ({1000 * sum(checks):.0f} ms "
-        f"over all {len(results)}, against {sum(walls):.0f} s of studies); a rank records "
-        f"a step's loss in {1e6 * per_step_s:.1f} us, and once per trial averages the "
-        "curve over the ranks (one all-reduce).",
-        "",
+        f"Totals: safe studies {len(safe)}, false differs "
+        f"{sum(judged(r)['false_differs'] for r in safe)}; broken studies {len(broken)}, "
+        f"{len(flaggable)} of them ran a config that moves the micro-batch, {caught} flagged "
+        f"({100 * caught / max(1, len(flaggable)):.0f}%), "
+        f"{sum(m['exported_moved'] for m in marks)} exported a moved micro-batch, "
+        f"{sum(m['named'] for m in marks if m['caught'])} of {caught} flagged named the "
+        "micro-batch.",
     ]
-    return "\n".join(lines)
-
-
-def _row(case: str, follows: str, group: list[dict[str, object]]) -> str:
-    flagged = follows != "-"
-    rows = [row for r in group for row in _trials(r)]
-    marks = [judged(row, flagged) for row in rows]
-    count = {k: sum(1 for row in rows if k in row["changed"]) for k in ("mbs", "zero")}
-    buckets = sum(1 for row in rows if {"reduce_bucket", "allgather_bucket"} & set(row["changed"]))
-    overlap = sum(1 for row in rows if "overlap_comm" in row["changed"])
-    bad_export = sum(1 for r in group if _exported_changed(r, flagged))
-    same = [row["largest"] / row["floor"] for row in rows if row["kind"] == "ok" and row["floor"]]
-    diff = [row["largest"] / row["floor"] for row in rows if row["kind"] == parity.DIFFERS]
-    kinds = [k for k in FLAGGED if any(row["kind"] == k for row in rows)]
-    flagged_as = ", ".join(f"{k} {sum(1 for row in rows if row['kind'] == k)}" for k in kinds)
-    wall = sum(float(cast(float, r["wall_s"])) for r in group) / len(group)
-    flaggable = [r for r in group if any("mbs" in t["changed"] for t in _trials(r))]
-    caught = [r for r in flaggable if any(t["kind"] in FLAGGED for t in _trials(r))]
-    studies = f"{len(caught)} of {len(flaggable)} with a changed mbs" if flagged else "-"
-    return (
-        f"| {case} | {follows} | {len(group)} | {len(rows)} | "
-        f"{count['mbs']} | {count['zero']} | {buckets} | {overlap} | "
-        f"{marks.count('false_differs')} | {marks.count('missed')} | {flagged_as or '-'} | "
-        f"{bad_export} | {studies} | {max(same, default=0):.2f} | {min(diff, default=0):.2f} | "
-        f"{wall:.0f} |"
-    )
-
-
-def _exported_changed(result: dict[str, object], flagged: bool) -> bool:
-    """Whether the study exported a config that trains another model: one whose parity
-    differs, or, where the training follows the micro-batch, another micro-batch than the
-    reference's."""
-    if (cast(dict[str, Any], result["exported_parity"] or {})).get("verdict") == "differs":
-        return True
-    reference = cast(dict[str, Any], result.get("reference") or {})
-    exported = cast(dict[str, Any], result["exported"])
-    return flagged and exported.get("mbs") != reference.get("mbs")
-
-
-def _follows(result: dict[str, object]) -> str:
-    """What follows the micro-batch in a study's script (a study kept from before the kinds
-    were told apart varied the learning rate)."""
-    return str(result.get("follows", "lr" if result["flagged"] else "-"))
-
-
-def _trials(result: dict[str, object]) -> list[dict[str, Any]]:
-    return cast(list[dict[str, Any]], result["trials"])
+    failed = [r for r in results if "error" in r]
+    if failed:
+        lines += ["", "Studies that failed to run:", ""]
+        lines += [
+            f"- {r['name']}: {r['error'].splitlines()[-1] if r['error'] else '?'}" for r in failed
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--studies", type=int, default=14, help="studies as written, in all")
-    parser.add_argument("--flagged", type=int, default=1, help="studies a script and kind")
-    parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--report-only", action="store_true", help="from the kept studies")
-    parser.add_argument(
-        "--only",
-        choices=["flagged", *FOLLOWS],
-        help="run the flagged studies (or one kind of them); keep the others from the JSON",
-    )
+    parser.add_argument("--only", help="run the studies whose name contains this; keep others")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="one short study, no files")
     args = parser.parse_args()
-    raw = REPO / "results" / "benchmarks" / "parity_studies.json"
-    if args.report_only:
-        results = json.loads(raw.read_text())
-    else:
-        kinds = list(FOLLOWS) if args.only in (None, "flagged") else [args.only]
-        kept = json.loads(raw.read_text()) if args.only else []
-        kept = [r for r in kept if _follows(r) not in kinds]
-        studies = 0 if args.only else args.studies
-        results = kept + run_studies(studies, args.flagged, args.trials, kinds)
-        raw.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    text = report(results, rank_cost(), args.trials)
-    (REPO / "results" / "bench" / "parity.md").write_text(text)
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_study(Plan("step_mlp", "lr", 0.1, False, 5), Path(tmp), trials=3)
+        assert "error" not in result, result["error"]
+        print(json.dumps(judged(result)))
+        return
+    kept = json.loads(RAW.read_text()) if RAW.exists() else []
+    if not args.report_only:
+        todo = [p for p in plans() if args.only is None or args.only in p.name]
+        kept = [r for r in kept if r["name"] not in {p.name for p in todo}]
+        with tempfile.TemporaryDirectory() as tmp:
+            for plan in todo:
+                result = run_study(plan, Path(tmp))
+                kept.append(result)
+                RAW.write_text(json.dumps(kept, indent=1, default=str) + "\n")
+                print(
+                    plan.name, result.get("summary") or result.get("error", "")[-300:], flush=True
+                )
+    text = report(kept)
+    REPORT.write_text(text)
     print(text)
-
-
-def run_studies(
-    studies: int, flagged: int, trials: int, kinds: list[str]
-) -> list[dict[str, object]]:
-    """`studies` of the scripts as written and `flagged` of each script with each of `kinds`
-    of training that follows the micro-batch, in turn (each kind its own seeds)."""
-    cases = list(CASES)
-    plan = [(cases[i % 3], i, "-") for i in range(studies)]
-    followed = [(case, kind) for kind in FOLLOWS for case in cases for _ in range(flagged)]
-    plan += [(c, 100 + i, kind) for i, (c, kind) in enumerate(followed) if kind in kinds]
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for case, seed, follows in plan:
-            results.append(study(case, seed, follows, trials, Path(tmp)))
-            rows = _trials(results[-1])
-            changed = sum(1 for t in rows if "mbs" in t["changed"])
-            if follows != "-" and not changed:
-                raise SystemExit(f"{case} seed {seed} ({follows}): no trial changed the mbs")
-            print(f"{case} seed {seed} follows={follows}: {results[-1]['summary']}", flush=True)
-    return results
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from autotune.cli import display
+from autotune.cli import display, summary
 from autotune.cli.app import cli
 from autotune.cli.options import (
     check_writable_folder,
@@ -266,7 +266,7 @@ def _print_outcome(tuned: Tuned) -> None:
             "recorded as failed (interrupted)"
         )
     console.print(f"stopped: {tuned.outcome.stop_reason}")
-    display.study_summary(console, tuned.study, tuned.ref, list(tuned.exported))
+    summary.study_summary(console, tuned.study, tuned.ref, list(tuned.exported))
     if tuned.report is not None:
         console.print(f"report: {tuned.report}")
 

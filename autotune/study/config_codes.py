@@ -94,3 +94,20 @@ def _encode(value_codes: dict[str, dict[object, int]], config: TrainConfig) -> n
         [value_codes[name].get(getattr(config, name), len(value_codes[name])) for name in KNOBS],
         dtype=np.int16,
     )
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The configs still open, as rows of the candidate table, with each one's optimistic
+    log tokens/s (unsorted: a proposal needs only the best)."""
+
+    rows: np.ndarray
+    score: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def best(self, tie: float) -> np.ndarray:
+        """The rows scored within `tie` of the best, best first (equals in table order)."""
+        near = np.flatnonzero(self.score >= self.score.max() - tie)
+        return self.rows[near[np.argsort(-self.score[near], kind="stable")]]

@@ -27,7 +27,6 @@ import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState
@@ -41,7 +40,7 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
-from autotune.study.config_codes import Codes
+from autotune.study.config_codes import Codes, Scored
 from autotune.study.model_errors import (
     LEVEL_SPREAD,
     PARALLEL,
@@ -82,23 +81,6 @@ against a GPU model): compute efficiency alone is refitted."""
 MOE_PARAMETERS = ("moe_expert_host_s", "ep_overlap")
 """Fitted only for a mixture of experts: nothing else measures them."""
 FREE_PARAMETERS = tuple(name for name in BOUNDS if name not in MOE_PARAMETERS)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """The configs still open, as rows of the candidate table, with each one's optimistic
-    log tokens/s (unsorted: a proposal needs only the best)."""
-
-    rows: np.ndarray
-    score: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def best(self, tie: float) -> np.ndarray:
-        """The rows scored within `tie` of the best, best first (equals in table order)."""
-        near = np.flatnonzero(self.score >= self.score.max() - tie)
-        return self.rows[near[np.argsort(-self.score[near], kind="stable")]]
 
 
 @dataclass
@@ -244,19 +226,10 @@ class GuidedSearch:
             self.problem, self._completed, self.scale_slope, self.calibration
         )
 
-    def restrict(self, held: dict[str, Any], banned: Sequence[dict[str, Any]]) -> None:
-        """Propose only configs with each `held` knob at its value and none with all the knob
-        values of one of `banned`: what loss parity and repeated failures taught
-        (`parity_cause`)."""
-        mask = np.ones(len(self._table), dtype=bool)
-        for knob, value in held.items():
-            mask &= getattr(self._table, knob) == value
-        for values in banned:
-            matched = np.ones(len(self._table), dtype=bool)
-            for knob, value in values.items():
-                matched &= getattr(self._table, knob) == value
-            mask &= ~matched
-        self._allowed = None if mask.all() else mask
+    def restrict(self, allowed: np.ndarray | None) -> None:
+        """Propose only the candidates `allowed` marks (`parity_cause.allowed_rows`: what
+        loss parity and repeated failures taught); None: any."""
+        self._allowed = allowed
 
     def rescale(self, slope: float) -> None:
         """Take full-size predictions down by `slope` times their data-parallel traffic share

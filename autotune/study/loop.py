@@ -22,20 +22,19 @@ from autotune.estimate.ranking import memory_reason, memory_verdicts
 from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
-from autotune.study import reference
+from autotune.space.table import ConfigTable
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import Ranking, best_step_time, confirm, repeat_winner, standings
+from autotune.study.confirm import best_step_time
 from autotune.study.guided import GuidedSearch
+from autotune.study.leaders import confirm_leaders
 from autotune.study.noise import (
     early_stop_margin,
     length_spread,
-    measurements,
     study_spread,
     trial_precision,
 )
-from autotune.study.optuna_private import ask_enqueued
-from autotune.study.parity import study_band
-from autotune.study.parity_cause import Causes, read_causes
+from autotune.study.parity_cause import Causes, allowed_rows, read_causes
+from autotune.study.parity_runs import ParityRuns, users_config
 from autotune.study.proposals import Proposer
 from autotune.study.samplers import ENQUEUEING
 from autotune.study.settings import SearchSettings, StudyOutcome
@@ -43,24 +42,16 @@ from autotune.study.slice_confirm import (
     confirm_full,
     learn_scale,
     repeat_full_winner,
-    slice_ranking,
     slice_run,
-    slice_standings,
     was_probed,
 )
 from autotune.study.storage import StudyRef, fail_abandoned_trials
 from autotune.study.trial_attrs import (
-    CONFIRMS,
-    NO_REFERENCE,
     ONE_KNOB,
-    PARITY_RESEED,
     PREDICTED,
     SEEDED_BY,
-    USERS_CONFIG,
-    USERS_CONFIG_FROM,
     Prediction,
     Pruned,
-    TrialAttrs,
 )
 from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
 from autotune.study.verdicts import (
@@ -96,7 +87,9 @@ def run_study(
     run in full (the run that read the user's model), taken as its trial when proposed."""
     search = _Search(problem, study, ref, launcher, progress, settings, measured)
     reason = search.run()
-    confirmations = search.confirm_leaders()
+    confirmations = confirm_leaders(search)
+    if search.parity is not None and search.study_run.slice is None:
+        confirmations += search.parity.check_winner(search.time_left)
     if settings.slice is not None:
         run, space, left = search.study_run, search.space, search.time_left
         confirmations += confirm_full(run, space, settings, left)
@@ -108,10 +101,6 @@ def run_study(
         resumed_failed=search.resumed_failed,
         confirmations=confirmations,
     )
-
-
-MIN_REPEATS = 2
-"""Repeats allowed however few trials the search ran: one round of two contenders."""
 
 
 class _Search:
@@ -161,7 +150,8 @@ class _Search:
             if settings.strategy == "guided"
             else None
         )
-        self.users = self._users_config()
+        self.users = users_config(problem, study, self.valid_keys)
+        self.parity = self._parity_runs()
         self.proposer = Proposer(study, self.ranked, self.guide)
         self._seed_from_plan()
         self.resumed_failed = fail_abandoned_trials(study)
@@ -171,30 +161,17 @@ class _Search:
         self.rng = random.Random(settings.seed)
         self.misses, self.ran, self.start, self._scaled = 0, 0, time.monotonic(), False
 
+    def _parity_runs(self) -> ParityRuns | None:
+        """The trials parity asks, where the study knows the user's config."""
+        if self.users is None:
+            return None
+        precision = self.problem.workload.precision
+        steps = self.settings.steps
+        return ParityRuns(self.study, self.space, self.users, steps, precision, self._launch)
+
     def calibration(self) -> Calibration:
         """The study's current fit: the guided search's, or the plan's."""
         return self.guide.calibration if self.guide is not None else self.cal
-
-    def _users_config(self) -> TrainConfig | None:
-        """The config the user's command runs today, when it is a valid config of the space:
-        the reference (`study.reference`), measured before anything else, so that the winner
-        is compared with what they have and every config is judged against it. A new study
-        keeps its key (`USERS_CONFIG`) and where it came from, or why there is none
-        (`NO_REFERENCE`); a resumed one keeps what it began with."""
-        if self.problem.job is None:
-            return None
-        config, source = self.problem.users_reference()
-        if config is not None and config_key(config) not in self.valid_keys:
-            source = f"your config ({config.label()}) is not in the search space"
-            config = None
-        if not self.study.get_trials(deepcopy=False):
-            if config is not None:
-                self.study.set_user_attr(USERS_CONFIG, config_key(config))
-                self.study.set_user_attr(USERS_CONFIG_FROM, source)
-            else:
-                self.study.set_user_attr(NO_REFERENCE, source)
-        key = self.study.user_attrs.get(USERS_CONFIG)
-        return config if config is not None and config_key(config) == key else None
 
     def _seed_from_plan(self) -> None:
         """A new study under an Optuna sampler starts, after the user's config (the
@@ -216,14 +193,20 @@ class _Search:
             self._rescaled()
         reason = self.budget_reason()
         while reason is None:
-            acted, stop = self._reference()
-            if acted:
-                reason = stop or self.refreshed()
-                continue
-            if (one := self._one_knob()) is not None:
-                self.study.enqueue_trial(self.space.params(one[1]), user_attrs={ONE_KNOB: one[0]})
-                reason = self.one_pass()
-                continue
+            if self.parity is not None:
+                acted, record = self.parity.reference()
+                if acted:
+                    self.ran += record is not None
+                    fault = record and script_fault(self.problem, record, best_value(self.study))
+                    reason = fault or self.refreshed()
+                    continue
+                if one := self.parity.one_knob(self.causes, set(self.seen), self.valid_keys):
+                    knob, config = one
+                    self.study.enqueue_trial(
+                        self.space.params(config), user_attrs={ONE_KNOB: knob}
+                    )
+                    reason = self.one_pass()
+                    continue
             if self.settings.strategy in ENQUEUEING:
                 proposal, reason = self.proposer.next_config(self.seen)
                 if proposal is None and reason and self._rescaled():
@@ -248,50 +231,6 @@ class _Search:
             reason = self.one_pass()
         return reason or ""
 
-    def _reference(self) -> tuple[bool, str | None]:
-        """Run or await what the reference (the user's config) needs before anything else;
-        whether it acted, and why to stop the study (its script cannot run)."""
-        if self.users is None:
-            return False, None
-        step = reference.next_step(self.study)
-        if step.step == "none" and step.why:
-            reference.give_up(self.study, step.why)
-        if step.step in ("none", "ready"):
-            return False, None
-        if step.step == "wait":  # another worker runs it: nothing is judged before it
-            time.sleep(AWAIT_S)
-            fail_abandoned_trials(self.study)
-            return True, None
-        plan = reference.reference_plan(self.settings.steps)
-        marks: dict[str, object] = {SEEDED_BY: "user"}
-        parity = ParityPlan()
-        if step.step == "reseeded":
-            marks = {CONFIRMS: step.confirms, PARITY_RESEED: reference.RESEED}
-            parity = ParityPlan(reseed=reference.RESEED)
-            plan = dataclasses.replace(plan, profile=False)
-        params = self.space.params(self.users)
-        trial = ask_enqueued(self.study, params, marks, self.space.distributions)
-        if trial is None:  # another worker took it first
-            return True, None
-        record = self._launch(trial, self.users, config_key(self.users), plan, parity)
-        if step.step != "reseeded":
-            self.ran += 1
-        return True, script_fault(self.problem, record, best_value(self.study))
-
-    def _one_knob(self) -> tuple[str, TrainConfig] | None:
-        """The user's config with the one move that tells which move of a flagged trial
-        changes the training (`parity_cause`), when it can run and has no verdict."""
-        if self.causes is None or self.users is None:
-            return None
-        move = self.causes.next_one_knob()
-        if move is None:
-            return None
-        knob, value = move
-        config = dataclasses.replace(self.users, **{knob: value})
-        if config_key(config) in self.seen or config_key(config) not in self.valid_keys:
-            return None
-        return knob, config
-
     def _held_back(self, reason: str | None) -> str | None:
         """Why the search ends when nothing is left to propose: every config left changes
         the training, where parity holds knobs back."""
@@ -306,8 +245,8 @@ class _Search:
         self.causes = read_causes(self.study) if self.users is not None else None
         if self.causes is not None:
             if self.guide is not None:
-                banned = [b.values for b in self.causes.banned]
-                self.guide.restrict(self.causes.held(), banned)
+                table = ConfigTable.of(self.guide.candidates)  # the ranked table itself
+                self.guide.restrict(allowed_rows(table, self.causes))
             self.proposer = dataclasses.replace(self.proposer, allows=self.causes.allows)
 
     def _rescaled(self) -> bool:
@@ -367,7 +306,7 @@ class _Search:
 
     def measure(self, trial: optuna.Trial, config: TrainConfig, key: str) -> trials.TrialRecord:
         """Run the config as this trial, with the model's prediction beside it."""
-        best = self._best_step_time()
+        best = self.best_step_time()
         margin = self.budget.early_stop_margin
         steps = dataclasses.replace(
             self.settings.steps,
@@ -409,8 +348,7 @@ class _Search:
 
     def parity_plan(self) -> ParityPlan:
         """The user's curve and floors, for a trial to stop once its loss leaves them."""
-        against = study_band(self.study, self.problem.workload.precision)
-        return against.plan() if against is not None else ParityPlan()
+        return self.parity.plan() if self.parity is not None else ParityPlan()
 
     def refreshed(self) -> str | None:
         """Every worker's verdicts read again, and whether the budget is spent."""
@@ -441,7 +379,7 @@ class _Search:
             self.seen = verdicts(self.study)
         return self.seen
 
-    def _best_step_time(self, besides: int | None = None) -> tuple[float, int] | None:
+    def best_step_time(self, besides: int | None = None) -> tuple[float, int] | None:
         """`best_step_time`, but None in a slice study: its trials' step times are of
         slices, shallower proxies and full-size launches, not one job's."""
         if self.study_run.slice is not None:
@@ -457,70 +395,3 @@ class _Search:
         """Whether `--max-time` leaves time for another trial (always, without one)."""
         limit = self.budget.max_time_s
         return limit is None or time.monotonic() - self.start < limit
-
-    def _winner_at_full(self) -> bool:
-        """A slice study whose leaders run at full size: its winner is chosen there and
-        repeated there (`slice_confirm.repeat_full_winner`), not on the slice."""
-        s = self.settings.slice
-        return self.study_run.slice is not None and s is not None and s.confirm_full > 0
-
-    def confirm_leaders(self) -> list[int]:
-        """Interleaved repeats of the leaders the best is not surely faster than (measured
-        runs only), none stopped as slower, each to the precision the between-trial spread
-        asks (a runner-up's to half its distance from the best where wider), profiled only
-        where the config has no profile yet and it could win, while the time budget lasts,
-        and at most `Effort.repeats_per_trial` repeats per trial the search ran (a user's
-        command relaunches for each); then the winner's repeats after its choice
-        (`Effort.after_choice`), its figures' source (at full size, later, for a slice
-        study that confirms its leaders there)."""
-        if not self.budget.confirm or self.launcher.source != "measured":
-            return []
-        ranking: Ranking = standings
-        if self.study_run.slice is not None:
-            ranking = slice_ranking(self.study_run) if self._winner_at_full() else slice_standings
-
-        def run_confirmation(trial: optuna.Trial, config: TrainConfig) -> None:
-            # Never stopped as slower; a runner-up's repeat is measured against the best's
-            # mean step time, so that one far behind is ranked by an interval of half its
-            # gap where that is wider than the spread asks, and not profiled; the winner's
-            # repeats after its choice state its figures, at full precision. Profiled only
-            # if none of the config's trials was yet (one early stopping cut short, say).
-            attrs = TrialAttrs.of(trial)
-            first = attrs.confirms
-            ran = measurements(self.study).get(first, []) if first is not None else []
-            best = None if attrs.after_choice else self._best_step_time(first)
-            repeat = dataclasses.replace(
-                self.settings.steps,
-                precision=self.trial_precision(),
-                best_s=best[0] if best else None,
-                margin=None,
-                profile=not any(TrialAttrs.of(t).profile for t in ran),
-            )
-            key = config_key(config)
-            plan = ParityPlan() if key == self.study.user_attrs.get(USERS_CONFIG) else None
-            record = run_one(
-                self.study_run, trial, config, key, repeat, parity=plan or self.parity_plan()
-            )
-            label = f"{config.label()} (repeat of trial {first})"
-            self.progress.finished(trial.number, label, record, best_value(self.study))
-
-        numbers = confirm(
-            self.study,
-            self.space.params,
-            self.space.distributions,
-            run_confirmation,
-            self.time_left,
-            limit=max(MIN_REPEATS, self.budget.effort.repeats_per_trial * self.ran),
-            effort=self.budget.effort,
-            ranking=ranking,
-        )
-        if self._winner_at_full():
-            return numbers
-        return numbers + repeat_winner(
-            self.study,
-            self.space.params,
-            self.space.distributions,
-            run_confirmation,
-            self.budget.effort.after_choice,
-            self.time_left,
-        )

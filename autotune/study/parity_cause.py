@@ -21,10 +21,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig
+from autotune.space.table import ConfigTable
 from autotune.study.parity import DIFFERS, Parity, pct
 from autotune.study.trial_attrs import ONE_KNOB, USERS_CONFIG, TrialAttrs
 from autotune.units import knob_text
@@ -219,6 +221,20 @@ class Causes:
                 for b in self.banned
             ],
         }
+
+
+def allowed_rows(table: ConfigTable, causes: Causes) -> np.ndarray | None:
+    """Per config of `table`, whether `causes` allow it (`Causes.allows`, over every row at
+    once); None where all are."""
+    mask = np.ones(len(table), dtype=bool)
+    for knob, value in causes.held().items():
+        mask &= getattr(table, knob) == value
+    for banned in causes.banned:
+        matched = np.ones(len(table), dtype=bool)
+        for knob, value in banned.values.items():
+            matched &= getattr(table, knob) == value
+        mask &= ~matched
+    return None if mask.all() else mask
 
 
 def read_causes(study: optuna.Study) -> Causes | None:

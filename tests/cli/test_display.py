@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from autotune.cli.display import study_summary, trial_table
+from autotune.cli.display import trial_table
+from autotune.cli.summary import study_summary
 from autotune.report.table import COLUMNS
 from autotune.report.table import trial_table as table_of
 from autotune.study.storage import study_ref

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from autotune.cli.display import study_summary
+from autotune.cli.summary import study_summary
 from autotune.export.best import export_best
 from autotune.problem import load_problem
 from autotune.report.html import write_report

@@ -13,7 +13,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.cli.display import study_summary
+from autotune.cli.summary import study_summary
 from autotune.launchers.base import LaunchOutcome, LaunchRequest
 from autotune.model_probe import read_model
 from autotune.problem import Problem, load_problem
