@@ -50,5 +50,21 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         if (tie := figures.tie()) is not None:
             lines.append(f"<p>{html.escape(tie)}.</p>")
     lines += [f"<p>{html.escape(line)}</p>" for line in slice_lines(study)]
+    lines += [f"<p class='parity'>{html.escape(line)}</p>" for line in _parity_lines(study)]
     lines.append(f"<p class='made'>Made {datetime.now().isoformat(timespec='seconds')}.</p>")
     return "\n".join(lines)
+
+
+def _parity_lines(study: optuna.Study) -> list[str]:
+    """The study's loss-parity verdict for its winner, as the summary states it; none for a
+    study of autotune's own worker."""
+    from autotune.report.table import best_trial
+    from autotune.study.parity_verdict import study_parity
+    from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG
+
+    if not {USERS_CONFIG, NO_REFERENCE} & set(study.user_attrs):
+        return []
+    winner = best_trial(study)
+    key = TrialAttrs.of(winner).config_key if winner is not None else None
+    precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
+    return [line.strip() for line in study_parity(study, key, precision).lines()]

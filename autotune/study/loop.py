@@ -127,7 +127,7 @@ class _Search:
         valid = problem.enumerate().require_some().valid
         self.space = StudySpace.from_valid(valid)
         self.space.bind(study)
-        self.valid_keys = {config_key(c) for c in valid}
+        self.valid = valid
         self.cal = settings.calibration or default_calibration(
             problem.cluster.device.generation, problem.engine.traits
         )
@@ -150,7 +150,7 @@ class _Search:
             if settings.strategy == "guided"
             else None
         )
-        self.users = users_config(problem, study, self.valid_keys)
+        self.users = users_config(problem, study, valid)
         self.parity = self._parity_runs()
         self.proposer = Proposer(study, self.ranked, self.guide)
         self._seed_from_plan()
@@ -200,7 +200,7 @@ class _Search:
                     fault = record and script_fault(self.problem, record, best_value(self.study))
                     reason = fault or self.refreshed()
                     continue
-                if one := self.parity.one_knob(self.causes, set(self.seen), self.valid_keys):
+                if one := self.parity.one_knob(self.causes, set(self.seen), self.valid):
                     knob, config = one
                     self.study.enqueue_trial(
                         self.space.params(config), user_attrs={ONE_KNOB: knob}

@@ -15,6 +15,7 @@ import optuna
 from autotune import runner as trials
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
+from autotune.space.table import ConfigTable
 from autotune.study import reference
 from autotune.study.choices import StudySpace
 from autotune.study.confirm import standings
@@ -40,7 +41,7 @@ Launch = Callable[[optuna.Trial, TrainConfig, str, StepPlan, ParityPlan], trials
 """Runs a config as a trial for a plan, with what its ranks do for parity."""
 
 
-def users_config(problem: Problem, study: optuna.Study, valid: set[str]) -> TrainConfig | None:
+def users_config(problem: Problem, study: optuna.Study, valid: ConfigTable) -> TrainConfig | None:
     """The config the user's command runs today, when it is a valid config of the space: the
     reference, measured before anything else, so that the winner is compared with what they
     have and every config is judged against it. A new study keeps its key (`USERS_CONFIG`)
@@ -49,7 +50,7 @@ def users_config(problem: Problem, study: optuna.Study, valid: set[str]) -> Trai
     if problem.job is None:
         return None
     config, source = problem.users_reference()
-    if config is not None and config_key(config) not in valid:
+    if config is not None and valid.row_of(config) is None:
         source = f"your config ({config.label()}) is not in the search space"
         config = None
     if not study.get_trials(deepcopy=False):
@@ -101,7 +102,7 @@ class ParityRuns:
         return True, record if step.step != "reseeded" else None
 
     def one_knob(
-        self, causes: Causes | None, seen: set[str], valid: set[str]
+        self, causes: Causes | None, seen: set[str], valid: ConfigTable
     ) -> tuple[str, TrainConfig] | None:
         """The knob and the user's config with that one move, which tells which move of a
         flagged trial changes the training (`Causes.next_one_knob`), where it can run and
@@ -111,8 +112,9 @@ class ParityRuns:
             return None
         knob, value = move
         config = dataclasses.replace(self.users, **{knob: value})
-        key = config_key(config)
-        return (knob, config) if key not in seen and key in valid else None
+        if config_key(config) in seen or valid.row_of(config) is None:
+            return None
+        return knob, config
 
     def covers(self, first: int) -> bool:
         """Whether a run of the config whose first trial is `first` covers the band."""

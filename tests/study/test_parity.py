@@ -257,3 +257,28 @@ def test_best_yaml_records_the_parity_of_what_it_exports(lr_follows_mbs: tuple[s
     if block["verdict"] == "same":
         assert block["steps_compared"] >= 3
         assert 0 <= block["largest_difference"] <= block["floor"]
+
+
+@pytest.mark.slow
+def test_under_dropout_no_safe_config_differs_at_sixteen_measured_steps(tmp_path: Path) -> None:
+    """A loop with dropout 0.1 (the parity benchmark's MLP under DDP) whose micro-batch and
+    buckets move at a fixed global batch: every config trains the same model, at 16 measured
+    steps, where a fixed 0.5% floor flagged them (dropout's draws, grouped otherwise, part
+    the curves by more within a few steps)."""
+    shutil.copytree(REPO / "scripts" / "parity_scripts", tmp_path, dirs_exist_ok=True)
+    (tmp_path / "space.yaml").write_text(
+        "engine: torch\nknobs:\n  mbs: [1, 2, 4, 8]\n  ddp_bucket_mb: [1, 25]\n"
+        "yours:\n  mbs: 4\n  ddp_bucket_mb: 25\n"
+    )
+    done = autotune(
+        "run", "--engine", "torch", "--cluster", "local:2", "--space", "space.yaml",
+        "--trials", "5", "--no-confirm", "--measured-steps", "16", "--results", "res",
+        "--study", "s", "--", "step_mlp.py", "--dropout", "0.1",
+        cwd=tmp_path, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = trials_of(tmp_path / "res" / "s")
+    moved = [row for row in rows if row["mbs"] != 4]
+    assert moved, "the study moved the micro-batch"
+    assert all(row["kind"] == "ok" for row in rows), [(r["label"], r["kind"]) for r in rows]
+    assert "from `yours:` in space.yaml (2 runs, 1 reseeded)" in done.stdout
