@@ -76,17 +76,29 @@ class Script:
     command: tuple[str, ...]
     space: str
     bf16: tuple[str, ...] = ("--bf16",)
+    model: tuple[str, ...] = ()
+    """`--model` where autotune cannot read the script's model (no token embedding)."""
 
 
 SCRIPTS_RUN = (
     Script("ds_gpt", "deepspeed", ("ds_gpt.py", "--deepspeed_config", "ds_config.json"), DS_SPACE),
     Script(
-        "ds_mlp", "deepspeed", ("ds_mlp.py", "--deepspeed_config", "ds_mlp_config.json"), DS_SPACE
+        "ds_mlp",
+        "deepspeed",
+        ("ds_mlp.py", "--deepspeed_config", "ds_mlp_config.json"),
+        DS_SPACE,
+        model=("--model", "mlp_model.yaml"),
     ),
     Script(
         "hf_gpt2", "deepspeed", ("hf_gpt2.py", *HF_COMMON, "--learning_rate", "2e-3"), DS_SPACE
     ),
-    Script("hf_mlp", "deepspeed", ("hf_mlp.py", *HF_COMMON, "--learning_rate", "3e-3"), DS_SPACE),
+    Script(
+        "hf_mlp",
+        "deepspeed",
+        ("hf_mlp.py", *HF_COMMON, "--learning_rate", "3e-3"),
+        DS_SPACE,
+        model=("--model", "mlp_model.yaml"),
+    ),
     Script("step_ddp", "torch", ("step_ddp.py",), STEP_SPACE.format(mbs=2)),
     Script("step_mlp", "torch", ("step_mlp.py",), STEP_SPACE.format(mbs=4)),
 )
@@ -135,6 +147,7 @@ def run_study(plan: Plan, root: Path, trials: int = 8) -> dict[str, Any]:
     command += list(script.bf16) if plan.bf16 else []
     command += ["--broken", plan.variant] if plan.variant != "safe" else []
     engine = ["--engine", "torch"] if script.engine == "torch" else []
+    engine += list(script.model)
     argv = [
         sys.executable, "-m", "autotune", "run", *engine, "--space", "space.yaml",
         "--cluster", "local:2", "--trials", str(trials), "--no-confirm",

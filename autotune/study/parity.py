@@ -36,6 +36,10 @@ PRECISION_FLOOR = {"fp32": 0.005, "bf16": 0.02, "fp16": 0.02}
 the user's runs without dropout are often bit-identical while a safe change is not (another
 summation order: 0.16% at most a step on the test scripts, results/bench/parity.md); half
 precision's rounding (bf16 keeps 8 bits) adds 1.5%."""
+LEAST_LOSS = 0.1
+"""A difference is relative to the loss at its step, or to this share of the first step's
+loss where the loss has fallen below it: a script that learns one batch by heart drives its
+loss to 0, and there any two runs differ by many times their loss."""
 MARGIN = 3.0
 """A step's floor over the largest drift between the user's runs up to that step: the drift
 of one reseeded run is one draw of what a safe change does, and another draw lands up to a
@@ -66,9 +70,15 @@ class Band:
     reseeded: int
     """How many of the runs were reseeded (0: the floor is the precision floor alone)."""
 
+    @property
+    def least(self) -> float:
+        """The least loss a difference is relative to (`LEAST_LOSS`)."""
+        return LEAST_LOSS * abs(self.curve[0]) if math.isfinite(self.curve[0]) else 0.0
+
     def plan(self) -> ParityPlan:
         """What a trial is given, to stop once its loss leaves the user's."""
-        return ParityPlan(reference=self.curve[: len(self.floor)], floor=self.floor)
+        reference = self.curve[: len(self.floor)]
+        return ParityPlan(reference=reference, floor=self.floor, least=self.least)
 
     def source(self, step: int) -> str:
         """What set the floor at `step` (from 1), in words."""
@@ -114,10 +124,11 @@ def band(runs: Sequence[Run], precision: str) -> Band | None:
     lengths = sorted((len(c) for c in curves), reverse=True)
     covered = min(len(base), lengths[1]) if len(curves) > 1 else len(base)
     least = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["bf16"])
+    scale = LEAST_LOSS * abs(base[0]) if math.isfinite(base[0]) else 0.0
     floor, from_runs, widest = [], [], 0.0
     for step in range(covered):
         drifts = (
-            relative_difference(a[step], b[step])
+            relative_difference(a[step], b[step], scale)
             for i, a in enumerate(curves)
             for b in curves[i + 1 :]
             if step < min(len(a), len(b))
@@ -135,12 +146,13 @@ def judge(curve: tuple[float, ...], against: Band) -> Parity | None:
     steps = min(len(curve), len(against.floor))
     if not steps:
         return None
+    least = against.least
     ratios = [
-        (relative_difference(curve[i], against.curve[i]) / against.floor[i], i)
+        (relative_difference(curve[i], against.curve[i], least) / against.floor[i], i)
         for i in range(steps)
     ]
     ratio, i = max(ratios)
-    largest = relative_difference(curve[i], against.curve[i])
+    largest = relative_difference(curve[i], against.curve[i], least)
     verdict = DIFFERS if ratio > 1 else "same"
     return Parity(verdict, steps, largest, i + 1, against.floor[i], against.source(i + 1))
 

@@ -105,20 +105,25 @@ class ParityPlan:
     floor: tuple[float, ...] = ()
     """...and the largest relative difference from it that is still the same training, per
     step: a trial whose loss leaves it stops once its speed is measured (`over`)."""
+    least: float = 0.0
+    """The least loss a difference is relative to (`relative_difference`)."""
 
     def over(self, step: int, loss: float) -> bool:
         """Whether the loss of step `step` (from 1) is over the floor (never past the
         reference's steps)."""
         if step > min(len(self.reference), len(self.floor)):
             return False
-        return relative_difference(loss, self.reference[step - 1]) > self.floor[step - 1]
+        base = self.reference[step - 1]
+        return relative_difference(loss, base, self.least) > self.floor[step - 1]
 
 
-def relative_difference(loss: float, base: float) -> float:
-    """|loss - base| / |base|; infinite where one loss is not finite and the other is not the
-    same (a NaN or inf loss never passes for the same training)."""
+def relative_difference(loss: float, base: float, least: float = 0.0) -> float:
+    """|loss - base| / |base|, relative to no less than `least` (a loss near 0, a batch the
+    model has learnt by heart, would make any difference huge); infinite where one loss is not
+    finite and the other is not the same (a NaN or inf loss never passes for the same
+    training)."""
     if math.isfinite(loss) and math.isfinite(base):
-        return abs(loss - base) / max(abs(base), 1e-12)
+        return abs(loss - base) / max(abs(base), least, 1e-12)
     same = (math.isnan(loss) and math.isnan(base)) or loss == base
     return 0.0 if same else math.inf
 
