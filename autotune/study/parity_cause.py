@@ -3,14 +3,15 @@
 A move is a knob set otherwise than in the user's config (`dp` follows the others and is no
 move of its own). A flagged trial (its loss `differs`, or its script ran another config than
 it was given: `config_ignored`) suspects every move it made that no trial of the same
-training made too; a knob some same-training trial moved is cleared. A flagged trial with one
-suspect convicts it; one with several, none of them convicted, stays unexplained until a
-one-knob trial (the user's config with that one move: `next_one_knob`) convicts or clears its
-likeliest suspect. The search then holds each convicted knob, and every suspect of an
+training made too; a knob moved by a trial judged the same over the user's whole band is
+cleared (a short trial's verdict is no proof: a learning rate that follows a knob can take
+tens of steps to show). A flagged trial with one suspect convicts it; one with several, none
+of them convicted, stays unexplained until a one-knob trial (the user's config with that one
+move: `next_one_knob`, as long as the user's runs) convicts or clears its likeliest suspect. The search then holds each convicted knob, and every suspect of an
 unexplained trial, at the user's value (`allows`).
 
 Failures name moves too: the same failure (its message with numbers and paths aside) in two
-or more trials that share a knob value no completed trial had bans that value: a script that
+or more trials bans the knob values they all share that no completed trial had: a script that
 cannot run at micro-batch 16 is not asked to again, whatever else moves.
 """
 
@@ -27,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
-from autotune.study.parity import DIFFERS, Parity, pct
+from autotune.study.parity import DIFFERS, Parity, pct, study_band
 from autotune.study.trial_attrs import ONE_KNOB, USERS_CONFIG, TrialAttrs
 from autotune.units import knob_text
 
@@ -253,11 +254,14 @@ def read_causes(study: optuna.Study) -> Causes | None:
     if key is None or users is None:
         return None
     ran = [t for t in trials if TrialAttrs.of(t).config_values is not None]
-    same = [
+    precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
+    against = study_band(study, precision)
+    whole = len(against.floor) if against is not None else 0
+    same = [  # judged the same over the whole band: a short run is no proof
         t
         for t in ran
         if t.state == TrialState.COMPLETE
-        and TrialAttrs.of(t).losses
+        and len(TrialAttrs.of(t).losses) >= max(1, whole)
         and TrialAttrs.of(t).config_key != key
     ]
     cleared = frozenset(k for t in same for k in moves(TrialAttrs.of(t).config, users))
