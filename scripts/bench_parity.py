@@ -234,6 +234,19 @@ def _moved(exported: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in exported.items() if yours.get(k) != v}
 
 
+def _label(moved: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in moved.items())
+
+
+def _against(result: dict[str, Any]) -> str:
+    """What the summary says of the export against the user's own config."""
+    for line in result["summary"]:
+        text = line.strip()
+        if "your own config" in text and not text.startswith("1.00x"):
+            return text.split(" (")[0] if "x your own config" in text else text
+    return "-"
+
+
 def report(results: list[dict[str, Any]]) -> str:
     ok = [r for r in results if "error" not in r]
     safe = [r for r in ok if r["variant"] == "safe"]
@@ -257,7 +270,8 @@ def report(results: list[dict[str, Any]]) -> str:
         "",
         "## Safe scripts: no false `differs` at any length",
         "",
-        "| measured steps | trial steps | studies | trials judged | false differs | largest (x floor) |",
+        "| measured steps | trial steps | studies | trials judged | false differs | largest "
+        "(x floor) |",
         "|---|---|---|---|---|---|",
     ]
     for measured in LENGTHS:
@@ -311,6 +325,11 @@ def report(results: list[dict[str, Any]]) -> str:
         f"{sum(m['named'] for m in marks if m['caught'])} of {caught} flagged named the "
         "micro-batch.",
     ]
+    lines += ["", "## A script that reuses one batch of the micro-batch's size", ""]
+    lines += ["| study | exported | against your config |", "|---|---|---|"]
+    for r in (r for r in broken if r["variant"] == "fixed"):
+        moved = _moved(r.get("exported") or {}, r)
+        lines.append(f"| {r['name']} | {_label(moved) or 'your config'} | {_against(r)} |")
     failed = [r for r in results if "error" in r]
     if failed:
         lines += ["", "Studies that failed to run:", ""]

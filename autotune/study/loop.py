@@ -65,7 +65,7 @@ from autotune.study.verdicts import (
     verdicts,
 )
 from autotune.trial.spec import ParityPlan, StepPlan
-from autotune.units import human_duration
+from autotune.units import human_duration, knob_text
 
 SEEDS = 3
 """Top predicted configs a new study runs first."""
@@ -238,7 +238,7 @@ class _Search:
         held = self.causes.held() if self.causes is not None else {}
         if not held or reason is None or not reason.startswith("search space exhausted"):
             return reason
-        kept = ", ".join(f"{k}={v}" for k, v in held.items())
+        kept = ", ".join(f"{k}={knob_text(k, v)}" for k, v in held.items())
         return f"search space exhausted: every config left that keeps {kept} (yours) ran"
 
     def _learn_causes(self) -> None:

@@ -52,7 +52,6 @@ class Run:
 
     curve: tuple[float, ...]
     reseeded: bool
-    number: int
 
 
 @dataclass(frozen=True)
@@ -170,7 +169,7 @@ def reference_runs(study: optuna.Study) -> list[FrozenTrial]:
 def study_band(study: optuna.Study, precision: str) -> Band | None:
     """The band of the user's runs as the study knows them now."""
     runs = [
-        Run(TrialAttrs.of(t).losses, bool(t.user_attrs.get(PARITY_RESEED) is not None), t.number)
+        Run(TrialAttrs.of(t).losses, PARITY_RESEED in t.user_attrs)
         for t in reference_runs(study)
     ]
     return band(runs, precision)

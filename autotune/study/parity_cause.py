@@ -7,8 +7,9 @@ training made too; a knob moved by a trial judged the same over the user's whole
 cleared (a short trial's verdict is no proof: a learning rate that follows a knob can take
 tens of steps to show). A flagged trial with one suspect convicts it; one with several, none
 of them convicted, stays unexplained until a one-knob trial (the user's config with that one
-move: `next_one_knob`, as long as the user's runs) convicts or clears its likeliest suspect. The search then holds each convicted knob, and every suspect of an
-unexplained trial, at the user's value (`allows`).
+move: `next_one_knob`, as long as the user's runs) convicts or clears its likeliest suspect.
+The search then holds each convicted knob, and every suspect of an unexplained trial, at the
+user's value (`allows`).
 
 Failures name moves too: the same failure (its message with numbers and paths aside) in two
 or more trials bans the knob values they all share that no completed trial had: a script that
@@ -211,17 +212,6 @@ class Causes:
         name = KNOB_NAMES.get(knob, knob)
         listed = ", ".join(map(str, trials))
         return f"{name} ({knob} {steps}): {why} (trial{'s' if len(trials) > 1 else ''} {listed})"
-
-    def as_dict(self) -> dict[str, Any]:
-        """best.yaml's account of the cause."""
-        return {
-            "named": self.named(),
-            "held_at_yours": {k: v for k, v in self.held().items()},
-            "failing_values": [
-                {"values": dict(b.values), "error": b.error, "trials": list(b.trials)}
-                for b in self.banned
-            ],
-        }
 
 
 def allowed_rows(table: ConfigTable, causes: Causes) -> np.ndarray | None:

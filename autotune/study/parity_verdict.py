@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from autotune.study import parity
 from autotune.study.parity_cause import FLAGGED, read_causes
 from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG, USERS_CONFIG_FROM, TrialAttrs
-from autotune.units import display_label
+from autotune.units import display_label, knob_text
 
 NOT_CHECKED = "not_checked"
 YOURS = "yours"
@@ -55,7 +55,7 @@ class StudyParity:
                 f"train another model: {self.cause or 'cause unknown'}"
             )
         if self.held:
-            kept = ", ".join(f"{k}={v}" for k, v in self.held.items())
+            kept = ", ".join(f"{k}={knob_text(k, v)}" for k, v in self.held.items())
             lines.append(f"  the search kept {kept} (yours)")
         return lines
 

@@ -126,6 +126,10 @@ def _space_file_cases() -> list[Case]:
         "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
         "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
         "knobs: {zero: *f}\n",
+        "yours-list": "engine: deepspeed\nknobs:\n  zero: [1]\nyours:\n  zero: [1, 2]\n",
+        "yours-unknown": "engine: deepspeed\nknobs:\n  zero: [1]\nyours:\n  warp: 9\n",
+        "yours-scalar": "engine: deepspeed\nknobs:\n  zero: [1]\nyours: 3\n",
+        "yours-bad-value": "engine: deepspeed\nknobs:\n  zero: [1]\nyours:\n  mbs: -2\n",
     }
     cases = [Case(f"spacefile-{k}", SPACE, {"s.yaml": v}) for k, v in files.items()]
     cases += [
@@ -242,6 +246,27 @@ def _path_cases() -> list[Case]:
         Case(
             "run-trial-nodes-not-dividing",
             ["run", "--launcher", "simulate", "--cluster", "dgx-h100:4", "--trial-nodes", "3"],
+        ),
+        Case("run-users-config-no-command", [*SIMULATE, "--users-config", "mbs=2"]),
+        Case(
+            "run-users-config-unknown",
+            [
+                *SIMULATE,
+                "--engine",
+                "torch",
+                "--space",
+                "s.yaml",
+                "--users-config",
+                "warp=9",
+                "--",
+                "t.py",
+            ],
+            {"s.yaml": "engine: torch\nknobs:\n  mbs: [1, 2]\n", "t.py": "print(1)\n"},
+        ),  # fmt: skip
+        Case(
+            "run-users-config-read-from-ds-config",
+            [*SIMULATE, "--users-config", "mbs=2", "--", "t.py", "--deepspeed_config", "d.json"],
+            {"d.json": '{"train_batch_size": 16}', "t.py": "import deepspeed\n"},
         ),
         Case("run-study-slash", [*SIMULATE, "--study", "a/b"]),
         Case("run-study-newline", [*SIMULATE, "--study", "a\nb"]),

@@ -43,7 +43,7 @@ def jittered(share: float) -> tuple[float, ...]:
 
 def alone(curve: tuple[float, ...] = CURVE, precision: str = "fp32") -> parity.Band:
     """The band of one run of the user's config: the precision floor at every step."""
-    found = parity.band([parity.Run(curve, False, 0)], precision)
+    found = parity.band([parity.Run(curve, False)], precision)
     assert found is not None
     return found
 
@@ -87,7 +87,7 @@ def test_under_dropout_the_users_reseeded_run_sets_each_steps_floor() -> None:
     length, which a fixed floor of 0.5% called `differs`; a learning rate that follows the
     micro-batch still differs, in the early steps where the drift is small."""
     reseeded = grown(0.04)
-    band = parity.band([parity.Run(long_curve(), False, 0), parity.Run(reseeded, True, 1)], "fp32")
+    band = parity.band([parity.Run(long_curve(), False), parity.Run(reseeded, True)], "fp32")
     assert band is not None and (band.runs, band.reseeded) == (2, 1)
     safe = grown(0.047, seed=-1.0)  # another draw of the same drift, a little further
     assert parity.judge(safe, alone(long_curve())).verdict == parity.DIFFERS  # type: ignore[union-attr]
@@ -112,7 +112,7 @@ def test_a_loss_that_turns_nan_or_inf_is_never_the_same_model() -> None:
         assert found.at_step == 5
     # a user's run that diverged sets no floor: the precision floor stands
     diverged = (*CURVE[:4], float("nan"), *CURVE[5:])
-    band = parity.band([parity.Run(CURVE, False, 0), parity.Run(diverged, True, 1)], "fp32")
+    band = parity.band([parity.Run(CURVE, False), parity.Run(diverged, True)], "fp32")
     assert band is not None
     found = parity.judge(drifted(0.03), band)
     assert found is not None and found.verdict == parity.DIFFERS
@@ -121,7 +121,7 @@ def test_a_loss_that_turns_nan_or_inf_is_never_the_same_model() -> None:
 
 def test_no_loss_means_no_verdict() -> None:
     assert parity.judge((), alone()) is None
-    assert parity.band([parity.Run((), False, 0)], "fp32") is None
+    assert parity.band([parity.Run((), False)], "fp32") is None
 
 
 def study_with_users_config() -> tuple[optuna.Study, int]:
