@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shutil
 import tempfile
@@ -44,6 +45,16 @@ results_option = click.option(
     show_default=True,
     help="Results root: studies, trial folders, saved calibrations.",
 )
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, refusing NaN and infinity (which pass its bounds)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -95,7 +106,7 @@ def length_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--precision",
             default=StepPlan.precision,
             show_default=True,
-            type=click.FloatRange(0),
+            type=FiniteFloatRange(0),
             help="Stop measuring once the 95% interval of the step time is within this "
             "share of it, or of the between-trial spread where wider (autotune run); 0 "
             "measures every one of --measured-steps.",

@@ -12,6 +12,7 @@ import click
 from autotune.cli import display, summary
 from autotune.cli.app import cli
 from autotune.cli.options import (
+    FiniteFloatRange,
     check_writable_folder,
     console,
     length_options,
@@ -75,7 +76,12 @@ if TYPE_CHECKING:
     show_default=True,
     help="guided (the model proposes), tpe, gp, random or grid.",
 )
-@click.option("--seed", default=None, type=int, help="Seed for reproducible proposals.")
+@click.option(
+    "--seed",
+    default=None,
+    type=click.IntRange(0, 2**32 - 1),
+    help="Seed for reproducible proposals (0 to 2^32-1).",
+)
 @click.option(
     "--early-stop/--no-early-stop",
     default=True,
@@ -100,7 +106,7 @@ if TYPE_CHECKING:
     "--early-stop-margin",
     default=0.10,
     show_default=True,
-    type=click.FloatRange(0),
+    type=FiniteFloatRange(0),
     help=(
         "How much slower than the best a trial must surely be to stop early, as a fraction; "
         "raised to what two launches of one config differ by."
@@ -168,8 +174,8 @@ def run(**options: Any) -> None:
     check_writable_folder(run_options.results, "--results")
     tuned = tune(problem, settings, display.RichProgress(console), console.print)
     _print_outcome(tuned)
-    if problem.job is not None and not tuned.exported:
-        sys.exit(1)  # no config of the user's command could be measured: their job failed
+    if not tuned.exported:
+        sys.exit(1)  # no trial succeeded (or best/ is a folder of the user's): nothing to use
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,8 @@ def parse_overrides(text: str, option: str = "--config") -> dict[str, Any]:
         name, sep, value = item.partition("=")
         if not sep or not value.strip():
             raise InputError(f"{option}: expected knob=value, got {item!r}")
+        if name.strip() in overrides:
+            raise InputError(f"{option}: {name.strip()} is given twice; give each knob once")
         overrides[name.strip()] = coerce_knob(name.strip(), value, option)
     return overrides
 

@@ -47,7 +47,9 @@ PositiveFloat = Annotated[float, Field(gt=0, le=1e15)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    """No unknown field, no NaN, and no value of another type (a `true` is no count)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class WorkloadFile(_Strict):
@@ -172,12 +174,15 @@ def load_cluster(value: str) -> Cluster:
         raise InputError(
             f"{path}: {world} devices are not whole NVLink domains of {spec.nvlink_domain}"
         )
+    device = _device(spec.device, spec.devices_per_node, path)
+    if spec.backend == "nccl" and device.generation == "cpu":
+        raise InputError(f"{path}: backend nccl needs GPUs; device {device.name} runs gloo")
     intra = _link(spec.intra_link)
     return Cluster(
         name=spec.name or path.stem,
         nodes=spec.nodes,
         devices_per_node=spec.devices_per_node,
-        device=_device(spec.device, spec.devices_per_node, path),
+        device=device,
         intra_link=intra,
         inter_link=_link(spec.inter_link) if spec.inter_link else intra,
         backend=spec.backend,
@@ -275,7 +280,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
             raise InputError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec file")
         text = raw.decode()
         _check_depth(text, path)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
     except RecursionError:
         raise InputError(f"{path}: nested too deeply (at most {MAX_DEPTH} levels)") from None
     except yaml.YAMLError as exc:
@@ -290,6 +295,26 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of fields at the top level")
     return data
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key written twice in one mapping (YAML would keep
+    the last and drop the first silently); keys a merge (`<<`) brings in may be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool):
+                continue  # a list or mapping as a key: yaml refuses it itself
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def _check_depth(text: str, path: Path) -> None:

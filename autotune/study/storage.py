@@ -62,8 +62,26 @@ def study_ref(name: str, storage: str | None, results: Path) -> StudyRef:
             f"study name {name!r}: use a letter, digit, '_' or '-' too, not dots only"
         )
     folder = results / name
-    url = storage or f"sqlite:///{folder / 'study.db'}"
-    return StudyRef(name=name, storage_url=url, folder=folder)
+    url = storage or sqlalchemy.engine.URL.create("sqlite", database=str(folder / "study.db"))
+    text = url if isinstance(url, str) else url.render_as_string(hide_password=False)
+    if sqlite_file(text) is None and text.split(":", 1)[0].startswith("sqlite"):
+        raise InputError(
+            f"--storage {masked_url(text)}: an in-memory database keeps nothing once autotune "
+            "exits; give a file (sqlite:///path/study.db) or a server"
+        )
+    return StudyRef(name=name, storage_url=text, folder=folder)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (its path unquoted: `res%3Fx` is the folder `res?x`);
+    None for another database, or SQLite in memory."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: opening it says so
+        return None
+    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
 
 
 def masked_url(url: str) -> str:
@@ -91,8 +109,8 @@ def _without_password(text: str, url: str) -> str:
 
 def _storage(url: str) -> optuna.storages.BaseStorage:
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if (db := sqlite_file(url)) is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_S}
     failure: Exception | None = None
     for _ in range(CREATE_ATTEMPTS):
@@ -186,10 +204,8 @@ def _describe(value: Any) -> str:
 
 def load_existing_study(ref: StudyRef) -> optuna.Study:
     """An existing study, or an InputError; never creates a storage to find out."""
-    if ref.storage_url.startswith("sqlite:///"):
-        db = Path(ref.storage_url.removeprefix("sqlite:///"))
-        if not db.is_file():
-            raise InputError(f"no study {ref.name!r}: {db} does not exist")
+    if (db := sqlite_file(ref.storage_url)) is not None and not db.is_file():
+        raise InputError(f"no study {ref.name!r}: {db} does not exist")
     storage = _storage(ref.storage_url)
     names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     if ref.name not in names:

@@ -126,6 +126,7 @@ def _space_file_cases() -> list[Case]:
         "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
         "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
         "knobs: {zero: *f}\n",
+        "duplicate-knob": "engine: deepspeed\nknobs:\n  zero: [1]\n  zero: [2]\n",
         "yours-list": "engine: deepspeed\nknobs:\n  zero: [1]\nyours:\n  zero: [1, 2]\n",
         "yours-unknown": "engine: deepspeed\nknobs:\n  zero: [1]\nyours:\n  warp: 9\n",
         "yours-scalar": "engine: deepspeed\nknobs:\n  zero: [1]\nyours: 3\n",
@@ -160,6 +161,9 @@ def _model_cases() -> list[Case]:
         "nested": "num_layers: " + "[" * 10_000,
         "binary": bytes(range(256)) * 4,
         "top-list": "[1, 2]\n",
+        "layers-true": _model(num_layers="true"),
+        "layers-float": _model(num_layers="2.5"),
+        "duplicate-key": _model() + "num_layers: 3\n",
     }
     cases = [Case(f"model-{k}", MODEL, {"m.yaml": v}) for k, v in files.items()]
     cases += [
@@ -176,6 +180,9 @@ def _cluster_cases() -> list[Case]:
     slurm = "slurm:\n  {key}: {value}\n"
     files = {
         "missing-devices": _cluster(devices_per_node="DROP"),
+        "cpu-nccl": _cluster(backend="nccl"),
+        "devices-true": _cluster(devices_per_node="true"),
+        "duplicate-key": _cluster() + "backend: gloo\n",
         "missing-link": _cluster(intra_link="DROP"),
         "nodes-0": _cluster(nodes=0),
         "nodes-neg": _cluster(nodes=-3),
@@ -248,6 +255,13 @@ def _path_cases() -> list[Case]:
             ["run", "--launcher", "simulate", "--cluster", "dgx-h100:4", "--trial-nodes", "3"],
         ),
         Case("run-users-config-no-command", [*SIMULATE, "--users-config", "mbs=2"]),
+        Case("run-seed-negative", [*SIMULATE, "--seed", "-5"]),
+        Case("run-seed-huge", [*SIMULATE, "--seed", str(2**32)]),
+        Case("run-early-stop-margin-nan", [*SIMULATE, "--early-stop-margin", "nan"]),
+        Case("run-precision-inf", [*SIMULATE, "--precision", "inf"]),
+        Case("run-storage-in-memory", [*SIMULATE, "--storage", "sqlite://"]),
+        Case("run-storage-memory-file", [*SIMULATE, "--storage", "sqlite:///:memory:"]),
+        Case("estimate-config-twice", [*EST, "--config", "zero=1,zero=3"]),
         Case(
             "run-users-config-unknown",
             [

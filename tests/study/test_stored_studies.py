@@ -139,3 +139,18 @@ def test_a_storage_that_cannot_be_opened_is_named_without_its_password(tmp_path:
         load_existing_study(ref)
     assert "s3cret-pw" not in str(refused.value)
     assert "postgresql://tuner:***@127.0.0.1:1/studies" in str(refused.value)
+
+
+@pytest.mark.parametrize("folder", ["res?x=1", "r%41", "with space", "a#b"])
+def test_a_results_folder_of_url_characters_keeps_its_study_inside(
+    tmp_path: Path, folder: str
+) -> None:
+    """`--results 'res?x=1'` once put study.db outside the results folder (the SQLite URL
+    was built from the path unquoted), and `r%41` failed after making folders."""
+    done = autotune(
+        "run", "--launcher", "simulate", "--cluster", "local:2", "--trials", "1", "--no-confirm",
+        "--results", folder, "--study", "s", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / folder / "s" / "study.db").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder]
