@@ -34,7 +34,6 @@ class GPT(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    parser.add_argument("--accumulation", type=int, default=None, help="with --broken accumulation")
     parser.add_argument("--local_rank", type=int, default=-1)
     parser = deepspeed.add_config_arguments(parser)
     args = parser.parse_args()
@@ -45,7 +44,7 @@ def main() -> None:
     config["optimizer"]["params"]["lr"] = lr
     if args.broken == "accumulation":  # the script's own accumulation: the global batch follows
         config.pop("train_batch_size", None)
-        config["gradient_accumulation_steps"] = args.accumulation or 4
+        config["gradient_accumulation_steps"] = 4
     if args.bf16:
         config["bf16"] = {"enabled": True}
     args.deepspeed_config = None

@@ -63,7 +63,8 @@ def main() -> None:
                 fixed = fixed or (inputs, labels)
                 inputs, labels = fixed
             dtype = torch.bfloat16 if args.bf16 else torch.float32
-            loss = loss_fn(engine(inputs.to(engine.device, dtype)).float(), labels.to(engine.device))
+            logits = engine(inputs.to(engine.device, dtype)).float()
+            loss = loss_fn(logits, labels.to(engine.device))
             engine.backward(loss)
             engine.step()
             done += 1
