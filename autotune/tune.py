@@ -187,5 +187,8 @@ def _write_outputs(
     if outcome.ran or outcome.confirmations:
         from autotune.report.html import write_report
 
-        report = write_report(study, ref.folder / "report.html")
+        try:
+            report = write_report(study, ref.folder / "report.html")
+        except InputError as exc:  # a file of the user's where the report goes
+            say(f"report not written: {escape(str(exc))}")
     return tuple(exported), report

@@ -348,8 +348,11 @@ def export(
     default=None,
     help="HTML file [default: results/<study>/report.html].",
 )
-def report(study_name: str, storage: str | None, results: Path, out: Path | None) -> None:
-    """Write the study's self-contained HTML report."""
+@click.option("--force", is_flag=True, help="Replace a file that is not an autotune report.")
+def report(
+    study_name: str, storage: str | None, results: Path, out: Path | None, force: bool
+) -> None:
+    """Write the study's self-contained HTML report (an earlier one at --out is replaced)."""
     from autotune.report.html import write_report
     from autotune.study import load_existing_study
     from autotune.study.storage import study_ref
@@ -358,7 +361,7 @@ def report(study_name: str, storage: str | None, results: Path, out: Path | None
     study = load_existing_study(ref)
     out = out or ref.folder / "report.html"
     check_writable_folder(out.parent, "--out")
-    console.print(str(write_report(study, out)))
+    console.print(str(write_report(study, out, force=force)))
 
 
 @cli.command()

@@ -24,6 +24,8 @@ from autotune.report.cost import cost_line, study_cost
 from autotune.report.header import report_header
 from autotune.report.table import trial_table
 from autotune.study.choices import CHOICES_ATTR
+from autotune.study.optuna_private import storage_url_of
+from autotune.study.storage import sqlite_file
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
 from autotune.units import column_text, display_label, knob_text
@@ -32,12 +34,20 @@ _RATE = "%{y:,.0f} tok/s"
 """Hover text of a throughput: thousands separated, never in scientific notation."""
 
 
-def write_report(study: optuna.Study, out: Path) -> Path:
-    """The report at `out`, a new file or one replacing a plain file; a symbolic link, a
-    FIFO, a device or a folder there is refused in one line."""
+def write_report(study: optuna.Study, out: Path, force: bool = False) -> Path:
+    """The report at `out`: a new file, or one replacing an earlier report of autotune's
+    (`GENERATOR` in its head); any other file only with `force`, and never the study's own
+    storage. A symbolic link, a FIFO, a device or a folder there is refused in one line."""
     if out.is_symlink() or (out.exists() and not out.is_file()):
         kind = "a symbolic link" if out.is_symlink() else "not a plain file"
         raise InputError(f"report file {out} is {kind}; give a plain file's path")
+    db = sqlite_file(storage_url_of(study) or "")
+    if db is not None and out.exists() and out.resolve() == db.resolve():
+        raise InputError(f"report file {out} is the study's own storage; give another path")
+    if out.exists() and not force and not is_report(out):
+        raise InputError(
+            f"report file {out} exists and is not an autotune report; --force replaces it"
+        )
     frame = trial_table(study)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     source = _source(frame)
@@ -67,7 +77,10 @@ def write_report(study: optuna.Study, out: Path) -> Path:
         parts.append(f"<h2>Where the time went</h2><p>{html.escape(cost_line(cost))}</p>")
     parts.append(_table(frame))
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(out, _PAGE.format(title=html.escape(study.study_name), body="\n".join(parts)))
+    page = _PAGE.format(
+        generator=GENERATOR, title=html.escape(study.study_name), body="\n".join(parts)
+    )
+    write_atomically(out, page)
     return out
 
 
@@ -340,8 +353,23 @@ _HEADERS = {
 }
 
 
+GENERATOR = '<meta name="generator" content="autotune report">'
+"""In every report's head: a file that holds it is autotune's to replace."""
+
+
+def is_report(path: Path) -> bool:
+    """Whether `path` is a report autotune wrote: its head names the generator, or (a report
+    from before it did) its title is a report's."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return GENERATOR.encode() in head or b"<title>autotune report: " in head
+
+
 _PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>autotune report: {title}</title>
+<html lang="en"><head><meta charset="utf-8">{generator}<title>autotune report: {title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; }}
 .source {{ font-size: 1.2em; }} .made {{ color: #777; }}

@@ -26,6 +26,14 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def storage_url_of(study: optuna.Study) -> str | None:
+    """The URL of the study's database (RDB storages, as Optuna wraps them in a cache; None
+    for others)."""
+    storage = getattr(study._storage, "_backend", study._storage)
+    url = getattr(storage, "url", None)
+    return str(url) if url is not None else None
+
+
 def study_id_of(study: optuna.Study) -> int:
     """The id the dashboard's URLs use."""
     return study._study_id

@@ -44,3 +44,27 @@ def test_importances_only_of_knobs_that_varied_among_completed_trials() -> None:
         figure = report._importances(trial_table(study), study, "measured")
     assert figure is not None and set(figure.data[0].y) == {"zero", "reduce_bucket"}
     assert [str(w.message) for w in caught] == []
+
+
+def test_a_report_replaces_its_own_earlier_report_and_nothing_else_unasked(
+    tmp_path: Path,
+) -> None:
+    """`autotune report --out FILE` once replaced any file: a user's train.py, a dotfile, the
+    study's own study.db."""
+    import pytest
+
+    from autotune.errors import InputError
+
+    study = units_study(storage=f"sqlite:///{tmp_path / 'study.db'}")
+    out = tmp_path / "r.html"
+    report.write_report(study, out)
+    report.write_report(study, out)  # its own earlier report: replaced
+    mine = tmp_path / "train.py"
+    mine.write_text("print('mine')\n")
+    with pytest.raises(InputError, match="not an autotune report; --force"):
+        report.write_report(study, mine)
+    assert mine.read_text() == "print('mine')\n"
+    with pytest.raises(InputError, match="the study's own storage"):
+        report.write_report(study, tmp_path / "study.db", force=True)
+    report.write_report(study, mine, force=True)
+    assert report.is_report(mine)
