@@ -169,8 +169,7 @@ def reference_runs(study: optuna.Study) -> list[FrozenTrial]:
 def study_band(study: optuna.Study, precision: str) -> Band | None:
     """The band of the user's runs as the study knows them now."""
     runs = [
-        Run(TrialAttrs.of(t).losses, PARITY_RESEED in t.user_attrs)
-        for t in reference_runs(study)
+        Run(TrialAttrs.of(t).losses, PARITY_RESEED in t.user_attrs) for t in reference_runs(study)
     ]
     return band(runs, precision)
 
