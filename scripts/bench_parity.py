@@ -197,6 +197,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "number": t.number, "kind": attrs.kind, "moved": moved,
                 "reference": attrs.config_key == study.user_attrs.get("users_config"),
                 "reseeded": PARITY_RESEED in t.user_attrs, "steps": len(attrs.losses),
+                "repeats": attrs.confirms,
                 "stopped_for": attrs.stopped_for, "losses": list(attrs.losses),
                 "ratio": found.largest / found.floor if found else None,
             }
@@ -220,9 +221,9 @@ def judged(result: dict[str, Any]) -> dict[str, Any]:
         "exported_moved": broken and yours is not None and "mbs" in _moved(exported, result),
         "named": any("the micro-batch" in line for line in result["summary"]),
     }
-    if broken and flagged:
+    if broken and flagged:  # search trials after the first flag (a repeat is no search)
         first = min(r["number"] for r in flagged)
-        after = [r for r in rows if r["number"] > first and not r["reseeded"]]
+        after = [r for r in rows if r["number"] > first and r.get("repeats") is None]
         out["after_moved"] = sum(1 for r in after if "mbs" in r["moved"])
         out["after_kept"] = sum(1 for r in after if "mbs" not in r["moved"] and r["moved"])
     return out

@@ -166,8 +166,7 @@ class _Search:
         """The trials parity asks, where the study knows the user's config."""
         if self.users is None:
             return None
-        precision = self.problem.workload.precision
-        steps = self.settings.steps
+        precision, steps = self.problem.workload.precision, self.settings.steps
         return ParityRuns(self.study, self.space, self.users, steps, precision, self._launch)
 
     def calibration(self) -> Calibration:
@@ -243,12 +242,13 @@ class _Search:
 
     def _learn_causes(self) -> None:
         """What breaks parity, as the trials tell it now; the search holds it."""
-        self.causes = read_causes(self.study) if self.users is not None else None
-        if self.causes is not None:
+        self.causes = c = read_causes(self.study) if self.users is not None else None
+        if c is not None:
             if self.guide is not None:
                 table = ConfigTable.of(self.guide.candidates)  # the ranked table itself
-                self.guide.restrict(allowed_rows(table, self.causes))
-            self.proposer = dataclasses.replace(self.proposer, allows=self.causes.allows)
+                self.guide.restrict(allowed_rows(table, c))
+            proposer = self.proposer
+            self.proposer = dataclasses.replace(proposer, allows=c.allows, explore=c.wants_more)
 
     def _rescaled(self) -> bool:
         """Once, in a slice study about to stop: go on under its probes' scale miss."""

@@ -18,6 +18,7 @@ cannot run at micro-batch 16 is not asked to again, whatever else moves.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ REPEATED_FAILURES = ("crash", "launch_error", "comm_error")
 memory has the memory model; a script fault stops the study)."""
 ALIKE = 2
 """Failures with the same message that ban the knob value they share."""
+KEPT_AFTER_FLAG = 3
+"""Trials at the held values after the first flagged one before the stop rule may end the
+search: what the model learnt before leant on the moves now held."""
 KNOB_NAMES = {
     "mbs": "the micro-batch",
     "zero": "the ZeRO stage",
@@ -132,6 +136,14 @@ class Causes:
     tested: frozenset[tuple[str, Any]]
     """(knob, value) pairs a one-knob trial moved."""
     banned: tuple[Banned, ...]
+    kept_after: int = 0
+    """Configs measured after the first flagged trial that move knobs of the user's and keep
+    the held ones (repeats and the user's own aside)."""
+
+    def wants_more(self) -> bool:
+        """Whether the search should go on past its stop rule: a move is held and too few
+        configs that keep it were measured since (`KEPT_AFTER_FLAG`)."""
+        return bool(self.held()) and self.kept_after < KEPT_AFTER_FLAG
 
     @property
     def unexplained(self) -> list[Flagged]:
@@ -278,7 +290,7 @@ def read_causes(study: optuna.Study) -> Causes | None:
         for t in ran
         if t.user_attrs.get(ONE_KNOB) in (TrialAttrs.of(t).config_values or {})
     )
-    return Causes(
+    causes = Causes(
         users=users,
         flagged=tuple(flagged),
         convicted={k: tuple(sorted(v)) for k, v in convicted.items()},
@@ -286,6 +298,18 @@ def read_causes(study: optuna.Study) -> Causes | None:
         tested=tested,
         banned=_banned(ran, users),
     )
+    if not flagged:
+        return causes
+    first = min(f.number for f in flagged)
+    kept = {
+        TrialAttrs.of(t).config_key
+        for t in ran
+        if t.number > first
+        and TrialAttrs.of(t).confirms is None
+        and moves(TrialAttrs.of(t).config, users)
+        and causes.allows(TrialAttrs.of(t).config)
+    }
+    return dataclasses.replace(causes, kept_after=len(kept))
 
 
 def _banned(ran: list[FrozenTrial], users: TrainConfig) -> tuple[Banned, ...]:

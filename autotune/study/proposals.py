@@ -40,6 +40,9 @@ class Proposer:
     allows: Callable[[TrainConfig], bool] = lambda _config: True
     """Whether a config keeps the training (`parity_cause.Causes.allows`): the grid skips
     the others (the guided search holds them itself)."""
+    explore: Callable[[], bool] = lambda: False
+    """Whether to propose on past the stop rule (`Causes.wants_more`): a move that broke
+    parity is held, and the knobs left have had too few trials to know they cannot win."""
 
     def next_config(self, seen: dict[str, int]) -> tuple[TrainConfig | None, str | None]:
         """The guided or grid proposal; (None, why) when there is none. `seen`: the configs
@@ -72,12 +75,13 @@ class Proposer:
     ) -> tuple[TrainConfig | None, str | None]:
         if self.guide is not None:
             best = self.best(self.study)
+            explore = self.explore()
             why = self.guide.converged(claimed, *best)
-            if why:
+            if why and not explore:
                 return None, why
             # A deferred config comes back when nothing else could still win.
             config = None
-            if self.guide.converged(avoided, *best) is None:
+            if explore or self.guide.converged(avoided, *best) is None:
                 config = self.guide.propose(avoided)
             config = config or self.guide.propose(claimed)
         else:

@@ -24,9 +24,9 @@ def main() -> None:
     with open(args.deepspeed_config) as f:
         config = json.load(f)
     mbs = config["train_micro_batch_size_per_gpu"]
-    if args.broken == "accumulation":
+    if args.broken == "accumulation":  # its own accumulation, the ds_config's: 32 / (2 x 2)
         config.pop("train_batch_size", None)
-        config["gradient_accumulation_steps"] = 4
+        config["gradient_accumulation_steps"] = 8
     if args.bf16:
         config["bf16"] = {"enabled": True}
     args.deepspeed_config = None

@@ -33,7 +33,8 @@ def main() -> None:
             knobs.update(json.load(f))
     dist.init_process_group("gloo")
     mbs = knobs["mbs"]
-    accumulation = 4 if args.broken == "accumulation" else knobs["grad_accum"]
+    own = YOURS["grad_accum"]  # its own accumulation, whatever the trial's
+    accumulation = own if args.broken == "accumulation" else knobs["grad_accum"]
     torch.manual_seed(0)
     model = DistributedDataParallel(GPT(args.dropout), bucket_cap_mb=knobs["ddp_bucket_mb"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate(args.broken, 2e-3, mbs))

@@ -29,7 +29,8 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mbs = knobs["mbs"]
-    accumulation = 4 if args.broken == "accumulation" else knobs["grad_accum"]
+    own = YOURS["grad_accum"]  # its own accumulation, whatever the trial's
+    accumulation = own if args.broken == "accumulation" else knobs["grad_accum"]
     torch.manual_seed(0)
     layers = nn.Sequential(
         nn.Linear(64, 256), nn.GELU(), nn.Dropout(args.dropout),
