@@ -70,9 +70,8 @@ def tune(
 ) -> Tuned:
     """Search `problem` with real (or simulated, or replayed) trials and export the winner."""
     problem, launcher, launch = _checked_launcher(problem, settings)
-    ref = study_ref(
-        settings.study_name or default_study_name(problem), settings.storage, settings.results
-    )
+    name = settings.study_name or default_study_name(problem, launcher.source)
+    ref = study_ref(name, settings.storage, settings.results)
     slice_error_file = calibration_path(settings.results, problem.cluster).with_suffix(
         ".slice.json"
     )
@@ -81,7 +80,10 @@ def tune(
         read = _read_users_model(problem, launcher, ref, settings, say)
         problem = read.problem
     noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
-    study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed))
+    trials_from = launcher.source
+    if launcher.source == "replayed" and launch.table is not None:
+        trials_from = f"replayed {launch.table.resolve()}"
+    study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed), trials_from)
     say(
         f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"

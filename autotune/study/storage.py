@@ -46,9 +46,13 @@ class StudyRef:
     """results/<study>/: trial folders, best/, report."""
 
 
-def default_study_name(problem: Problem) -> str:
+def default_study_name(problem: Problem, source: str = "measured") -> str:
+    """<model or script>-<cluster>-<engine>, and `-simulated` or `-replayed` for a study
+    whose trials are the model's or a recorded sweep's: never the name of a measured one."""
     what = problem.job.name if problem.job else problem.workload.name
     raw = f"{what}-{problem.cluster.name}-{problem.engine.name}"
+    if source != "measured":
+        raw += f"-{source}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
 
 
@@ -165,10 +169,15 @@ def _identity(value: Any) -> Any:
 
 
 def open_study(
-    ref: StudyRef, problem: Problem, sampler: optuna.samplers.BaseSampler
+    ref: StudyRef,
+    problem: Problem,
+    sampler: optuna.samplers.BaseSampler,
+    trials_from: str = "measured",
 ) -> optuna.Study:
-    """Create the study or load it to resume; refuse to mix engines, workloads or clusters,
-    and studies of another schema version that cannot be migrated."""
+    """Create the study or load it to resume; refuse to mix engines, workloads, clusters or
+    where trials come from (`trials_from`: measured, simulated, or the replayed table's path:
+    a simulated trial is never ranked with measured ones), and studies of another schema
+    version that cannot be migrated."""
     storage = _storage(ref.storage_url)
     study = optuna.create_study(
         study_name=ref.name,
@@ -178,8 +187,16 @@ def open_study(
         load_if_exists=True,
     )
     bring_to_current(study)
-    attrs = problem_attrs(problem)
+    attrs = {**problem_attrs(problem), TRIALS_FROM: trials_from}
     stored = study.user_attrs
+    if TRIALS_FROM not in stored and study.get_trials(deepcopy=False):
+        sources = {TrialAttrs.of(t).source for t in study.get_trials(deepcopy=False)}
+        stored = {**stored, TRIALS_FROM: _legacy_source(sources, trials_from)}
+    if TRIALS_FROM in stored and stored[TRIALS_FROM] != trials_from:
+        raise InputError(
+            f"study {ref.name!r} holds {stored[TRIALS_FROM]} trials, and these would be "
+            f"{trials_from}: they are never ranked together; use another --study name"
+        )
     for key in ("engine", "workload", "cluster", "job"):
         if key in stored and _identity(stored[key]) != _identity(attrs[key]):
             raise InputError(
@@ -192,6 +209,21 @@ def open_study(
         if key not in stored:
             study.set_user_attr(key, value)
     return study
+
+
+TRIALS_FROM = "trials_from"
+"""On the study: where its trials come from (measured, simulated, or a replayed table)."""
+
+
+def _legacy_source(sources: set[str | None], trials_from: str) -> str:
+    """Where a study from before `TRIALS_FROM` took its trials, read from their sources (a
+    replayed study's table is taken to be the one given now)."""
+    known = sources - {None}
+    if known <= {"measured"}:
+        return "measured"
+    if "simulated" in known:
+        return "simulated"
+    return trials_from if trials_from.startswith("replayed") else "replayed"
 
 
 def _describe(value: Any) -> str:

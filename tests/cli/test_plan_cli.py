@@ -113,7 +113,7 @@ def test_simulated_study_is_labelled_simulated_everywhere(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "(simulated)" in done.stdout
     assert "warning" not in (done.stdout + done.stderr).lower()
-    study = "llama3-70b-dgx-h100_32-torch"
+    study = "llama3-70b-dgx-h100_32-torch-simulated"
     rows = json.loads(
         autotune(
             "trials",
@@ -152,7 +152,7 @@ def test_report_is_self_contained_and_labelled(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    study = "llama3-70b-dgx-h100_32-torch"
+    study = "llama3-70b-dgx-h100_32-torch-simulated"
     page = (tmp_path / study / "report.html").read_text()
     assert not re.search(r"<script[^>]+src=", page)  # plotly.js is inline: no network needed
     assert "Plotly.newPlot" in page

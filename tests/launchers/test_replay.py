@@ -10,7 +10,7 @@ from tests.conftest import REPO, autotune
 
 SWEEP = REPO / "tests" / "data" / "sweep_deepspeed.csv"
 """A frozen copy of the DeepSpeed sweep (tests/data/README.md)."""
-STUDY = "tiny-local_2-deepspeed"
+STUDY = "tiny-local_2-deepspeed-replayed"
 
 
 def test_replay_runs_only_recorded_configs_and_labels_them(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from autotune.study.storage import (
     open_study,
     problem_attrs,
     stored_job,
+    study_ref,
 )
 from tests.conftest import autotune
 
@@ -154,3 +155,21 @@ def test_a_results_folder_of_url_characters_keeps_its_study_inside(
     assert done.returncode == 0, done.stderr
     assert (tmp_path / folder / "s" / "study.db").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == [folder]
+
+
+def test_simulated_and_measured_trials_never_share_a_study(tmp_path: Path) -> None:
+    """A study run with --launcher simulate and then the real launcher once shared the
+    default name: the real run skipped what simulation had "measured" and exported a
+    simulated trial as the best."""
+    results = tmp_path / "results"
+    simulated = autotune(
+        "run", "--launcher", "simulate", "--cluster", "local:2", "--trials", "1",
+        "--no-confirm", "--results", str(results), cwd=tmp_path,
+    )  # fmt: skip
+    assert simulated.returncode == 0, simulated.stderr
+    assert [p.name for p in results.iterdir()] == ["tiny-local_2-deepspeed-simulated"]
+    problem = load_problem("deepspeed", "tiny", "local:2")
+    ref = study_ref("tiny-local_2-deepspeed-simulated", None, results)
+    with pytest.raises(InputError, match="holds simulated trials, and these would be measured"):
+        open_study(ref, problem, optuna.samplers.RandomSampler(), "measured")
+    open_study(ref, problem, optuna.samplers.RandomSampler(), "simulated")  # resumes

@@ -271,7 +271,7 @@ def test_simulated_70b_study_picks_and_exports_a_megatron_style_layout(tmp_path:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    best = tmp_path / "llama3-70b-dgx-h100_32-megatron" / "best"
+    best = tmp_path / "llama3-70b-dgx-h100_32-megatron-simulated" / "best"
     record = yaml.safe_load((best / "best.yaml").read_text())
     assert record["source"] == "simulated"
     c = TrainConfig(**record["config"])
