@@ -25,6 +25,7 @@ from autotune.cli.options import (
     storage_option,
     study_options,
 )
+from autotune.errors import InputError
 from autotune.problem import load_problem
 
 if TYPE_CHECKING:
@@ -385,7 +386,7 @@ def dashboard(
     """Serve optuna-dashboard on the study's storage until Ctrl-C."""
     import optuna_dashboard
 
-    from autotune.report.dashboard import check_host
+    from autotune.report.dashboard import check_host, check_port_free
     from autotune.study import load_existing_study
     from autotune.study.optuna_private import storage_of, study_id_of
     from autotune.study.storage import study_ref
@@ -394,5 +395,9 @@ def dashboard(
     ref = study_ref(study_name, storage, results)
     study = load_existing_study(ref)
     study_id = study_id_of(study)
+    check_port_free(host, port)
     console.print(f"dashboard: http://{host}:{port}/dashboard/studies/{study_id}  (Ctrl-C stops)")
-    optuna_dashboard.run_server(storage_of(study), host=host, port=port)
+    try:
+        optuna_dashboard.run_server(storage_of(study), host=host, port=port)
+    except OSError as exc:  # taken between the check and the server's bind
+        raise InputError(f"--port {port}: cannot serve on {host}: {exc.strerror or exc}") from None

@@ -21,3 +21,18 @@ def check_host(host: str, expose: bool) -> None:
             f"--host {host} would serve the study to the network without authentication; "
             "add --expose to mean it"
         )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse in one line a port something already listens on (the server would end in a
+    traceback once the study is loaded)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise InputError(
+                f"--port {port}: cannot serve on {host}: {exc.strerror or exc} (give another "
+                "--port)"
+            ) from None

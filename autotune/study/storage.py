@@ -91,6 +91,7 @@ def sqlite_file(url: str) -> Path | None:
 def masked_url(url: str) -> str:
     """`url` as it may be printed or put in an error: its password, if any, as `***`
     (postgresql://user:***@host/db). Every storage URL autotune shows goes through here."""
+    url = re.sub(SECRET_QUERY, r"\1***", url)
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except Exception:  # not a URL SQLAlchemy reads: hide whatever lies between ':' and '@'
@@ -100,15 +101,23 @@ def masked_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+SECRET_QUERY = r"(?i)([?&](?:password|passwd|pwd|sslpassword|secret|token)=)([^&]*)"
+"""A password given in a URL's query string (`?password=...`, which libpq and SQLAlchemy's
+drivers take): masked like the one before the '@'."""
+
+
 def _without_password(text: str, url: str) -> str:
     """`text` (a driver's error about `url`) with the URL's password masked wherever it
     appears."""
     text = text.replace(url, masked_url(url))
+    secrets = [m.group(2) for m in re.finditer(SECRET_QUERY + "", url) if m.group(2)]
     try:
         password = sqlalchemy.engine.make_url(url).password
     except Exception:
-        return text
-    return text.replace(str(password), "***") if password else text
+        password = None
+    for secret in [*secrets, *([str(password)] if password else [])]:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _storage(url: str) -> optuna.storages.BaseStorage:

@@ -410,3 +410,18 @@ def test_root_may_ignore_read_only_folders_so_proc_stands_in() -> None:
     """A read-only folder stops no one running as root; /proc and /sys refuse everyone, so
     the corpus uses them for an unwritable --results or --out."""
     assert os.access("/proc", os.R_OK)
+
+
+def test_a_dashboard_port_in_use_is_one_line(study_results: Path, tmp_path: Path) -> None:
+    """Once a 42-line traceback, after the study was loaded."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["dashboard", "--study", "s", "--results", str(study_results), "--port", str(port)]
+        result = autotune(*args, cwd=tmp_path, timeout=SECONDS)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(lines) == 1 and f"--port {port}" in lines[0], result.stderr[-3000:]

@@ -127,6 +127,11 @@ def test_a_study_name_of_dots_only_is_refused_in_one_line(
         ("postgresql://user@host/db", "postgresql://user@host/db"),
         ("sqlite:///results/s/study.db", "sqlite:///results/s/study.db"),
         ("not a url://user:s3cret@host", "not a url://user:***@host"),
+        ("postgresql://user@host/db?password=s3cret", "postgresql://user@host/db?password=***"),
+        (
+            "postgresql://user@host/db?sslmode=require&PASSWORD=s3cret&x=1",
+            "postgresql://user@host/db?sslmode=require&PASSWORD=***&x=1",
+        ),
     ],
 )
 def test_a_storage_password_is_masked(url: str, shown: str) -> None:
