@@ -79,7 +79,7 @@ def test_an_unmodified_deepspeed_script_is_tuned_and_its_export_runs_it(tmp_path
     result = tune(tmp_path, "--steps", "40")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = trials_table(tmp_path)
-    assert len(table) == 3
+    assert len({(row["zero"], row["mbs"], row["reduce_bucket"]) for row in table}) == 3
     # no --model: the model is read from the script's module and first batch (ds_train.py's
     # defaults: width 128, 2 layers, vocabulary 512, 64 tokens)
     assert "about 2 layers of width 128, vocabulary 512, 64 tokens a sequence, fp32" in (
@@ -88,17 +88,21 @@ def test_an_unmodified_deepspeed_script_is_tuned_and_its_export_runs_it(tmp_path
     assert {row["kind"] for row in table} == {"ok"}
     first = min(table, key=lambda row: int(row["number"]))  # type: ignore[call-overload]
     assert (first["zero"], first["mbs"]) == (0, 8)  # the user's own config, measured first
-    assert "x your own config (dp=2,mbs=8, trial 0:" in result.stdout
-    # The run that read the model measured that config in full and is its trial: three
-    # trials, three launches of the script.
+    second = sorted(table, key=lambda row: int(row["number"]))[1]  # type: ignore[call-overload]
+    assert (second["zero"], second["mbs"]) == (0, 8)  # again, reseeded: parity's floor
+    assert "your own config" in result.stdout and "parity: " in result.stdout
+    # The run that read the model measured that config in full and is its trial: as many
+    # launches of the script as trials.
     launches = list((tmp_path / "results" / STUDY).rglob("outcome.json"))
-    assert len(launches) == len(table) == 3
+    assert len(launches) == len(table)
     best_row = table[0]
     assert best_row["kind"] == "ok"
+    same = [r for r in table if r["label"] == best_row["label"]]
+    first_of_best = min(int(r["number"]) for r in same)  # type: ignore[call-overload]
 
-    trial = tmp_path / "results" / STUDY / "trials" / str(best_row["number"])
+    trial = tmp_path / "results" / STUDY / "trials" / str(first_of_best)
     measured = json.loads((trial / "result.json").read_text())
-    assert measured["source"] == "measured" and 3 <= measured["measured_steps"] <= 8
+    assert measured["source"] == "measured" and 3 <= measured["measured_steps"] <= 20
     assert measured["stopped_for"] in ("precise", "slower", "cap") and measured["interval"] > 0
     assert measured["profile"]["step_time_s"] > 0  # the profiled step of the user's loop
     assert measured["model_state_bytes"] > 0
