@@ -22,7 +22,7 @@ from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
-from autotune.study.noise import noise_kind, remember_spread, save_spread
+from autotune.study.noise import noise_kind, read_spread, remember_spread, save_spread
 from autotune.study.reference import reference_plan
 from autotune.study.samplers import make_sampler
 from autotune.study.settings import SearchSettings
@@ -80,6 +80,7 @@ def tune(
         read = _read_users_model(problem, launcher, ref, settings, say)
         problem = read.problem
     noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
+    prior = read_spread(noise_file) if launcher.source == "measured" else None
     trials_from = launcher.source
     if launcher.source == "replayed" and launch.table is not None:
         trials_from = f"replayed {launch.table.resolve()}"
@@ -88,8 +89,8 @@ def tune(
         f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
-    if launcher.source == "measured":
-        remember_spread(study, noise_file)
+    if prior is not None:
+        remember_spread(study, prior)
     search = SearchSettings(
         budget=settings.budget,
         steps=settings.steps,

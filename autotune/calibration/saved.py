@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from autotune.engines import get_engine
 from autotune.errors import InputError
+from autotune.estimate.calibrate import BOUNDS
 from autotune.estimate.calibration import Calibration, default_calibration
 from autotune.estimate.commfit import CollectiveFit, Regime
 from autotune.specs import Cluster
@@ -35,12 +37,36 @@ def read_calibration(path: Path, default: Calibration | None = None) -> Calibrat
             CollectiveFit(**{**f, "regimes": tuple(Regime(**r) for r in f["regimes"])})
             for f in stored.pop("collectives", [])
         )
-        return dataclasses.replace(default or Calibration(), **stored, collectives=fits)
+        calibration = dataclasses.replace(default or Calibration(), **stored, collectives=fits)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InputError(
             f"calibration {path}: unreadable ({type(exc).__name__}); delete it or run "
             "`autotune calibrate` again"
         ) from None
+    _check_values(calibration, path)
+    return calibration
+
+
+def _check_values(calibration: Calibration, path: Path) -> None:
+    """Each parameter a finite number, positive (or 0 where a fit may reach it) and no more
+    than a fit allows (`BOUNDS`): "fast", -1, NaN or 0 would give tracebacks, negative
+    tokens/s or NaN."""
+    for field in dataclasses.fields(Calibration):
+        if field.name == "collectives":
+            continue
+        value = getattr(calibration, field.name)
+        low, high = BOUNDS.get(field.name, (1.0, 1e15))
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value > high or value < 0:
+            bad = True
+        else:
+            bad = value == 0 and low > 0
+        if bad:
+            floor = "0" if low == 0 else "above 0"
+            raise InputError(
+                f"calibration {path}: {field.name} {value!r} is not a number from {floor} "
+                f"to {high:g}; delete it or run `autotune calibrate` again"
+            )
 
 
 def load_calibration(

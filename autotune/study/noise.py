@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.confidence import EARLY_STOP_SIGMAS
+from autotune.errors import InputError
 from autotune.specs import Workload
 from autotune.study.trial_attrs import NOISE_PRIOR, TrialAttrs
 
@@ -101,7 +102,8 @@ def study_spread(study: optuna.Study) -> Spread | None:
 
 def noise_prior(study: optuna.Study) -> Spread | None:
     stored = study.user_attrs.get(NOISE_PRIOR)
-    return Spread(**stored) if stored else None
+    where = f"study {study.study_name!r}: its {NOISE_PRIOR}"
+    return checked_spread(stored, where) if stored else None
 
 
 def agrees(own: Spread, prior: Spread) -> bool:
@@ -176,20 +178,45 @@ def trial_precision(asked: float, between: float) -> float:
     return asked if asked == 0 else max(asked, between)
 
 
+def checked_spread(data: object, where: str) -> Spread:
+    """A between-trial spread as stored (a file, a study's attribute), checked as input is:
+    a finite relative spread in [0, 10], whole degrees of freedom, a text source; else one
+    line naming `where`."""
+    if not isinstance(data, dict) or not {"relative", "dof"} <= set(data) <= FIELDS:
+        raise InputError(f"{where}: not a between-trial spread ({', '.join(sorted(FIELDS))})")
+    relative, dof, source = data["relative"], data["dof"], data.get("source", "")
+    number = isinstance(relative, int | float) and not isinstance(relative, bool)
+    if not number or not math.isfinite(relative) or not 0 <= relative <= 10:
+        raise InputError(f"{where}: relative {relative!r} is not a spread between 0 and 10")
+    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 0:
+        raise InputError(f"{where}: dof {dof!r} is not a count of degrees of freedom")
+    if not isinstance(source, str):
+        raise InputError(f"{where}: source {source!r} is not text")
+    return Spread(float(relative), dof, source)
+
+
+FIELDS = {"relative", "dof", "source"}
+
+
 def read_spread(path: Path) -> Spread | None:
-    """A cluster's between-trial spread saved by an earlier study; None when there is none
-    (or it is unreadable: it is only a prior, the study measures its own)."""
+    """A cluster's between-trial spread saved by an earlier study; None when there is none.
+    One that cannot be read is named in one line (it is only a prior: deleting it is safe)."""
     try:
-        return Spread(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        text = path.read_text()
+    except OSError:
         return None
+    where = f"{path} (a prior from earlier studies: delete it to start afresh)"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InputError(f"{where}: not JSON") from None
+    return checked_spread(data, where)
 
 
-def remember_spread(study: optuna.Study, path: Path) -> None:
-    """Start the study from the spread of earlier studies of its kind (`noise_kind`), once
-    (a resumed study keeps its own)."""
-    prior = read_spread(path)
-    if prior is not None and NOISE_PRIOR not in study.user_attrs:
+def remember_spread(study: optuna.Study, prior: Spread) -> None:
+    """Start the study from the spread of earlier studies of its kind (`noise_kind`,
+    `read_spread`), once (a resumed study keeps its own)."""
+    if NOISE_PRIOR not in study.user_attrs:
         study.set_user_attr(NOISE_PRIOR, dataclasses.asdict(prior))
 
 

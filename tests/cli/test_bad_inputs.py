@@ -313,6 +313,19 @@ def _path_cases() -> list[Case]:
         Case("calibrate-dir", ["calibrate", "--commbench", "."]),
         Case("calibrate-results-proc", ["calibrate", "--study", "s", "--results", "/proc/z"]),
         Case("estimate-results-file", [*EST, "--results", "afile"], file),
+        *(
+            Case(
+                f"estimate-calibration-{name}",
+                [*EST, "--results", "r"],
+                {"r/calibration/local_2.json": f'{{"calibration": {{"overlap": {value}}}}}'},
+            )
+            for name, value in [("word", '"fast"'), ("neg", "-1"), ("nan", "NaN"), ("big", "7")]
+        ),
+        Case(
+            "estimate-calibration-zero",
+            [*EST, "--results", "r"],
+            {"r/calibration/local_2.json": '{"calibration": {"compute_efficiency": 0}}'},
+        ),
         Case("estimate-config-garbage", [*EST, "--config", "tp"]),
         Case("estimate-config-empty-value", [*EST, "--config", "tp="]),
         Case("estimate-config-unknown", [*EST, "--config", "warp=9"]),

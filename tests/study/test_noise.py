@@ -11,6 +11,7 @@ from autotune.study.confirm import contenders
 from autotune.study.noise import (
     noise_kind,
     prior_note,
+    read_spread,
     remember_spread,
     save_spread,
     study_spread,
@@ -38,7 +39,9 @@ def leaders_five_percent_apart(results: Path, kind: str) -> list[int]:
     """A new study of `kind` started from what is saved, its two leaders measured once
     each, 5% apart: the configs it would repeat before naming one."""
     study = new_study()
-    remember_spread(study, noise_path(results, CLUSTER, kind))
+    prior = read_spread(noise_path(results, CLUSTER, kind))
+    if prior is not None:
+        remember_spread(study, prior)
     add_measured(study, 105.0, TrainConfig(mbs=1))
     add_measured(study, 100.0, TrainConfig(mbs=2))
     return [s.first for s in contenders(study)]
@@ -56,7 +59,9 @@ def test_a_noise_prior_from_another_kind_of_study_does_not_tighten_a_verdict(
 def test_a_prior_the_studys_repeats_disagree_with_is_left_behind(tmp_path: Path) -> None:
     quiet_study_saved(tmp_path)
     study = new_study()
-    remember_spread(study, noise_path(tmp_path, CLUSTER, DENSE))
+    prior = read_spread(noise_path(tmp_path, CLUSTER, DENSE))
+    assert prior is not None
+    remember_spread(study, prior)
     rng = random.Random(4)
     for mbs in (1, 2):
         first = add_measured(study, 100.0, TrainConfig(mbs=mbs))
@@ -67,3 +72,25 @@ def test_a_prior_the_studys_repeats_disagree_with_is_left_behind(tmp_path: Path)
     assert spread is not None and spread.relative > 0.08 and spread.dof == 8
     note = prior_note(study)
     assert note is not None and "left behind" in note and "study" in note
+
+
+def test_a_corrupt_noise_prior_is_one_line_naming_its_file_and_never_enters_a_study(
+    tmp_path: Path,
+) -> None:
+    """A prior of `"relative": "x"` was copied into the study, which then failed on every run
+    even after the file was deleted."""
+    import pytest
+
+    from autotune.errors import InputError
+
+    path = noise_path(tmp_path, CLUSTER, DENSE)
+    path.parent.mkdir(parents=True)
+    for text in ('{"relative": "x", "dof": 3}', '{"relative": NaN, "dof": 3}', "{", "[]",
+                 '{"relative": 0.1, "dof": true}', '{"relative": -0.1, "dof": 3}'):  # fmt: skip
+        path.write_text(text)
+        with pytest.raises(InputError, match=str(path)):
+            read_spread(path)
+    study = new_study()
+    study.set_user_attr("noise_prior", {"relative": "x", "dof": 3})  # stored by an old version
+    with pytest.raises(InputError, match="its noise_prior: relative 'x'"):
+        study_spread(study)
