@@ -15,8 +15,10 @@ from autotune.engines import get_framework
 from autotune.engines.base import Engine
 from autotune.engines.framework import write_command
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
+from autotune.launchers.process_tree import sweep
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import (
+    TRIAL_ENV,
     TRIAL_FILE,
     PoolKind,
     TrialSpec,
@@ -39,6 +41,8 @@ class TrialRecord:
     wall_s: float
     result: TrialResult | None = None
     queue_s: float = 0.0
+    swept: tuple[str, ...] = ()
+    """Processes the trial left running on this host, stopped once it ended."""
 
 
 def prepare(
@@ -57,7 +61,12 @@ def prepare(
         worker_module=module,
         nprocs_per_node=spec.cluster.devices_per_node,
         nnodes=spec.cluster.nodes,
-        env={**engine.environment(spec.cluster), **job_env, **nccl_environment(spec)},
+        env={
+            **engine.environment(spec.cluster),
+            **job_env,
+            **nccl_environment(spec),
+            TRIAL_ENV: str(folder.resolve()),
+        },
         time_limit_s=time_limit_s,
         pool=pool,
     )
@@ -159,7 +168,10 @@ def run(
     """Launch the trial in a new folder: what a previous launch left there is set aside."""
     set_aside(folder)
     request = prepare(spec, engine, launcher, folder, time_limit_s)
-    outcome: LaunchOutcome = launcher.run(request)
+    try:
+        outcome: LaunchOutcome = launcher.run(request)
+    finally:  # what the trial left running here, however it ended
+        swept = sweep(request.env[TRIAL_ENV])
     record = TrialRecord(
         kind=outcome.kind,
         error=outcome.error,
@@ -168,6 +180,7 @@ def run(
         wall_s=outcome.wall_s,
         result=named_nodes(spec, folder, outcome.result, launcher.ran_on(request)),
         queue_s=outcome.queue_s,
+        swept=swept,
     )
     write_outcome(record)
     return record

@@ -44,6 +44,12 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
                 f"({attrs.kind}: {attrs.error}): that config "
                 "does not stand unless a later repeat succeeds"
             )
+    for t in study.get_trials(deepcopy=False):
+        if swept := TrialAttrs.of(t).swept:
+            console.print(
+                f"[yellow]trial {t.number} left processes running, stopped after it:[/] "
+                + escape(", ".join(swept))
+            )
     cost = study_cost(study)
     if cost is not None:
         console.print(cost_line(cost))

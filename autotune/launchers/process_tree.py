@@ -1,5 +1,7 @@
 """Starting a launch in its own session, tied to this process, and stopping it with
-everything it started."""
+everything it started; once it has ended, stopping what it left behind (`sweep`): a child
+the user's command started in a session of its own (`setsid`, a double fork) is re-parented
+away from the launch, but carries the trial's name in its environment."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from autotune.trial.lifetime import die_with_parent
+from autotune.trial.spec import TRIAL_ENV
 
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL when stopping a trial."""
@@ -55,3 +58,24 @@ def stop_tree(proc: subprocess.Popen[bytes]) -> None:
 def _signal(p: psutil.Process, sig: signal.Signals) -> None:
     with contextlib.suppress(psutil.NoSuchProcess):
         p.send_signal(sig)
+
+
+def sweep(token: str) -> tuple[str, ...]:
+    """Stop every process of this user on this host still running with `token` as its trial
+    (`TRIAL_ENV`: a trial's processes inherit it), SIGTERM then SIGKILL; what was stopped,
+    as `name (pid N)`, for the summary."""
+    left = []
+    for p in psutil.process_iter(["pid", "name"]):
+        with contextlib.suppress(psutil.Error):  # gone, another user's, a zombie
+            if p.pid != os.getpid() and p.environ().get(TRIAL_ENV) == token:
+                left.append(p)
+    if not left:
+        return ()
+    named = tuple(f"{p.info['name']} (pid {p.pid})" for p in left)
+    for p in left:
+        _signal(p, signal.SIGTERM)
+    _, alive = psutil.wait_procs(left, timeout=GRACE_S)
+    for p in alive:
+        _signal(p, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=GRACE_S)
+    return named

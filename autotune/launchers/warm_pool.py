@@ -28,13 +28,13 @@ from pathlib import Path
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, LaunchOutcome, LaunchRequest, classify
 from autotune.launchers.process_tree import start_tree, stop_tree
-from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV, PoolKind
+from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV, TRIAL_ENV, PoolKind
 
 POOL_WORKERS: dict[PoolKind, str] = {
     "warm": "autotune.rank.warm_pool",
     "forked": "autotune.rank.fork_pool",
 }
-PER_TRIAL_ENV = (FAULT_ENV,)
+PER_TRIAL_ENV = (FAULT_ENV, TRIAL_ENV)
 """Variables a pooled rank sets for one trial only; every other one is the pool's."""
 MAX_TRIALS = 24
 """Trials one pool serves before a fresh one (the default study and its repeats fit in

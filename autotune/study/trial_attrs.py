@@ -71,6 +71,9 @@ PARITY_RESEED = "parity_reseed"
 ONE_KNOB = "one_knob"
 """On a trial that moves one knob of the user's config alone, to tell which move breaks
 parity (`study/parity_cause.py`): that knob's name."""
+SWEPT = "swept"
+"""Processes the trial left running on the tuner's host, stopped once it ended (`name (pid N)`
+each)."""
 STOPPED_FOR = "stopped_for"
 """Why a measured trial stopped measuring (`trial.length`): precise, slower or cap."""
 
@@ -198,6 +201,10 @@ class TrialAttrs:
     @property
     def phases_s(self) -> dict[str, float] | None:
         return self.values.get(PHASES)
+
+    @property
+    def swept(self) -> tuple[str, ...]:
+        return tuple(self.values.get(SWEPT) or ())
 
     @property
     def stopped_for(self) -> str | None:

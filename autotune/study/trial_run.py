@@ -34,6 +34,7 @@ from autotune.study.trial_attrs import (
     OWNER,
     QUEUE,
     SOURCE,
+    SWEPT,
     USERS_CONFIG,
     WALL,
     TrialAttrs,
@@ -176,6 +177,8 @@ def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
         WALL: record.wall_s,
         QUEUE: record.queue_s,
     }
+    if record.swept:
+        attrs[SWEPT] = list(record.swept)
     if record.result is not None:
         attrs.update(record.result.figures())
     return attrs

@@ -45,6 +45,10 @@ NCCL_TUNED = ("NCCL_ALGO", "NCCL_PROTO")
 FAULT_ENV = "AUTOTUNE_INJECT_FAULT"
 """Test hook: `hang`, `crash` or `oom` makes rank 0 misbehave at its first step; `nccl_env`
 gives rank 1 an NCCL setting of its own."""
+TRIAL_ENV = "AUTOTUNE_TRIAL"
+"""Set by the runner: the trial every process of its launch belongs to (its folder), which
+every process the user's command starts inherits; what is still running with it once the
+trial has ended is stopped (`launchers.process_tree.sweep`)."""
 LAUNCH_EPOCH_ENV = "AUTOTUNE_LAUNCH_EPOCH"
 """Set by launchers: wall-clock time the launch began, to split trial overhead into phases."""
 
