@@ -15,6 +15,8 @@ from autotune.engines import get_framework
 from autotune.engines.base import Engine
 from autotune.engines.framework import write_command
 from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
+from autotune.launchers.base import LOG_FILE
+from autotune.launchers.log_limit import bound
 from autotune.launchers.process_tree import sweep
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import (
@@ -170,8 +172,9 @@ def run(
     request = prepare(spec, engine, launcher, folder, time_limit_s)
     try:
         outcome: LaunchOutcome = launcher.run(request)
-    finally:  # what the trial left running here, however it ended
+    finally:  # what the trial left running here, however it ended; its log kept bounded
         swept = sweep(request.env[TRIAL_ENV])
+        bound(folder / LOG_FILE)
     record = TrialRecord(
         kind=outcome.kind,
         error=outcome.error,

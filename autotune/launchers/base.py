@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from autotune.launchers.log_limit import read_bounded
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, Outcome, PoolKind, read_json
@@ -165,7 +166,7 @@ def classify(
             wall_s=wall_s,
             returncode=returncode,
         )
-    log = (folder / LOG_FILE).read_text(errors="replace") if (folder / LOG_FILE).exists() else ""
+    log = read_bounded(folder / LOG_FILE)
     line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
     # No rank reported: the worker never got going (bad environment, import failure, ...).
     return LaunchOutcome(kind="launch_error", error=line, wall_s=wall_s, returncode=returncode)

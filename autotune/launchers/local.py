@@ -17,6 +17,7 @@ import time
 from autotune.errors import InputError
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, Launcher, LaunchOutcome, LaunchRequest, classify
+from autotune.launchers.log_limit import bound
 from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.launchers.warm_pool import WarmPool, pool_key
 from autotune.problem import Problem
@@ -84,6 +85,7 @@ class LocalLauncher(Launcher):
                     break
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=POLL_S)
+                bound(request.folder / LOG_FILE)
         except BaseException:
             stop_tree(proc)
             raise

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from autotune.launchers import torchrun
 from autotune.launchers.base import LOG_FILE, LaunchOutcome, LaunchRequest, classify
+from autotune.launchers.log_limit import bound, read_bounded
 from autotune.launchers.process_tree import start_tree, stop_tree
 from autotune.trial.spec import FAULT_ENV, LAUNCH_EPOCH_ENV, TRIAL_ENV, PoolKind
 
@@ -181,6 +182,7 @@ class WarmPool:
             while waiting:
                 if time.monotonic() >= deadline:
                     return None
+                bound(request.folder / LOG_FILE)
                 for ready in wait(waiting, timeout=POLL_S):
                     assert isinstance(ready, Connection)
                     # A rank that died raises EOFError; a forked trial's rank that failed
@@ -205,7 +207,7 @@ class WarmPool:
         stop_tree(self._proc)
         if log_to is not None:
             with contextlib.suppress(OSError), log_to.open("a") as log:
-                log.write((self._dir / POOL_LOG).read_text(errors="replace"))
+                log.write(read_bounded(self._dir / POOL_LOG))
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
