@@ -154,14 +154,15 @@ def measured_outcome(
 
 class LossWorld(Launcher):
     """A measured cluster running a user's script that tells its loss: every config trains
-    the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
-    micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
-    knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
-    script's learning rate follows that knob). `crashes`: knob values whose trials crash
-    alike; `fail_users`: launches of the user's config (the first ones) that crash. Each
-    trial runs as long as its plan's measured steps and warm-up, and stops early where its
-    parity plan says its loss left the user's, as a rank does. Its step time follows the
-    ZeRO stage and buckets, so the search has something to find."""
+        the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
+        micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
+        knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
+        script's learning rate follows that knob). `crashes`: knob values whose trials crash
+        alike; `fail_users`: launches of the user's config (the first ones) that crash. Each
+        trial runs as long as its plan's measured steps and warm-up, and stops early where its
+        parity plan says its loss left the user's, as a rank does. Its step time follows the
+        ZeRO stage and buckets, so the search has something to find. `users_fail_as`: the kind
+    of those failures (crash, or oom)."""
 
     name = "losses"
     source = "measured"
@@ -172,9 +173,10 @@ class LossWorld(Launcher):
         breaks: tuple[str, ...] = (),
         crashes: dict[str, Any] | None = None,
         fail_users: int = 0,
+        users_fail_as: str = "crash",
     ) -> None:
         self.users, self.breaks, self.crashes = users, breaks, crashes or {}
-        self.fail_users = fail_users
+        self.fail_users, self.users_fail_as = fail_users, users_fail_as
         self.specs: list[TrialSpec] = []
 
     def curve(self, spec: TrialSpec, steps: int) -> tuple[float, ...]:
@@ -197,7 +199,8 @@ class LossWorld(Launcher):
         config = spec.config
         if config == self.users and self.fail_users > 0:
             self.fail_users -= 1
-            return LaunchOutcome(kind="crash", error="cache not built yet", wall_s=1.0)
+            error = "cache not built yet" if self.users_fail_as == "crash" else "out of memory"
+            return LaunchOutcome(kind=self.users_fail_as, error=error, wall_s=1.0)  # type: ignore[arg-type]
         for knob, value in self.crashes.items():
             if getattr(config, knob) == value:
                 error = f"RuntimeError: view size is not compatible with {id(spec)} strides"

@@ -28,13 +28,23 @@ def cli() -> None:
     """Find the fastest way to run a training job on a cluster."""
 
 
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM stops the tuner like Ctrl-C: the running trial is stopped and recorded."""
+def _interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) stop the tuner like Ctrl-C: the running trial is
+    stopped and recorded as interrupted. A second signal while that is under way is ignored,
+    so the cleanup it would cut short (the trial's processes, a pool's folder) finishes."""
+    stopping = False
 
     def handler(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
 
 
 def restore_sigint() -> None:
@@ -47,7 +57,7 @@ def restore_sigint() -> None:
 
 def main() -> None:
     restore_sigint()
-    _interrupt_on_sigterm()
+    _interrupt_on_signals()
     _quiet_optuna()
     try:
         cli.main(standalone_mode=False)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from autotune.launchers.exits import RankExit, root_cause
 from autotune.launchers.log_limit import read_bounded
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trial.result import TrialResult
@@ -167,6 +168,10 @@ def classify(
             returncode=returncode,
         )
     log = read_bounded(folder / LOG_FILE)
+    ended = root_cause(log) or (RankExit(returncode) if returncode and returncode < 0 else None)
+    if ended is not None and (ended.code < 0 or "Traceback" not in log):
+        kind, error = ended.named()  # a rank's own exit or a signal, told by torchrun
+        return LaunchOutcome(kind=kind, error=error, wall_s=wall_s, returncode=returncode)  # type: ignore[arg-type]
     line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
     # No rank reported: the worker never got going (bad environment, import failure, ...).
     return LaunchOutcome(kind="launch_error", error=line, wall_s=wall_s, returncode=returncode)

@@ -25,6 +25,8 @@ from autotune.space.transformer_engine import without_transformer_engine
 from autotune.specs.cluster import Cluster
 from autotune.trial.spec import LAUNCH_EPOCH_ENV, NCCL_TUNED
 
+TORCHRUN_DIR = "torchelastic"
+"""torchrun's own folder, in the trial's."""
 POLL_S = 0.5
 """How often a running trial's time limit is checked (its exit wakes the wait at once)."""
 
@@ -64,7 +66,9 @@ class LocalLauncher(Launcher):
 
     def command(self, request: LaunchRequest) -> list[str]:
         return [
-            *torchrun.one_host(request.nnodes, request.nprocs_per_node),
+            *torchrun.one_host(
+                request.nnodes, request.nprocs_per_node, request.folder / TORCHRUN_DIR
+            ),
             *torchrun.rank_words(request.worker_module),
             request.worker_file,
         ]

@@ -63,9 +63,10 @@ LOOPBACK_AGENT = "autotune.rank.loopback"
 """torchrun with its stores listening on loopback only, for runs on this host alone."""
 
 
-def one_host(nnodes: int, nprocs_per_node: int) -> list[str]:
+def one_host(nnodes: int, nprocs_per_node: int, log_dir: Path) -> list[str]:
     """torchrun and its options for a run on this host alone: its stores and its ranks'
-    MASTER_ADDR on loopback, reachable from no other host."""
+    MASTER_ADDR on loopback, reachable from no other host; its own files in `log_dir` (a
+    launch's folder), not a `torchelastic_*` folder of TMPDIR that nobody removes."""
     return [
         sys.executable,
         "-m",
@@ -73,6 +74,8 @@ def one_host(nnodes: int, nprocs_per_node: int) -> list[str]:
         *options(nnodes, nprocs_per_node, rendezvous=None),
         "--local-addr",
         "127.0.0.1",
+        "--log-dir",
+        str(log_dir),
     ]
 
 

@@ -94,7 +94,7 @@ class WarmPool:
 
     def _start(self, key: PoolKey, address: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         command = [
-            *torchrun.one_host(key.nnodes, key.nprocs_per_node),
+            *torchrun.one_host(key.nnodes, key.nprocs_per_node, self._dir / "torchelastic"),
             *torchrun.rank_words(POOL_WORKERS[key.kind]),
             key.worker_module,
             address,

@@ -197,7 +197,7 @@ class _Search:
                 acted, record = self.parity.reference()
                 if acted:
                     self.ran += record is not None
-                    fault = record and script_fault(self.problem, record, best_value(self.study))
+                    fault = record and script_fault(self.problem, record, self.study)
                     reason = fault or self.refreshed()
                     continue
                 if one := self.parity.one_knob(self.causes, set(self.seen), self.valid):
@@ -285,7 +285,7 @@ class _Search:
             skip(self.study, trial, Pruned.CLAIMED, why)
             return self.refreshed()
         record = self.measure(trial, config, key)
-        return script_fault(self.problem, record, best_value(self.study)) or self.refreshed()
+        return script_fault(self.problem, record, self.study) or self.refreshed()
 
     def rejection(self, config: TrainConfig, key: str, one_knob: bool = False) -> str | None:
         """Why a proposal is not run: a broken rule, a move that changes the training (not

@@ -322,7 +322,7 @@ def _banned(ran: list[FrozenTrial], users: TrainConfig) -> tuple[Banned, ...]:
     for t in ran:
         attrs = TrialAttrs.of(t)
         if t.state == TrialState.FAIL and attrs.kind in REPEATED_FAILURES:
-            groups.setdefault(_gist(str(attrs.error or "")), []).append(t)
+            groups.setdefault(failure_gist(str(attrs.error or "")), []).append(t)
     found = []
     for gist, failed in groups.items():
         if len(failed) < ALIKE:
@@ -335,9 +335,9 @@ def _banned(ran: list[FrozenTrial], users: TrainConfig) -> tuple[Banned, ...]:
     return tuple(found)
 
 
-def _gist(error: str) -> str:
-    """A failure's message with what changes between runs taken out: the last line that
-    names the error, its numbers and paths."""
+def failure_gist(error: str) -> str:
+    """A failure's message with what changes between runs taken out (its numbers and paths),
+    its last line: two failures with the same gist failed alike."""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     line = re.sub(r"(/[\w.\-]+)+", "<path>", line)

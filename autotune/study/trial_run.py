@@ -20,7 +20,13 @@ from autotune.space import TrainConfig
 from autotune.study import parity
 from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
-from autotune.study.parity_cause import differs_note, moves_text
+from autotune.study.parity_cause import (
+    ALIKE,
+    REPEATED_FAILURES,
+    differs_note,
+    failure_gist,
+    moves_text,
+)
 from autotune.study.slice import RANKED_BY, TRIAL_NODES, SliceRun
 from autotune.study.storage import INTERRUPTED, StudyRef, owner_tag
 from autotune.study.trial_attrs import (
@@ -49,16 +55,30 @@ class Progress(Protocol):
     ) -> None: ...
 
 
+AUTOTUNE_ERROR = "autotune_error"
+"""The kind of a trial that failed in autotune itself (not in the trial's processes)."""
 SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")
 """Failures of a user's script that no other config would fix."""
 
 
-def script_fault(problem: Problem, record: trials.TrialRecord, best: float | None) -> str | None:
+def script_fault(problem: Problem, record: trials.TrialRecord, study: optuna.Study) -> str | None:
     """Why to stop a study of the user's command before any config was measured: its script
-    cannot run, ends too early or ignores its config, and every trial would fail the same."""
-    if problem.job is None or best is not None or record.kind not in SCRIPT_FAULTS:
+    cannot run, ends too early or ignores its config, or failed twice alike (a crash's
+    message, numbers and paths aside: `failure_gist`), and every trial would fail the same."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if problem.job is None or any(t.value is not None for t in done):
         return None
-    return f"the script failed before any config was measured ({record.kind}): {record.error}"
+    if record.kind in SCRIPT_FAULTS:
+        return f"the script failed before any config was measured ({record.kind}): {record.error}"
+    gist = failure_gist(str(record.error or ""))
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    alike = [t for t in failed if failure_gist(str(TrialAttrs.of(t).error or "")) == gist]
+    if record.kind in REPEATED_FAILURES and gist and len(alike) >= ALIKE:
+        return (
+            f"the script failed alike {len(alike)} times before any config was measured "
+            f"({record.kind}): {record.error}"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,11 +158,14 @@ def _run_or_interrupt(
 ) -> trials.TrialRecord:
     try:
         return trials.run(spec, run.problem.engine, run.launcher, folder, run.timeout_s)
-    except BaseException:
-        # Ctrl-C or SIGTERM: the launcher has stopped the trial's processes; record the trial
-        # as interrupted so the study stays consistent and a resume may run the config again.
-        trial.set_user_attr(KIND, INTERRUPTED)
-        trial.set_user_attr(ERROR, "interrupted by the user")
+    except BaseException as exc:
+        # Ctrl-C, SIGTERM or SIGHUP: the launcher has stopped the trial's processes; the trial
+        # is interrupted, so the study stays consistent and a resume may run the config
+        # again. Anything else failed in autotune itself: recorded as that, with its cause.
+        stopped = isinstance(exc, KeyboardInterrupt | SystemExit)
+        trial.set_user_attr(KIND, INTERRUPTED if stopped else AUTOTUNE_ERROR)
+        cause = f"{type(exc).__name__}: {exc}"
+        trial.set_user_attr(ERROR, "interrupted by the user (or a signal)" if stopped else cause)
         run.study.tell(trial, state=TrialState.FAIL)
         raise
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,73 @@ def test_a_sigint_handler_set_on_purpose_is_kept() -> None:
     signal.signal(signal.SIGINT, mine)
     restore_sigint()
     assert signal.getsignal(signal.SIGINT) is mine
+
+
+SLOW_LOOP = """
+import time
+import torch.distributed as dist
+from autotune import step
+
+dist.init_process_group("gloo")
+for _ in range(400):
+    time.sleep(1.0)
+    step.done(loss=1.0)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGHUP,), (signal.SIGINT,) * 2])
+def test_a_signal_mid_trial_leaves_it_interrupted_one_line_and_nothing_behind(
+    tmp_path: Path, signals: tuple[signal.Signals, ...]
+) -> None:
+    """SIGHUP once left the trial RUNNING with no message, and it and a second Ctrl-C
+    leaked the pool's folder."""
+    import subprocess
+    import time
+
+    import optuna
+    import psutil
+
+    from autotune.trial.spec import TRIAL_ENV
+    from tests.conftest import spawn_autotune
+
+    (tmp_path / "slow.py").write_text(SLOW_LOOP)
+    (tmp_path / "space.yaml").write_text("engine: torch\nknobs:\n  mbs: [1, 2]\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = spawn_autotune(
+        "run", "--engine", "torch", "--space", str(tmp_path / "space.yaml"), "--cluster",
+        "local:2", "--trials", "2", "--results", str(tmp_path / "res"), "--study", "s",
+        "--users-config", "mbs=1", "--", str(tmp_path / "slow.py"),
+        env={"TMPDIR": str(tmp)},
+    )  # fmt: skip
+    steps = tmp_path / "res" / "s" / "trials" / "0" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not steps.exists():
+        time.sleep(0.2)
+    time.sleep(2)  # the trial's ranks are in the user's loop
+    for sig in signals:
+        proc.send_signal(sig)
+        time.sleep(0.3)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    lines = [line for line in out.splitlines() if line.startswith("autotune: ")]
+    assert proc.returncode == 130, out[-3000:]
+    assert lines == ["autotune: interrupted"], out[-3000:]
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'res/s/study.db'}")
+    kinds = [t.user_attrs.get("kind") for t in study.get_trials()]
+    assert kinds and kinds[-1] == "interrupted" and None not in kinds
+    # no pool folder, no torchelastic_* (torch's own inductor cache may stay: it is one)
+    assert sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor")) == []
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(TRIAL_ENV, "").startswith(str(tmp_path)):
+                left.append(p)
+        except psutil.Error:
+            continue
+    assert left == []

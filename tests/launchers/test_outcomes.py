@@ -117,3 +117,50 @@ def test_a_submitted_trial_ends_in_any_final_state_slurm_lists() -> None:
     """squeue lists a job it has just ended under its final state: a node failure too."""
     assert all(finished(None, state) for state in ("", "NODE_FAIL", "PREEMPTED", "COMPLETED"))
     assert not any(finished(None, state) for state in ("PENDING", "RUNNING", "COMPLETING"))
+
+
+TORCHRUN_FAILED = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+ex.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-06_23:55:56
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 10153)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 10153
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-06_23:55:56
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : {code} (pid: 10152)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+"""torchrun 2.13's log of a rank that ended by itself (os._exit), the other stopped."""
+
+
+def test_a_ranks_own_exit_is_named_not_the_signal_that_stopped_the_others(
+    tmp_path: Path,
+) -> None:
+    """`os._exit(3)` was recorded as a launch_error "got signal: 15": autotune's SIGTERM to
+    the other rank."""
+    (tmp_path / LOG_FILE).write_text(TORCHRUN_FAILED.format(code=3))
+    outcome = classify(tmp_path, 1, False, 1.0)
+    assert outcome.kind == "crash"
+    assert outcome.error is not None and outcome.error.startswith("rank 0 exited with code 3")
+
+
+def test_a_rank_killed_by_sigkill_is_named_so(tmp_path: Path) -> None:
+    """Once a launch_error whose message was a row of "=" signs."""
+    (tmp_path / LOG_FILE).write_text(TORCHRUN_FAILED.format(code=-9))
+    outcome = classify(tmp_path, 1, False, 1.0)
+    assert outcome.kind in ("oom", "crash")
+    assert outcome.error is not None and "rank 0 was killed" in outcome.error
+    pooled = classify(tmp_path / "none", -9, False, 1.0)  # a pool's rank answers its status
+    assert pooled.error is not None and "killed" in pooled.error

@@ -112,19 +112,40 @@ def test_a_failed_first_launch_of_your_config_is_run_again_and_parity_holds(
     assert verdict.verdict != "not_checked" and len(verdict.differing) == len(moved)
 
 
-def test_your_config_failing_every_time_is_no_reference_and_nothing_is_called_same(
+def test_your_config_out_of_memory_is_no_reference_and_nothing_is_called_same(
     project: Path,
 ) -> None:
-    world = LossWorld(YOURS, breaks=("mbs",), fail_users=10)
+    """A config that cannot fit is not launched again: no reference can be made, the study
+    says why, searches on, and judges nothing."""
+    world = LossWorld(YOURS, breaks=("mbs",), fail_users=10, users_fail_as="oom")
     study = studied(ds_problem(), world, 6, project)
     runs = [t for t in ran(study) if TrialAttrs.of(t).config_key == config_key(YOURS)]
-    assert len(runs) == 3 and all(t.state == TrialState.FAIL for t in runs)
-    assert "your config failed 3 times, last crash" in study.user_attrs[NO_REFERENCE]
+    assert len(runs) == 1 and runs[0].state == TrialState.FAIL
+    assert "your config failed 1 time, last oom" in study.user_attrs[NO_REFERENCE]
     assert not any(TrialAttrs.of(t).kind == DIFFERS for t in ran(study))
     other = next(t for t in ran(study) if t.state == TrialState.COMPLETE)
     verdict = study_parity(study, TrialAttrs.of(other).config_key, "bf16")
     assert verdict.verdict == "not_checked"
     assert "the export is not known to train your model" in verdict.why
+
+
+def test_your_config_crashing_alike_twice_stops_the_study(project: Path) -> None:
+    """A crash once is run again (a cache being built); the same crash twice, before any
+    config was measured, is the script's fault: every trial would fail alike."""
+    world = LossWorld(YOURS, breaks=("mbs",), fail_users=10)
+    study = new_study()
+    outcome = run_study(
+        ds_problem(),
+        study,
+        ref=StudyRef("t", "memory", project),
+        launcher=world,
+        progress=Quiet(),
+        settings=SearchSettings(
+            budget=Budget(trials=6, confirm=False), calibration=DEFAULT_CALIBRATION["hopper"]
+        ),
+    )
+    assert len(ran(study)) == 2
+    assert outcome.stop_reason.startswith("the script failed alike 2 times before any config")
 
 
 def test_a_helper_scripts_reference_is_the_config_you_state(project: Path) -> None:
