@@ -72,3 +72,10 @@ def main() -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("autotune: interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:  # the storage or the disk failing under a run: one line
+        from autotune.cli.failures import runtime_failure
+
+        if (line := runtime_failure(exc)) is None:
+            raise
+        click.echo(f"autotune: error: {line}", err=True)
+        sys.exit(1)

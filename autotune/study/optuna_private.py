@@ -5,6 +5,7 @@ An Optuna upgrade that breaks these breaks them here."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -104,8 +105,10 @@ def with_heartbeat(study: optuna.Study, trial: optuna.Trial, work: Callable[[], 
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(HEARTBEAT_S):
-            storage.record_heartbeat(trial_id)
+        # A storage that fails stops the beat, not the trial: the tell after it says why.
+        with contextlib.suppress(Exception):
+            while not stop.wait(HEARTBEAT_S):
+                storage.record_heartbeat(trial_id)
 
     beating = threading.Thread(target=beat, daemon=True)
     beating.start()
