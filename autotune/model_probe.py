@@ -8,6 +8,7 @@ do."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,11 @@ def read_model(
     folder.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="run-", dir=folder))  # workers of one study each
     spec = problem.trial_spec(config, steps)
-    record = trials.run(spec, problem.engine, launcher, folder, timeout_s)
+    try:
+        record = trials.run(spec, problem.engine, launcher, folder, timeout_s)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): nothing of the run is kept
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     if record.kind != "ok" or record.result is None:
         raise LaunchError(
             f"the script failed before any config was measured ({record.kind}), in the run "

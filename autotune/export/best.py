@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import errno
 import importlib.metadata
+import os
 import platform
 import shutil
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import psutil
 import yaml
 
 from autotune.engines import get_engine, get_framework
@@ -72,7 +74,8 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
         job=stored_job(study),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    remove_stale_staging(out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-{os.getpid()}-", dir=out.parent))
     try:
         _write_all(staging, study, trial, engine, spec, verdict.note)
         names = sorted(p.name for p in staging.iterdir())
@@ -82,6 +85,15 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return [out / name for name in names]  # what this export wrote, whoever renamed last
+
+
+def remove_stale_staging(out: Path) -> None:
+    """Remove what an export to `out` that was killed (SIGKILL: no cleanup ran) left beside
+    it, `.<name>-<pid>-*`, where that process is gone; a live worker's is left alone."""
+    for left in out.parent.glob(f".{out.name}-*-*"):
+        pid = left.name.removeprefix(f".{out.name}-").split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)) and left.is_dir():
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -116,7 +128,7 @@ def replace_folder(staging: Path, out: Path) -> None:
         except OSError as exc:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
-        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-{os.getpid()}-old-", dir=out.parent))
         try:
             with contextlib.suppress(FileNotFoundError):  # another worker moved it first
                 out.rename(aside)  # replaces the empty folder just made

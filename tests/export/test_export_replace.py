@@ -36,3 +36,20 @@ def test_exports_racing_for_one_folder_all_succeed_and_leave_one_whole_export(
     contents = {(out / name).read_text() for name in FILES}
     assert len(contents) == 1, f"files from different exports were mixed: {contents}"
     assert [p.name for p in tmp_path.iterdir()] == ["best"], "staging folders were left behind"
+
+
+def test_what_a_killed_export_left_is_removed_by_the_next_and_a_live_ones_is_not(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL during an export (no cleanup runs) once left a hidden `.best-XXXX` for good."""
+    import os
+
+    from autotune.export.best import remove_stale_staging
+
+    dead = tmp_path / ".best-999999999-abc"  # no such process
+    live = tmp_path / f".best-{os.getpid()}-def"  # this one's: another worker's at work
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / "train.sh").write_text("x\n")
+    remove_stale_staging(tmp_path / "best")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
