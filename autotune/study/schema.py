@@ -22,7 +22,13 @@ def stored_version(study: optuna.Study) -> int:
     """The version the study's attributes are in; an empty study is in the current one."""
     attrs = study.user_attrs
     if SCHEMA_ATTR in attrs:
-        return int(attrs[SCHEMA_ATTR])
+        stored = attrs[SCHEMA_ATTR]
+        if isinstance(stored, bool) or not isinstance(stored, int) or stored < 0:
+            raise InputError(
+                f"study {study.study_name!r}: its {SCHEMA_ATTR} {stored!r} is no version "
+                "autotune writes (a whole number); it was edited or damaged: use another --study"
+            )
+        return stored
     return UNVERSIONED if "engine" in attrs else SCHEMA_VERSION
 
 
@@ -40,6 +46,27 @@ def bring_to_current(study: optuna.Study) -> None:
             study.set_user_attr(key, value)
     if SCHEMA_ATTR not in study.user_attrs:
         study.set_user_attr(SCHEMA_ATTR, SCHEMA_VERSION)
+    check_stored_trials(study)
+
+
+def check_stored_trials(study: optuna.Study) -> None:
+    """Each trial's stored config a mapping of knobs with values of their types, as input is
+    checked: one that is not is named in one line, before anything reads it."""
+    from autotune.space.config import KNOBS, coerce_knob
+    from autotune.study.trial_attrs import CONFIG
+
+    for trial in study.get_trials(deepcopy=False):
+        stored = trial.user_attrs.get(CONFIG)
+        if stored is None:
+            continue
+        where = f"study {study.study_name!r}, trial {trial.number}: its stored config"
+        if not isinstance(stored, dict) or not set(stored) <= set(KNOBS):
+            raise InputError(f"{where} is not a mapping of knobs; it was edited or damaged")
+        for knob, value in stored.items():
+            if coerce_knob(knob, value, where) != value or isinstance(value, bool) != (
+                KNOBS[knob] is bool
+            ):
+                raise InputError(f"{where}: {knob} {value!r} is not a value of that knob")
 
 
 def _versioned_attrs(stored: dict[str, Any]) -> dict[str, Any]:

@@ -258,12 +258,21 @@ def load_existing_study(ref: StudyRef) -> optuna.Study:
 
 
 def stored_specs(study: optuna.Study) -> tuple[str, Workload, Cluster]:
+    """The engine, workload and cluster the study was created for, checked as input is; one
+    that was edited or damaged is named in one line."""
     attrs = study.user_attrs
-    return (
-        attrs["engine"],
-        TypeAdapter(Workload).validate_python(attrs["workload"]),
-        TypeAdapter(Cluster).validate_python(attrs["cluster"]),
-    )
+    try:
+        return (
+            str(attrs["engine"]),
+            TypeAdapter(Workload).validate_python(attrs["workload"]),
+            TypeAdapter(Cluster).validate_python(attrs["cluster"]),
+        )
+    except (KeyError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(
+            f"study {study.study_name!r}: its stored engine, workload or cluster is not "
+            f"complete ({first}); it was edited or damaged: use another --study"
+        ) from None
 
 
 def stored_job(study: optuna.Study) -> UserJob | None:

@@ -2,6 +2,7 @@
 opened, a newer one is refused in one line; and config keys stay the same as knobs are added."""
 
 import json
+import sqlite3
 from pathlib import Path
 
 import optuna
@@ -178,3 +179,49 @@ def test_simulated_and_measured_trials_never_share_a_study(tmp_path: Path) -> No
     with pytest.raises(InputError, match="holds simulated trials, and these would be measured"):
         open_study(ref, problem, optuna.samplers.RandomSampler(), "measured")
     open_study(ref, problem, optuna.samplers.RandomSampler(), "simulated")  # resumes
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ({"schema_version": "abc"}, "schema_version 'abc' is no version"),
+        ({"schema_version": None}, "schema_version None is no version"),
+        ({"workload": {"name": "x"}}, "stored engine, workload or cluster is not complete"),
+    ],
+)
+def test_a_damaged_stored_study_is_named_in_one_line(
+    tmp_path: Path, damage: dict[str, object], said: str
+) -> None:
+    """Tracebacks in trials, export and run, once."""
+    results = tmp_path / "results"
+    done = autotune(
+        "run", "--launcher", "simulate", "--cluster", "local:2", "--trials", "1",
+        "--no-confirm", "--results", str(results), "--study", "s",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{results / 's/study.db'}")
+    for key, value in damage.items():
+        study.set_user_attr(key, value)
+    for command in ("trials", "export", "report"):  # each works or says why in one line
+        out = ["--out", str(tmp_path / "o")] if command == "export" else []
+        shown = autotune(command, "--study", "s", "--results", str(results), *out)
+        lines = shown.stderr.strip().splitlines()
+        assert "Traceback" not in shown.stderr
+        assert shown.returncode == 0 or (len(lines) == 1 and said in lines[0]), shown.stderr
+        if command == "export":
+            assert shown.returncode == 2
+
+
+def test_a_trial_whose_stored_config_is_not_a_mapping_is_named(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    done = autotune(
+        "run", "--launcher", "simulate", "--cluster", "local:2", "--trials", "1",
+        "--no-confirm", "--results", str(results), "--study", "s",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(results / "s" / "study.db") as db:  # as a hand edit would
+        db.execute("UPDATE trial_user_attributes SET value_json = '[1, 2]' WHERE key = 'config'")
+    shown = autotune("trials", "--study", "s", "--results", str(results))
+    lines = shown.stderr.strip().splitlines()
+    assert shown.returncode == 2 and len(lines) == 1, shown.stderr
+    assert "trial 0: its stored config is not a mapping of knobs" in lines[0]
