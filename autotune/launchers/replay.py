@@ -41,8 +41,19 @@ class ReplayTable:
         )
 
 
+MAX_TABLE_BYTES = 16 << 20
+"""A recorded sweep is a row per config: tens of thousands of rows are a few MB. A 100 MB
+file once ran for minutes at 2.6 GB before anything was said."""
+
+
 def load_table(path: Path) -> ReplayTable:
     try:
+        size = path.stat().st_size
+        if size > MAX_TABLE_BYTES:
+            raise InputError(
+                f"replay table {path}: {size / 2**20:,.0f} MiB, larger than the "
+                f"{MAX_TABLE_BYTES >> 20} MiB a recorded sweep needs"
+            )
         frame = pd.read_csv(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"replay table {path}: cannot read: {exc}") from None

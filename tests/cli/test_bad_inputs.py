@@ -255,6 +255,11 @@ def _path_cases() -> list[Case]:
             ["run", "--launcher", "simulate", "--cluster", "dgx-h100:4", "--trial-nodes", "3"],
         ),
         Case("run-users-config-no-command", [*SIMULATE, "--users-config", "mbs=2"]),
+        Case(
+            "run-replay-table-huge",
+            ["run", "--launcher", "replay", "--table", "t.csv", "--cluster", "local:2"],
+            {"t.csv": b"zero,mbs,step_time_s,status\n" + b"1,1,0.1,ok\n" * 2_000_000},
+        ),
         Case("run-seed-negative", [*SIMULATE, "--seed", "-5"]),
         Case("run-seed-huge", [*SIMULATE, "--seed", str(2**32)]),
         Case("run-early-stop-margin-nan", [*SIMULATE, "--early-stop-margin", "nan"]),
