@@ -154,15 +154,16 @@ def measured_outcome(
 
 class LossWorld(Launcher):
     """A measured cluster running a user's script that tells its loss: every config trains
-        the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
-        micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
-        knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
-        script's learning rate follows that knob). `crashes`: knob values whose trials crash
-        alike; `fail_users`: launches of the user's config (the first ones) that crash. Each
-        trial runs as long as its plan's measured steps and warm-up, and stops early where its
-        parity plan says its loss left the user's, as a rank does. Its step time follows the
-        ZeRO stage and buckets, so the search has something to find. `users_fail_as`: the kind
-    of those failures (crash, or oom)."""
+            the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
+            micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
+            knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
+            script's learning rate follows that knob). `crashes`: knob values whose trials crash
+            alike; `fail_users`: launches of the user's config (the first ones) that crash. Each
+            trial runs as long as its plan's measured steps and warm-up, and stops early where its
+            parity plan says its loss left the user's, as a rank does. Its step time follows the
+            ZeRO stage and buckets, so the search has something to find. `users_fail_as`: the kind
+        of those failures (crash, or oom); `shows_after`: steps before a broken knob's drift
+    begins (a learning rate inside a long warm-up)."""
 
     name = "losses"
     source = "measured"
@@ -174,9 +175,11 @@ class LossWorld(Launcher):
         crashes: dict[str, Any] | None = None,
         fail_users: int = 0,
         users_fail_as: str = "crash",
+        shows_after: int = 0,
     ) -> None:
         self.users, self.breaks, self.crashes = users, breaks, crashes or {}
         self.fail_users, self.users_fail_as = fail_users, users_fail_as
+        self.shows_after = shows_after
         self.specs: list[TrialSpec] = []
 
     def curve(self, spec: TrialSpec, steps: int) -> tuple[float, ...]:
@@ -190,7 +193,8 @@ class LossWorld(Launcher):
             if spec.parity.reseed is None and config.mbs == self.users.mbs:
                 grown = 0.0  # the user's own grouping: the same draws
             loss = (6.0 - 0.05 * step) * (1 + grown * jitter.uniform(-1, 1))
-            losses.append(loss * (1 + 0.03 * step / 10) if moved else loss)
+            late = max(0, step - self.shows_after)
+            losses.append(loss * (1 + 0.03 * late / 10) if moved else loss)
         return tuple(losses)
 
     def run(self, request: LaunchRequest) -> LaunchOutcome:
@@ -216,6 +220,7 @@ class LossWorld(Launcher):
             steps = max(over, plan.min_warmup + plan.min_measured + 1)
             losses, stopped = losses[:steps], "differs"
         step = 0.1 * (1 + 0.1 * config.zero) * (1.02 if config.overlap_comm else 1.0)
+        step *= 1.1 if config.mbs < 4 else 1.0  # small micro-batches run slower
         return measured_outcome(request, spec, step, losses=losses, stopped_for=stopped)
 
     def command(self, request: LaunchRequest) -> list[str]:

@@ -31,6 +31,7 @@ from autotune.study.noise import (
 )
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.parity import differing_now
+from autotune.study.parity_cause import read_causes
 from autotune.study.storage import INTERRUPTED
 from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, USERS_CONFIG, TrialAttrs
 
@@ -134,7 +135,8 @@ def standings(study: optuna.Study) -> list[Standing]:
     study's scale probe (it measures how the slice misses, not a config), nor one whose loss
     leaves the user's (`parity`: judged again here, so a trial measured before the study's
     reference existed is judged too). A trial that runs after a confirmation (a resumed
-    study, another worker) stands like any other and can win."""
+    study, another worker) stands like any other and can win. Nor does a config that moves
+    a knob a flagged trial convicted (`parity_cause`), however short its runs were."""
     failed: dict[int, int] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         attrs = TrialAttrs.of(t)
@@ -142,10 +144,13 @@ def standings(study: optuna.Study) -> list[Standing]:
             failed[attrs.confirms] = t.number
     found = []
     differing = differing_now(study)
+    causes = read_causes(study)
     for first, trials in measurements(study).items():
         if TrialAttrs.of(trials[0]).scale_probe_of is not None:
             continue
         if any(t.number in differing for t in trials):
+            continue
+        if causes is not None and causes.convicted_moves(TrialAttrs.of(trials[0]).config):
             continue
         latest = max(trials, key=lambda t: t.number)
         chose = tuple(t.value for t in trials if t.value and not TrialAttrs.of(t).after_choice)

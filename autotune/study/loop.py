@@ -164,10 +164,10 @@ class _Search:
 
     def _parity_runs(self) -> ParityRuns | None:
         """The trials parity asks, where the study knows the user's config."""
-        if self.users is None:
+        if (users := self.users) is None:
             return None
-        precision, steps = self.problem.workload.precision, self.settings.steps
-        return ParityRuns(self.study, self.space, self.users, steps, precision, self._launch)
+        p, steps, launch = self.problem.workload.precision, self.settings.steps, self._launch
+        return ParityRuns(self.study, self.space, users, steps, p, launch, self.valid)
 
     def calibration(self) -> Calibration:
         """The study's current fit: the guided search's, or the plan's."""
@@ -200,7 +200,7 @@ class _Search:
                     fault = record and script_fault(self.problem, record, self.study)
                     reason = fault or self.refreshed()
                     continue
-                if one := self.parity.one_knob(self.causes, set(self.seen), self.valid):
+                if one := self.parity.one_knob(self.causes, set(self.seen)):
                     knob, config = one
                     self.study.enqueue_trial(
                         self.space.params(config), user_attrs={ONE_KNOB: knob}

@@ -158,6 +158,11 @@ class Causes:
             knobs |= f.suspects or set(f.moved)
         return {k: getattr(self.users, k) for k in sorted(knobs)}
 
+    def convicted_moves(self, config: TrainConfig) -> bool:
+        """Whether `config` moves a knob a flagged trial convicted: it changes the training
+        however short a run of it looked the same."""
+        return any(getattr(config, k) != getattr(self.users, k) for k in self.convicted)
+
     def allows(self, config: TrainConfig) -> bool:
         """Whether the search may propose `config`: no held knob moved, no banned value."""
         held = self.held()
@@ -244,6 +249,8 @@ def read_causes(study: optuna.Study) -> Causes | None:
     """The causes as the study's trials tell them now; None where the study does not know
     the user's config."""
     key = study.user_attrs.get(USERS_CONFIG)
+    if key is None:
+        return None
     trials = study.get_trials(deepcopy=False)
     users = next(
         (

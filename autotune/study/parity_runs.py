@@ -22,19 +22,20 @@ from autotune.study.confirm import standings
 from autotune.study.noise import measurements
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.parity import study_band
-from autotune.study.parity_cause import Causes
+from autotune.study.parity_cause import Causes, read_causes
 from autotune.study.storage import fail_abandoned_trials
 from autotune.study.trial_attrs import (
     AFTER_CHOICE,
     CONFIRMS,
     NO_REFERENCE,
+    ONE_KNOB,
     PARITY_RESEED,
     SEEDED_BY,
     USERS_CONFIG,
     USERS_CONFIG_FROM,
     TrialAttrs,
 )
-from autotune.study.verdicts import AWAIT_S
+from autotune.study.verdicts import AWAIT_S, verdicts
 from autotune.trial.spec import ParityPlan, StepPlan
 
 Launch = Callable[[optuna.Trial, TrainConfig, str, StepPlan, ParityPlan], trials.TrialRecord]
@@ -74,6 +75,8 @@ class ParityRuns:
     """The study's step plan: the reference's runs are longer (`reference_plan`)."""
     precision: str
     launch: Launch
+    valid: ConfigTable
+    """The space's valid configs: a one-knob trial runs only one of them."""
 
     def reference(self) -> tuple[bool, trials.TrialRecord | None]:
         """Run or await what the reference needs before anything else: whether it acted,
@@ -101,9 +104,7 @@ class ParityRuns:
         record = self.launch(trial, self.users, config_key(self.users), plan, parity)
         return True, record if step.step != "reseeded" else None
 
-    def one_knob(
-        self, causes: Causes | None, seen: set[str], valid: ConfigTable
-    ) -> tuple[str, TrainConfig] | None:
+    def one_knob(self, causes: Causes | None, seen: set[str]) -> tuple[str, TrainConfig] | None:
         """The knob and the user's config with that one move, which tells which move of a
         flagged trial changes the training (`Causes.next_one_knob`), where it can run and
         has no verdict."""
@@ -112,7 +113,7 @@ class ParityRuns:
             return None
         knob, value = move
         config = dataclasses.replace(self.users, **{knob: value})
-        if config_key(config) in seen or valid.row_of(config) is None:
+        if config_key(config) in seen or self.valid.row_of(config) is None:
             return None
         return knob, config
 
@@ -155,5 +156,23 @@ class ParityRuns:
                 break
             plan = dataclasses.replace(reference.reference_plan(self.steps), profile=False)
             self.launch(trial, attrs.config, str(attrs.config_key), plan, against.plan())
+            numbers.append(trial.number)
+            numbers += self._cause_of_flags()
+        return numbers
+
+    def _cause_of_flags(self) -> list[int]:
+        """One-knob trials, while a flagged trial's cause is unknown: a convicted knob takes
+        every config that moves it out of the standings at once (`confirm.standings`)."""
+        numbers: list[int] = []
+        while one := self.one_knob(read_causes(self.study), set(verdicts(self.study))):
+            knob, config = one
+            marks: dict[str, object] = {ONE_KNOB: knob}
+            trial = ask_enqueued(
+                self.study, self.space.params(config), marks, self.space.distributions
+            )
+            if trial is None:
+                break
+            plan = reference.reference_plan(self.steps)
+            self.launch(trial, config, config_key(config), plan, self.plan())
             numbers.append(trial.number)
         return numbers

@@ -84,6 +84,8 @@ class Proposer:
             if explore or self.guide.converged(avoided, *best) is None:
                 config = self.guide.propose(avoided)
             config = config or self.guide.propose(claimed)
+            if config is None and explore:  # refinements the model sees no gain in, too
+                config = self._first_in_order(avoided) or self._first_in_order(claimed)
         else:
             config = self._first_in_order(avoided) or self._first_in_order(claimed)
         return config, None if config else "search space exhausted: every config is claimed"

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
+from autotune.study.confirm import standings
 from autotune.study.loop import run_study
 from autotune.study.parity import DIFFERS, study_band
 from autotune.study.parity_cause import read_causes
@@ -211,3 +212,19 @@ def test_a_failure_that_repeats_alike_at_one_value_is_not_proposed_again(project
     assert causes is not None and [b.values for b in causes.banned] == [{"mbs": 8}]
     later = [t for t in ran(study) if t.number > max(c.number for c in crashed)]
     assert len(later) >= 3 and all(TrialAttrs.of(t).config.mbs != 8 for t in later)
+
+
+def test_a_break_that_shows_only_late_is_caught_before_export_and_named(project: Path) -> None:
+    """Trials shorter than the break takes to show look the same; the winner's run over the
+    user's whole band does not, a one-knob trial names the knob, and every config that moves
+    it leaves the standings at once: what is exported keeps the user's micro-batch."""
+    problem = ds_problem(config="ds_small.json")
+    yours = problem.users_config()
+    assert yours is not None
+    world = LossWorld(yours, breaks=("mbs",), shows_after=12)
+    study = studied(problem, world, 6, project)
+    causes = read_causes(study)
+    assert causes is not None and "mbs" in causes.convicted
+    best = standings(study)[0]
+    assert best.config.mbs == yours.mbs
+    assert study_parity(study, config_key(best.config), "bf16").verdict in ("same", "yours")
