@@ -154,16 +154,16 @@ def measured_outcome(
 
 class LossWorld(Launcher):
     """A measured cluster running a user's script that tells its loss: every config trains
-            the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
-            micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
-            knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
-            script's learning rate follows that knob). `crashes`: knob values whose trials crash
-            alike; `fail_users`: launches of the user's config (the first ones) that crash. Each
-            trial runs as long as its plan's measured steps and warm-up, and stops early where its
-            parity plan says its loss left the user's, as a rank does. Its step time follows the
-            ZeRO stage and buckets, so the search has something to find. `users_fail_as`: the kind
-        of those failures (crash, or oom); `shows_after`: steps before a broken knob's drift
-    begins (a learning rate inside a long warm-up)."""
+    the same curve, a dropout-like jitter that grows with the steps (drawn from the config's
+    micro-batch grouping, or from the reseed of a reseeded run) on top, unless it moves a
+    knob of `breaks` off the user's value: then the loss drifts 3% away by the end (the
+    script's learning rate follows that knob), from step `shows_after` on (a learning rate
+    inside a long warm-up shows late). `crashes`: knob values whose trials crash alike;
+    `fail_users`: launches of the user's config (the first ones) that fail, as
+    `users_fail_as` (crash, or oom). Each trial runs as long as its plan's measured steps and
+    warm-up, and stops early where its parity plan says its loss left the user's, as a rank
+    does. Its step time follows the ZeRO stage, overlap and micro-batch, so the search has
+    something to find."""
 
     name = "losses"
     source = "measured"
