@@ -167,13 +167,19 @@ def classify(
             wall_s=wall_s,
             returncode=returncode,
         )
+    return _unreported(folder, returncode, wall_s)
+
+
+def _unreported(folder: Path, returncode: int | None, wall_s: float) -> LaunchOutcome:
+    """A launch that failed with no rank's error and no result: a rank's own exit or a
+    signal, where torchrun (or a pool's rank) tells it; else the worker never got going (a
+    bad environment, an import failure), its log's first error line."""
     log = read_bounded(folder / LOG_FILE)
     ended = root_cause(log) or (RankExit(returncode) if returncode and returncode < 0 else None)
     if ended is not None and (ended.code < 0 or "Traceback" not in log):
-        kind, error = ended.named()  # a rank's own exit or a signal, told by torchrun
-        return LaunchOutcome(kind=kind, error=error, wall_s=wall_s, returncode=returncode)  # type: ignore[arg-type]
+        kind, error = ended.named()
+        return LaunchOutcome(kind=kind, error=error, wall_s=wall_s, returncode=returncode)
     line = first_error_line(log) or f"exited with code {returncode} and wrote no result"
-    # No rank reported: the worker never got going (bad environment, import failure, ...).
     return LaunchOutcome(kind="launch_error", error=line, wall_s=wall_s, returncode=returncode)
 
 

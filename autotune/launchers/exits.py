@@ -12,6 +12,8 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+from autotune.trial.spec import Outcome
+
 _ROOT = re.compile(
     r"Root Cause \(first observed failure\):\s*\[\d+\]:.*?rank\s*:\s*(\d+).*?"
     r"exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?",
@@ -27,7 +29,7 @@ class RankExit:
     rank: int | None = None
     pid: int | None = None
 
-    def named(self) -> tuple[str, str]:
+    def named(self) -> tuple[Outcome, str]:
         """The outcome kind and the error in words."""
         who = f"rank {self.rank}" if self.rank is not None else "a rank"
         if self.code >= 0:

@@ -252,57 +252,24 @@ def read_causes(study: optuna.Study) -> Causes | None:
     if key is None:
         return None
     trials = study.get_trials(deepcopy=False)
-    users = next(
-        (
-            TrialAttrs.of(t).config
-            for t in trials
-            if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).config_values
-        ),
-        None,
-    )
-    if key is None or users is None:
-        return None
     ran = [t for t in trials if TrialAttrs.of(t).config_values is not None]
-    precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
-    against = study_band(study, precision)
-    whole = len(against.floor) if against is not None else 0
-    same = [  # judged the same over the whole band: a short run is no proof
-        t
-        for t in ran
-        if t.state == TrialState.COMPLETE
-        and len(TrialAttrs.of(t).losses) >= max(1, whole)
-        and TrialAttrs.of(t).config_key != key
-    ]
-    cleared = frozenset(k for t in same for k in moves(TrialAttrs.of(t).config, users))
-    flagged_trials = [
-        t for t in ran if t.state == TrialState.FAIL and TrialAttrs.of(t).kind in FLAGGED
-    ]
-    flagged = []
-    for t in flagged_trials:
-        moved = moves(TrialAttrs.of(t).config, users)
-        if not moved:  # the user's own config: a script fault, not a move
-            continue
-        kind = str(TrialAttrs.of(t).kind)
-        flagged.append(Flagged(t.number, kind, moved, frozenset(moved) - cleared))
-    convicted: dict[str, list[int]] = {}
-    for f in flagged:
-        if len(f.suspects) == 1:
-            convicted.setdefault(next(iter(f.suspects)), []).append(f.number)
-    for f in flagged:  # a trial whose suspects include a convicted knob is explained by it
-        for knob in f.suspects & set(convicted):
-            if f.number not in convicted[knob]:
-                convicted[knob].append(f.number)
-    tested = frozenset(
-        (str(t.user_attrs[ONE_KNOB]), TrialAttrs.of(t).config_values[t.user_attrs[ONE_KNOB]])  # type: ignore[index]
-        for t in ran
-        if t.user_attrs.get(ONE_KNOB) in (TrialAttrs.of(t).config_values or {})
+    users = next(
+        (TrialAttrs.of(t).config for t in ran if TrialAttrs.of(t).config_key == key), None
     )
+    if users is None:
+        return None
+    cleared = _cleared(study, ran, users, key)
+    flagged = _flagged(ran, users, cleared)
     causes = Causes(
         users=users,
         flagged=tuple(flagged),
-        convicted={k: tuple(sorted(v)) for k, v in convicted.items()},
+        convicted=_convicted(flagged),
         cleared=cleared,
-        tested=tested,
+        tested=frozenset(
+            (str(t.user_attrs[ONE_KNOB]), TrialAttrs.of(t).config_values[t.user_attrs[ONE_KNOB]])  # type: ignore[index]
+            for t in ran
+            if t.user_attrs.get(ONE_KNOB) in (TrialAttrs.of(t).config_values or {})
+        ),
         banned=_banned(ran, users),
     )
     if not flagged:
@@ -317,6 +284,52 @@ def read_causes(study: optuna.Study) -> Causes | None:
         and causes.allows(TrialAttrs.of(t).config)
     }
     return dataclasses.replace(causes, kept_after=len(kept))
+
+
+def _cleared(
+    study: optuna.Study, ran: list[FrozenTrial], users: TrainConfig, key: str
+) -> frozenset[str]:
+    """Knobs moved by a trial judged the same over the whole band (a short run is no
+    proof)."""
+    precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
+    against = study_band(study, precision)
+    whole = max(1, len(against.floor) if against is not None else 0)
+    return frozenset(
+        k
+        for t in ran
+        if t.state == TrialState.COMPLETE
+        and len(TrialAttrs.of(t).losses) >= whole
+        and TrialAttrs.of(t).config_key != key
+        for k in moves(TrialAttrs.of(t).config, users)
+    )
+
+
+def _flagged(ran: list[FrozenTrial], users: TrainConfig, cleared: frozenset[str]) -> list[Flagged]:
+    """The trials that do not train the user's model, each with its suspects (its moves no
+    same-training trial cleared); the user's own config failing so is a script fault."""
+    found = []
+    for t in ran:
+        attrs = TrialAttrs.of(t)
+        if t.state != TrialState.FAIL or attrs.kind not in FLAGGED:
+            continue
+        moved = moves(attrs.config, users)
+        if moved:
+            found.append(Flagged(t.number, str(attrs.kind), moved, frozenset(moved) - cleared))
+    return found
+
+
+def _convicted(flagged: list[Flagged]) -> dict[str, tuple[int, ...]]:
+    """Knobs a flagged trial suspects alone, each with the flagged trials it explains (every
+    one that suspects it too)."""
+    convicted: dict[str, list[int]] = {}
+    for f in flagged:
+        if len(f.suspects) == 1:
+            convicted.setdefault(next(iter(f.suspects)), []).append(f.number)
+    for f in flagged:
+        for knob in f.suspects & set(convicted):
+            if f.number not in convicted[knob]:
+                convicted[knob].append(f.number)
+    return {k: tuple(sorted(v)) for k, v in convicted.items()}
 
 
 def _banned(ran: list[FrozenTrial], users: TrainConfig) -> tuple[Banned, ...]:
