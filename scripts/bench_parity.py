@@ -326,6 +326,25 @@ def report(results: list[dict[str, Any]]) -> str:
         f"{sum(m['named'] for m in marks if m['caught'])} of {caught} flagged named the "
         "micro-batch.",
     ]
+    others = sorted(
+        {
+            f"{r['name']}: {part.strip()}"
+            for r in broken
+            for line in r["summary"]
+            if "train another model:" in line
+            for part in line.split("train another model:")[1].split(";")
+            if "the micro-batch" not in part
+        }
+    )
+    lines += [
+        "",
+        "The search after the first flag counts search trials only (a winner's check run over "
+        "the whole band, and the one-knob trial it may lead to, are no search). Where fewer "
+        "than 3 trials kept the micro-batch, the space left fewer configs (ZeRO 0 takes no "
+        "overlap; a second convicted knob holds more) and the study says so (`search space "
+        "exhausted: every config left that keeps ... ran`). Other moves named in broken "
+        "studies: " + ("; ".join(others) or "none") + ".",
+    ]
     lines += ["", "## A script that reuses one batch of the micro-batch's size", ""]
     lines += ["| study | exported | against your config |", "|---|---|---|"]
     for r in (r for r in broken if r["variant"] == "fixed"):
