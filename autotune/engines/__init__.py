@@ -10,7 +10,7 @@ from autotune.engines.deepspeed.engine import DeepSpeedEngine
 from autotune.engines.framework import Framework
 from autotune.engines.megatron.engine import MegatronEngine
 from autotune.engines.torch.engine import TorchEngine
-from autotune.errors import InputError
+from autotune.errors import InputError, did_you_mean
 
 ENGINES: dict[str, Engine] = {
     e.name: e for e in (DeepSpeedEngine(), TorchEngine(), MegatronEngine())
@@ -21,9 +21,19 @@ FRAMEWORKS: dict[str, Framework] = {
 """Every framework by name (`UserJob.framework`); a test may register one of its own."""
 
 
+ALIASES = {
+    **dict.fromkeys(("fsdp", "fsdp2", "ddp", "dtensor", "torchtitan", "pytorch"), "torch"),
+    **dict.fromkeys(("megatron-lm", "megatron-core", "mcore", "nemo"), "megatron"),
+    **dict.fromkeys(("ds", "zero", "huggingface", "hf", "trainer"), "deepspeed"),
+}
+"""What people call the frameworks an engine runs, for the error that names the engine."""
+
+
 def get_engine(name: str) -> Engine:
     if name not in ENGINES:
-        raise InputError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")
+        known = ALIASES.get(name.lower())
+        hint = f"; {name} runs on --engine {known}" if known else did_you_mean(name, ENGINES)
+        raise InputError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}{hint}")
     return ENGINES[name]
 
 

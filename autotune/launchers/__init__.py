@@ -3,7 +3,7 @@
 A launcher is registered here, by its `name`; `autotune run --launcher NAME` and the
 contract tests (tests/contract/test_launcher_contract.py) find it in `LAUNCHERS`."""
 
-from autotune.errors import InputError
+from autotune.errors import InputError, did_you_mean
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
 from autotune.launchers.local import LocalLauncher
 from autotune.launchers.replay import ReplayLauncher
@@ -17,7 +17,8 @@ LAUNCHERS: dict[str, type[Launcher]] = {
 
 def get_launcher(name: str, settings: LaunchSettings | None = None) -> Launcher:
     if name not in LAUNCHERS:
-        raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(LAUNCHERS)}")
+        hint = did_you_mean(name, LAUNCHERS)
+        raise InputError(f"unknown launcher {name!r}; launchers: {', '.join(LAUNCHERS)}{hint}")
     return LAUNCHERS[name].build(settings or LaunchSettings())
 
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from autotune.errors import InputError
+from autotune.errors import InputError, did_you_mean
 from autotune.units import parse_count
 
 Recompute = Literal["none", "selective", "full"]
@@ -125,7 +125,8 @@ MAX_KNOB = 10**15
 def coerce_knob(name: str, value: Any, where: str) -> Any:
     """A knob value from YAML or a flag, converted to the knob's type or an InputError."""
     if name not in KNOBS:
-        raise InputError(f"{where}: unknown knob {name!r}; knobs: {', '.join(KNOBS)}")
+        hint = did_you_mean(name, KNOBS)
+        raise InputError(f"{where}: unknown knob {name!r}; knobs: {', '.join(KNOBS)}{hint}")
     kind = KNOBS[name]
     text = str(value).strip()
     if kind is bool:

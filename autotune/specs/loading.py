@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from autotune.errors import InputError
+from autotune.errors import InputError, did_you_mean
 from autotune.specs.cluster import Cluster, DeviceKind, Link, SlurmSettings
 from autotune.specs.local import cpu_device, detect_local_cluster
 from autotune.specs.presets import CLUSTER_KINDS, DEVICES, WORKLOADS, GiB
@@ -146,6 +146,8 @@ def load_cluster(value: str) -> Cluster:
     kind, colon, count = value.partition(":")
     if (kind == "local" or kind in CLUSTER_KINDS) and colon and not count:
         raise InputError(f"cluster {_short(value)}: give a count after ':' or drop the ':'")
+    if kind in CLUSTER_KINDS and not colon:  # one node is seldom what was meant: say it
+        raise InputError(f"cluster {kind}: give its node count, e.g. {kind}:1 or {kind}:16")
     if kind == "local" or kind in CLUSTER_KINDS:
         if kind == "local":
             nodes, processes = _local_layout(value, count)
@@ -263,12 +265,19 @@ def _link(link: LinkFile) -> Link:
 
 
 def _existing_file(value: str, what: str, presets: list[str]) -> Path:
+    """The file `value` names; a path that does not exist is said so, a word that is no
+    preset gets the nearest one."""
     path = Path(value)
-    if not path.is_file():
-        raise InputError(
-            f"unknown {what} {_short(value)}: not a preset ({', '.join(presets)}) and not a file"
-        )
-    return path
+    if path.is_file():
+        return path
+    if "/" in value or path.suffix in (".yaml", ".yml"):
+        raise InputError(f"{what} file {_short(value)} does not exist")
+    bare = [p.removesuffix(":N") for p in presets]
+    hint = did_you_mean(value, bare)
+    raise InputError(
+        f"unknown {what} {_short(value)}: not a preset ({', '.join(presets)}) and not a "
+        f"file{hint}"
+    )
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import optuna
 
-from autotune.errors import InputError
+from autotune.errors import InputError, did_you_mean
 
 STRATEGIES = ("guided", "tpe", "gp", "random", "grid")
 ENQUEUEING = frozenset({"guided", "grid"})
@@ -21,4 +21,5 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
     if name in ("random", *ENQUEUEING):
         return optuna.samplers.RandomSampler(seed=seed)
-    raise InputError(f"unknown sampler {name!r}; samplers: {', '.join(STRATEGIES)}")
+    hint = did_you_mean(name, STRATEGIES)
+    raise InputError(f"unknown sampler {name!r}; samplers: {', '.join(STRATEGIES)}{hint}")

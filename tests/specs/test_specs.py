@@ -30,7 +30,9 @@ def test_cluster_presets_take_a_node_count() -> None:
     c = load_cluster("dgx-h100:16")
     assert (c.nodes, c.devices_per_node, c.world_size, c.backend) == (16, 8, 128, "nccl")
     assert c.device.peak_flops["bf16"] == 989e12
-    assert load_cluster("dgx-a100").nodes == 1
+    assert load_cluster("dgx-a100:1").nodes == 1
+    with pytest.raises(InputError, match="give its node count, e.g. dgx-a100:1"):
+        load_cluster("dgx-a100")  # one node is seldom what was meant
 
 
 def test_local_cluster_uses_this_hosts_cores_with_gloo() -> None:
