@@ -54,7 +54,7 @@ from autotune.study.trial_attrs import (
     Prediction,
     Pruned,
 )
-from autotune.study.trial_run import Progress, StudyRun, run_one, script_fault
+from autotune.study.trial_run import Progress, StudyRun, run_one, stop_after
 from autotune.study.verdicts import (
     AWAIT_S,
     best_value,
@@ -197,7 +197,7 @@ class _Search:
                 acted, record = self.parity.reference()
                 if acted:
                     self.ran += record is not None
-                    fault = record and script_fault(self.problem, record, self.study)
+                    fault = record and stop_after(self.study_run, record)
                     reason = fault or self.refreshed()
                     continue
                 if one := self.parity.one_knob(self.causes, set(self.seen)):
@@ -285,7 +285,7 @@ class _Search:
             skip(self.study, trial, Pruned.CLAIMED, why)
             return self.refreshed()
         record = self.measure(trial, config, key)
-        return script_fault(self.problem, record, self.study) or self.refreshed()
+        return stop_after(self.study_run, record) or self.refreshed()
 
     def rejection(self, config: TrainConfig, key: str, one_knob: bool = False) -> str | None:
         """Why a proposal is not run: a broken rule, a move that changes the training (not

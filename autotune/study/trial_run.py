@@ -46,6 +46,7 @@ from autotune.study.trial_attrs import (
     TrialAttrs,
 )
 from autotune.trial.spec import ParityPlan, StepPlan, TrialSpec
+from autotune.units import human_duration
 
 
 class Progress(Protocol):
@@ -61,17 +62,28 @@ SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")
 """Failures of a user's script that no other config would fix."""
 
 
-def script_fault(problem: Problem, record: trials.TrialRecord, study: optuna.Study) -> str | None:
-    """Why to stop a study of the user's command before any config was measured: its script
-    cannot run, ends too early or ignores its config, or failed twice alike (a crash's
-    message, numbers and paths aside: `failure_gist`), and every trial would fail the same."""
+def stop_after(run: StudyRun, record: trials.TrialRecord) -> str | None:
+    """Why to stop the study after `record`, before any config was measured: every trial so
+    far timed out (the limit is too short for a trial here), or the user's script cannot run,
+    ends too early, ignores its config or failed twice alike (a crash's message, numbers and
+    paths aside: `failure_gist`), and every trial would fail the same."""
+    study, problem = run.study, run.problem
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if problem.job is None or any(t.value is not None for t in done):
+    if any(t.value is not None for t in done):
+        return None
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    timeouts = [t for t in failed if TrialAttrs.of(t).kind == "timeout"]
+    if record.kind == "timeout" and len(timeouts) >= ALIKE and len(timeouts) == len(failed):
+        return (
+            f"the first {len(timeouts)} trials all timed out at --timeout-per-trial "
+            f"{human_duration(run.timeout_s)}: raise it (a trial needs its launch, warm-up and "
+            "measured steps within it)"
+        )
+    if problem.job is None:
         return None
     if record.kind in SCRIPT_FAULTS:
         return f"the script failed before any config was measured ({record.kind}): {record.error}"
     gist = failure_gist(str(record.error or ""))
-    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     alike = [t for t in failed if failure_gist(str(TrialAttrs.of(t).error or "")) == gist]
     if record.kind in REPEATED_FAILURES and gist and len(alike) >= ALIKE:
         return (
