@@ -18,7 +18,7 @@ class LaunchError(AutotuneError):
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """"; did you mean X?" for the choice closest to a mistyped `word` (case aside), else
+    """ "; did you mean X?" for the choice closest to a mistyped `word` (case aside), else
     ""."""
     names = list(choices)
     lowered = {name.lower(): name for name in names}

@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
-from autotune.space import TrainConfig
+from autotune.space import TrainConfig, config_key
 from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE
 from autotune.trial.result import TrialResult
@@ -110,7 +110,9 @@ def units_study(storage: str | None = None, name: str = "units") -> optuna.Study
     for i, (zero, mbs, bucket, tokens, memory) in enumerate(runs):
         config = TrainConfig(dp=8, zero=zero, mbs=mbs, reduce_bucket=bucket)
         params = {"tp": 1, "zero": zero, "mbs": mbs, "reduce_bucket": bucket}
-        attrs = measured_attrs(config, step_time_s=0.0123 + i / 1000, label=True)
+        attrs = measured_attrs(
+            config, step_time_s=0.0123 + i / 1000, label=True, config_key=config_key(config)
+        )
         state, value = TrialState.COMPLETE, tokens
         if tokens is not None:
             attrs |= {"kind": "ok", "mfu": tokens / 1e5, "peak_memory_bytes": memory}

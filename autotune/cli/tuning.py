@@ -298,22 +298,29 @@ def default_trials(thorough: bool, command: bool) -> int:
     type=click.Choice(["table", "csv", "json"]),
     default="table",
     show_default=True,
-    help="Output format: a table, CSV or JSON.",
+    help="Output format: a table, CSV or JSON (CSV and JSON: a row per launch, raw numbers).",
 )
-def trials_command(study_name: str, storage: str | None, results: Path, fmt: str) -> None:
-    """Every trial of a study, best first."""
+@click.option("--launches", is_flag=True, help="A row per launch (trial) rather than per config.")
+def trials_command(
+    study_name: str, storage: str | None, results: Path, fmt: str, launches: bool
+) -> None:
+    """Every config of a study, the winner first (--launches: every launch, best first)."""
     from autotune.report import trial_table
+    from autotune.report.configs import config_table
     from autotune.study import load_existing_study
     from autotune.study.storage import study_ref
 
     study = load_existing_study(study_ref(study_name, storage, results))
-    frame = trial_table(study)
+    by_launch = launches or fmt != "table"
+    frame = trial_table(study) if by_launch else config_table(study)
     if fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2))
-    else:
+    elif by_launch:
         display.trial_table(console, frame, study.user_attrs.get("engine"))
+    else:
+        display.config_table(console, frame, study.user_attrs.get("engine"))
 
 
 @cli.command()

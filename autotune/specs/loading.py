@@ -275,8 +275,7 @@ def _existing_file(value: str, what: str, presets: list[str]) -> Path:
     bare = [p.removesuffix(":N") for p in presets]
     hint = did_you_mean(value, bare)
     raise InputError(
-        f"unknown {what} {_short(value)}: not a preset ({', '.join(presets)}) and not a "
-        f"file{hint}"
+        f"unknown {what} {_short(value)}: not a preset ({', '.join(presets)}) and not a file{hint}"
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -15,13 +16,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from autotune.cli.display import trial_table
+from autotune.cli.display import config_table, trial_table
 from autotune.cli.summary import study_summary
+from autotune.report.configs import config_table as configs_of
 from autotune.report.table import COLUMNS
 from autotune.report.table import trial_table as table_of
 from autotune.study.storage import study_ref
 from tests.conftest import autotune
 from tests.fakes import UNITS_CHOICES, units_study
+from tests.paths import GOLDEN
 
 SCIENTIFIC = re.compile(r"\d\.\d+e[+-]?\d", re.IGNORECASE)
 RAW_COUNT = re.compile(r"\d{7,}")
@@ -61,7 +64,7 @@ def test_one_line_per_trial_the_reason_cut_to_fit(width: int) -> None:
     rows = trial_rows(text)
     assert len(rows) == 6 and all(len(row) <= width for row in rows), text
     oom = next(row for row in rows if " oom " in row or "CUDA" in row)
-    assert "…" in oom
+    assert "…" in oom or width < 120  # at 80 the reason gives way to the numbers
 
 
 def test_the_runs_summary_is_in_human_units() -> None:
@@ -85,8 +88,8 @@ def test_csv_and_json_keep_every_column_and_raw_numbers(tmp_path: Path) -> None:
     assert rows[0]["label"] == "dp=8,zero=2,mbs=4,reduce_bucket=50000000"
     assert float(records[0]["peak_memory_bytes"]) == 466_059_123
     assert records[0]["tokens_per_s"] == "40213.4" and records[0]["reduce_bucket"] == "50000000"
-    shown = autotune("trials", *where, cwd=tmp_path, env={"COLUMNS": "150"}).stdout
-    assert len(trial_rows(shown)) == 6 and "444.5 MiB" in shown
+    shown = autotune("trials", *where, "--launches", cwd=tmp_path, env={"COLUMNS": "150"})
+    assert len(trial_rows(shown.stdout)) == 6 and "444.5 MiB" in shown.stdout
 
 
 def test_the_runs_summary_never_prints_the_storage_password() -> None:
@@ -122,3 +125,31 @@ def test_a_summary_whose_winner_is_your_own_config_says_so() -> None:
     study.set_user_attr(USERS_CONFIG, config_key(yours))
     text = printed(250, study_summary, study, study_ref("s", None, Path("r")), [])
     assert "1.00x your own config (dp=1, trial 0: the winner is your own config)" in text, text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_configs_table_fits_its_width_and_matches_its_golden(width: int) -> None:
+    """`autotune trials` by default: a row per config, the winner first and marked, read at
+    80 columns (once the trial number went blank and cells read "36,4…")."""
+    text = printed(width, config_table, configs_of(units_study()), "deepspeed")
+    assert all(len(line) <= width for line in text.splitlines()), text
+    golden = GOLDEN / f"trials_{width}.txt"
+    if os.environ.get("AUTOTUNE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+    assert "★" in text and "40,213" in text and "oom" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_no_terminal_table_breaks_a_value_inside_it(width: int) -> None:
+    """Every value a table shows appears whole on one line (a config may wrap between its
+    knobs, never inside one)."""
+    study = units_study()
+    text = printed(width, config_table, configs_of(study), "deepspeed")
+    values = ["40,213", "444.5 MiB", "47.7 GiB", "reduce_bucket=50M", "zero=2", "12.3 ms"]
+    for value in values:
+        assert value in text, (value, text)
+    text = printed(width, trial_table, table_of(study), "deepspeed")
+    for value in ["40,213", "12.3 ms"]:  # at 80 columns the launches' table drops columns
+        assert value in text, (value, text)
+    assert "…" not in text.replace("CUDA out of memory…", "").split("reason")[0]
