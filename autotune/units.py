@@ -54,9 +54,11 @@ def human_rate(tokens_per_s: float | None) -> str:
 
 
 def human_ms(seconds: float | None) -> str:
-    """A step time: 0.0240 -> "24.0 ms", 5.3315 -> "5,331.5 ms"."""
+    """A step time: 0.0240 -> "24.0 ms", 5.3315 -> "5.33 s" (seconds from 1,000 ms on)."""
     if seconds is None or _missing(seconds):
         return "-"
+    if abs(seconds) >= 1:
+        return f"{seconds:,.3g} s" if abs(seconds) < 1000 else f"{seconds:,.0f} s"
     return f"{seconds * 1e3:,.1f} ms"
 
 

@@ -31,7 +31,7 @@ def test_counts_rates_and_times() -> None:
         "200M", "50M", "500M", "1.5K", "999"
     ]  # fmt: skip
     assert human_rate(40_213.4) == "40,213 tok/s"
-    assert human_ms(0.0123) == "12.3 ms" and human_ms(5.3315) == "5,331.5 ms"
+    assert human_ms(0.0123) == "12.3 ms" and human_ms(5.3315) == "5.33 s"  # past 1,000 ms
     assert [human_duration(s) for s in (1.23, 180, 1500, 9000)] == [
         "1.2 s", "3.0 min", "25 min", "2.5 h"
     ]  # fmt: skip

@@ -14,7 +14,7 @@ from rich.text import Text
 from autotune.estimate.predict import Estimate
 from autotune.problem import Problem
 from autotune.runner import TrialRecord
-from autotune.space import Enumeration
+from autotune.space import Enumeration, nccl_default
 from autotune.trial.result import TrialResult
 from autotune.units import (
     column_text,
@@ -337,23 +337,32 @@ def plan(
     too_big: int,
     shown: list[Estimate],
     calibration: str,
+    top: int = 0,
 ) -> None:
+    """The plan's counts and its table, best predicted first: configs that differ only in
+    NCCL settings with the same prediction folded into one row (`top` rows at most; 0: all),
+    configs broken between knobs, the cluster's tokens/s so labelled, and what a prediction
+    is worth said beside it."""
     console.print(
         f"[bold]plan[/] {problem.engine.name} on {problem.workload.name} / "
-        f"{problem.cluster.name}: {found.total} configs, {len(found.valid)} valid, "
-        f"{too_big} predicted not to fit, {len(ranked)} ranked "
+        f"{problem.cluster.name}: {found.total:,} configs, {len(found.valid):,} valid, "
+        f"{too_big:,} predicted not to fit, {len(ranked):,} ranked "
         f"(predicted; calibration: {calibration})"
     )
-    removed = ", ".join(f"{k} {v}" for k, v in sorted(found.removed.items(), key=lambda x: -x[1]))
-    console.print(f"removed by rule: {removed or 'none'}; by the memory check: {too_big}")
+    removed = ", ".join(
+        f"{k} {v:,}" for k, v in sorted(found.removed.items(), key=lambda x: -x[1])
+    )
+    console.print(f"removed by rule: {removed or 'none'}; by the memory check: {too_big:,}")
     table = Table("#", title="best predicted first")
-    table.add_column("config", overflow="fold")
-    for name in ("tokens/s", "MFU", "step", "memory/rank", "dominant"):
-        table.add_column(name)
-    for i, e in enumerate(shown, 1):
+    table.add_column("config")
+    for name in ("tokens/s (cluster)", "MFU", "step", "memory/rank", "dominant"):
+        table.add_column(name, justify="right" if name != "dominant" else "left", no_wrap=True)
+    for i, (e, variants) in enumerate(_folded(shown, top), 1):
+        same = f" (+{variants} NCCL variant{'s' if variants > 1 else ''}, same prediction)"
         table.add_row(
             str(i),
-            display_label(e.config),
+            ", ".join(f"{k}={v}" for k, v in label_items(e.config).items())
+            + (same if variants else ""),
             f"{e.tokens_per_s:,.0f}",
             f"{e.mfu:.1%}" if e.mfu is not None else "-",
             human_ms(e.step.total_s),
@@ -361,6 +370,30 @@ def plan(
             e.step.dominant(),
         )
     console.print(table)
+    console.print(
+        "Every figure is the model's prediction, not a measurement: its error on published "
+        "runs is in results/bench/costmodel_validation.md; `autotune run` measures."
+    )
+
+
+def _folded(estimates: Sequence[Estimate], top: int) -> list[tuple[Estimate, int]]:
+    """The estimates, each run of configs that differ only in NCCL settings with the same
+    prediction as one row (the first of them) and how many more it stands for."""
+    rows: list[tuple[Estimate, int]] = []
+    for e in estimates:
+        if rows and _same_layout(rows[-1][0], e):
+            rows[-1] = (rows[-1][0], rows[-1][1] + 1)
+        elif top and len(rows) == top:
+            break
+        else:
+            rows.append((e, 0))
+    return rows
+
+
+def _same_layout(a: Estimate, b: Estimate) -> bool:
+    return nccl_default(a.config) == nccl_default(b.config) and math.isclose(
+        a.tokens_per_s, b.tokens_per_s, rel_tol=1e-9
+    )
 
 
 def calibration(console: Console, report: CalibrationReport) -> None:

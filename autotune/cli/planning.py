@@ -186,7 +186,12 @@ def plan(
     if as_json:
         click.echo(json.dumps([e.as_dict() for e in shown], indent=2))
         return
-    display.plan(console, problem, found, ranked, ranked.too_big, shown, which)
+    folding = ranked[:] if top == 0 else ranked[: top * FOLD_ROOM]  # NCCL variants fold
+    display.plan(console, problem, found, ranked, ranked.too_big, folding, which, top)
+
+
+FOLD_ROOM = 32
+"""Estimates read per row `plan` shows: the rows folding NCCL variants of one layout."""
 
 
 @cli.command()

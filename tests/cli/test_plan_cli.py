@@ -1,6 +1,7 @@
 """`autotune estimate`, `plan` and a simulated study, through the real command."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import autotune
+from tests.paths import GOLDEN
 
 BIG = ("--engine", "torch", "--model", "llama3-70b", "--cluster", "dgx-h100:32")
 
@@ -196,8 +198,26 @@ def test_a_model_too_big_for_the_cluster_plans_nothing_and_a_study_says_why(
     small = ("--engine", "megatron", "--model", "llama3-70b", "--cluster", "dgx-h100:1")
     planned = autotune("plan", *small, cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
-    assert re.search(r"(\d+) valid, \1 predicted not to fit, 0 ranked", planned.stdout)
+    assert re.search(r"([\d,]+) valid, \1 predicted not to fit, 0 ranked", planned.stdout)
     ran = autotune("run", *small, "--launcher", "simulate", cwd=tmp_path)
     assert ran.returncode == 2
     assert "none of the" in ran.stderr and "is predicted to fit" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_plans_table_folds_nccl_variants_and_matches_its_golden() -> None:
+    """Its top 10 once held one layout four times, differing only in NCCL settings with the
+    same prediction; counts were "12386304 configs", steps "7,516.1 ms", configs broken
+    inside a knob."""
+    planned = autotune(
+        "plan", "--engine", "megatron", "--model", "llama3-70b", "--cluster", "dgx-h100:16",
+        "--top", "5", env={"COLUMNS": "150"},
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+    text = planned.stdout
+    assert "NCCL variants, same prediction" in text and "12,386,304 configs" in text
+    assert " ms " not in text and "7.52 s" in text and "tokens/s (cluster)" in text
+    golden = GOLDEN / "plan_llama3-70b_dgx-h100_16.txt"
+    if os.environ.get("AUTOTUNE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
