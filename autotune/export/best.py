@@ -39,6 +39,7 @@ from autotune.study.slice_cost import slice_summary
 from autotune.study.storage import stored_job, stored_specs
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
+from autotune.units import display_label, human_bytes, human_ms, knob_text
 
 PACKAGES = ("autotune", "torch", "deepspeed", "megatron-core", "optuna")
 COMMENTED_SUFFIXES = (".txt", ".py", ".yaml")
@@ -177,6 +178,7 @@ def _write_all(
                 "workload": spec.workload.name,
                 "cluster": spec.cluster.name,
                 "config": spec.config.as_dict(),
+                "summary": _summary(spec, _metrics(trial, standing), standing),
                 "metrics": _metrics(trial, standing),
                 "standing": standing,
                 **slice_summary(study, spec.cluster),
@@ -186,6 +188,32 @@ def _write_all(
             sort_keys=False,
         )
     )
+
+
+def _summary(
+    spec: TrialSpec, metrics: dict[str, Any], standing: dict[str, Any] | None
+) -> dict[str, str]:
+    """What a person reads first, in words and units (the sections below keep the exact
+    machine values): the config as users write it, bucket sizes in elements, the throughput
+    with its 95% range, step time, memory, and how it compares with the user's config."""
+    config = spec.config
+    summary = {"config": display_label(config)}
+    for knob in ("reduce_bucket", "allgather_bucket"):
+        if knob in spec.config.differs_from_default() or spec.engine == "deepspeed":
+            summary[knob] = f"{knob_text(knob, getattr(config, knob))} elements"
+    tps = metrics.get("tokens_per_s")
+    if tps:
+        spread = ""
+        if standing and standing.get("range_95"):
+            low, high = standing["range_95"]
+            spread = f" (95% range {low:,.0f}-{high:,.0f})"
+        summary["throughput"] = f"{tps:,.0f} tokens/s over the cluster{spread}"
+    summary["step"] = human_ms(metrics.get("step_time_s"))
+    summary["peak_memory_per_rank"] = human_bytes(metrics.get("peak_memory_bytes"))
+    yours = (standing or {}).get("your_config")
+    if yours and yours.get("ratio"):
+        summary["against_your_config"] = f"{yours['ratio']:.2f}x"
+    return summary
 
 
 def _metrics(trial: optuna.trial.FrozenTrial, standing: dict[str, Any] | None) -> dict[str, Any]:

@@ -51,7 +51,8 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
             lines.append(f"<p>{html.escape(tie)}.</p>")
     lines += [f"<p>{html.escape(line)}</p>" for line in slice_lines(study)]
     lines += [f"<p class='parity'>{html.escape(line)}</p>" for line in _parity_lines(study)]
-    lines.append(f"<p class='made'>Made {datetime.now().isoformat(timespec='seconds')}.</p>")
+    lines.append(LEGEND)
+    lines.append(f"<p class='made'>{html.escape(made_by())}</p>")
     return "\n".join(lines)
 
 
@@ -68,3 +69,34 @@ def _parity_lines(study: optuna.Study) -> list[str]:
     key = TrialAttrs.of(winner).config_key if winner is not None else None
     precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
     return [line.strip() for line in study_parity(study, key, precision).lines()]
+
+
+LEGEND = (
+    "<p class='legend'>Throughput is tokens per second over the whole cluster. A 95% range "
+    "is where the config's mean throughput lies at that confidence, from its launches and "
+    'the between-trial spread; "stopped" says why a trial measured no more steps (precise: '
+    "its interval was narrow enough; slower: surely slower than the best; cap: it reached "
+    "--measured-steps; differs: its loss left yours).</p>"
+)
+
+
+def made_by() -> str:
+    """When, with what command and versions, on which host the report was made."""
+    import importlib.metadata
+    import platform
+    import shlex
+    import socket
+    import sys
+
+    versions = []
+    for package in ("autotune", "torch", "deepspeed", "optuna"):
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    when = datetime.now().astimezone().isoformat(timespec="seconds")
+    command = shlex.join(["autotune", *sys.argv[1:]])
+    return (
+        f"Made {when} on {socket.gethostname()} by `{command}` (Python "
+        f"{platform.python_version()}, {', '.join(versions)})."
+    )

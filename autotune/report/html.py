@@ -213,7 +213,9 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
     ok = frame[(frame["status"] == "complete") & frame["peak_memory_bytes"].notna()]
     if ok.empty:
         return None
-    gib = ok["peak_memory_bytes"].astype(float) / 2**30
+    peak = ok["peak_memory_bytes"].astype(float)
+    unit, size = ("MiB", 2**20) if peak.max() < 2**30 else ("GiB", 2**30)  # 0.47-0.56 GiB
+    gib = peak / size  # read as "0.5"/"0.6" once; in MiB under a GiB
     front, best = [], -math.inf
     for memory, tps in sorted(zip(gib, ok["tokens_per_s"], strict=True)):
         if tps > best:
@@ -226,7 +228,7 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
         mode="markers",
         name="trials",
         hovertext=[display_label(label) for label in ok["label"]],
-        hovertemplate="%{hovertext}<br>%{x:.1f} GiB, " + _RATE + "<extra></extra>",
+        hovertemplate="%{hovertext}<br>%{x:.1f} " + unit + ", " + _RATE + "<extra></extra>",
     )
     fig.add_scatter(
         x=[m for m, _ in front],
@@ -234,11 +236,11 @@ def _memory(frame: pd.DataFrame, source: str) -> go.Figure | None:
         mode="lines+markers",
         name="Pareto front",
         line_shape="hv",
-        hovertemplate="%{x:.1f} GiB, " + _RATE,
+        hovertemplate="%{x:.1f} " + unit + ", " + _RATE,
     )
     fig.update_layout(
         title=_titled("Throughput against peak memory", source),
-        xaxis={"title": "peak memory per rank (GiB)", "ticksuffix": " GiB"},
+        xaxis={"title": f"peak memory per rank ({unit})", "ticksuffix": f" {unit}"},
         yaxis={"title": "tokens/s", "tickformat": ","},
     )
     return fig

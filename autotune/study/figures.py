@@ -172,7 +172,10 @@ def winner_figures(study: optuna.Study) -> Figures | None:
     if sliced and not full:
         method = f"{method}; {EXTRAPOLATED}"
     yours_key = study.user_attrs.get(USERS_CONFIG)
-    yours = next((s for s in pool[1:] if TrialAttrs.of(s.trial).config_key == yours_key), None)
+    yours = next(
+        (s for s in pool[1:] if yours_key and TrialAttrs.of(s.trial).config_key == yours_key),
+        None,
+    )
     on_slice = [s for s in ranked if s not in full]
     # the median and worst of the other configs, each on its choosing measurements, as the
     # winner's own (never the winner against itself)

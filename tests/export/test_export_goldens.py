@@ -84,3 +84,29 @@ def test_a_deepspeed_mixture_of_experts_export_says_its_expert_parallelism(
     script = train_script(engine, spec, trial, "golden", files[0].name)
     check_golden("train.sh", script, folder)
     assert "num_experts=8, ep_size=8, k=2, drop_tokens=False" in script
+
+
+def test_best_yaml_matches_its_golden_file(tmp_path: Path) -> None:
+    """best.yaml of a measured winner, its provenance (date, host, versions) aside: a
+    `summary:` in human units first, the exact machine values after it."""
+    import yaml
+
+    from autotune.export.best import export_best
+    from autotune.problem import load_problem
+    from autotune.space import TrainConfig
+    from autotune.study.storage import problem_attrs
+    from tests.fakes import add_measured, new_study
+
+    study = new_study(between=0.05)
+    for key, value in problem_attrs(load_problem("deepspeed", "tiny", "local:2")).items():
+        study.set_user_attr(key, value)
+    best = TrainConfig(dp=2, zero=2, mbs=4, reduce_bucket=50_000_000)
+    first = add_measured(study, 120.0, best, label=True)
+    add_measured(study, 100.0, TrainConfig(dp=2, mbs=2), label=True)
+    memory = {"peak_memory_bytes": 466_059_123}
+    for value in (110.0, 112.0):
+        add_measured(study, value, best, label=True, confirms=first, after_choice=True, **memory)
+    export_best(study, tmp_path / "best")
+    exported = yaml.safe_load((tmp_path / "best" / "best.yaml").read_text())
+    del exported["provenance"]
+    check_golden("best.yaml", yaml.safe_dump(exported, sort_keys=False), GOLDEN / "deepspeed")

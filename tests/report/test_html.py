@@ -68,3 +68,16 @@ def test_a_report_replaces_its_own_earlier_report_and_nothing_else_unasked(
         report.write_report(study, tmp_path / "study.db", force=True)
     report.write_report(study, mine, force=True)
     assert report.is_report(mine)
+
+
+def test_the_report_says_when_how_and_where_it_was_made_and_what_its_signs_mean(
+    tmp_path: Path,
+) -> None:
+    """Its timestamp once had no time zone, and nothing said the command, versions or host,
+    nor what a range and "stopped" mean."""
+    out = report.write_report(units_study(), tmp_path / "r.html")
+    text = html.unescape(out.read_text())
+    made = re.search(r"Made (\S+) on (\S+) by `autotune[^`]*` \(Python [\d.]+, autotune ", text)
+    assert made is not None, text[:2000]
+    assert re.search(r"[+-]\d\d:\d\d$", made.group(1)), made.group(1)  # a time zone
+    assert "A 95% range is where" in text and '"stopped" says why' in text
