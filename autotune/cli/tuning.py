@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from autotune.cli import display, summary
+from autotune.cli import display, summary, trial_tables
 from autotune.cli.app import cli
 from autotune.cli.options import (
     FiniteFloatRange,
@@ -318,9 +318,9 @@ def trials_command(
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2))
     elif by_launch:
-        display.trial_table(console, frame, study.user_attrs.get("engine"))
+        trial_tables.trial_table(console, frame, study.user_attrs.get("engine"))
     else:
-        display.config_table(console, frame, study.user_attrs.get("engine"))
+        trial_tables.config_table(console, frame, study.user_attrs.get("engine"))
 
 
 @cli.command()

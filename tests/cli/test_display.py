@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from autotune.cli.display import config_table, trial_table
 from autotune.cli.summary import study_summary
+from autotune.cli.trial_tables import config_table, trial_table
 from autotune.report.configs import config_table as configs_of
 from autotune.report.table import COLUMNS
 from autotune.report.table import trial_table as table_of
