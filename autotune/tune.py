@@ -29,23 +29,33 @@ from autotune.study.settings import SearchSettings
 from autotune.study.slice import SliceSettings, check_trial_nodes
 from autotune.study.slice_confirm import say_slice, with_kept_error
 from autotune.study.storage import default_study_name, masked_url, study_ref
+from autotune.study.trial_run import QuietProgress
 from autotune.trial.spec import StepPlan
 
 
 @dataclass(frozen=True, kw_only=True)
 class TuneSettings:
+    """What `autotune run`'s options set, for `tune()`: each field names its flag."""
+
     budget: Budget
+    """How many trials, for how long, and how hard leaders are confirmed (`--trials`,
+    `--max-time`, `--timeout-per-trial`, `--thorough`, `--confirm`, `--early-stop-margin`)."""
     launcher: str = "local"
+    """Where trials run: local (torchrun), slurm, simulate or replay (`--launcher`)."""
     launch: LaunchSettings = field(default_factory=LaunchSettings)
     """Where and how trials run; the calibration is read from `results` for the cluster."""
     steps: StepPlan = field(default_factory=StepPlan)
+    """How long each trial measures (`--measured-steps`, `--precision`)."""
     study_name: str | None = None
     """Default: <model>-<cluster>-<engine>."""
     storage: str | None = None
     """An Optuna storage URL; default: SQLite in the study's results folder."""
     results: Path = Path("results")
+    """The results root: the study's folder, trial folders, calibrations (`--results`)."""
     sampler: str = "guided"
+    """guided (the model proposes), tpe, gp, random or grid (`--sampler`)."""
     seed: int | None = None
+    """Seed for the sampler's proposals (`--seed`)."""
     slice: SliceSettings | None = None
     """`--trial-nodes`: search trials on a slice, leaders confirmed at full size."""
 
@@ -65,10 +75,11 @@ class Tuned:
 def tune(
     problem: Problem,
     settings: TuneSettings,
-    progress: Progress,
+    progress: Progress | None = None,
     say: Callable[[str], None] = lambda _line: None,
 ) -> Tuned:
-    """Search `problem` with real (or simulated, or replayed) trials and export the winner."""
+    """Search `problem` with real (or simulated, or replayed) trials and export the winner;
+    `progress` hears of each trial as it starts and ends, `say` gets the run's other lines."""
     problem, launcher, launch = _checked_launcher(problem, settings)
     name = settings.study_name or default_study_name(problem, launcher.source)
     ref = study_ref(name, settings.storage, settings.results)
@@ -106,7 +117,7 @@ def tune(
             study,
             ref=ref,
             launcher=launcher,
-            progress=progress,
+            progress=progress or QuietProgress(),
             settings=search,
             measured=measured,
         )

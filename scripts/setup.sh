@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Creates .venv with everything autotune and its tests need, and the Debian packages the
-# integration tests use (PostgreSQL; SLURM with munge, slurmdbd and MariaDB; Chromium for the
-# browser tests). Safe to run again.
+# Development setup of this repository: creates .venv with autotune (editable), every
+# framework extra and the tools its tests and docs use. With --services it also installs,
+# as root, the Debian packages the integration tests use (PostgreSQL; SLURM with munge,
+# slurmdbd and MariaDB; Chromium for the browser tests); without it nothing is installed
+# outside .venv. Users install the package instead: docs/install.md. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(postgresql slurm-wlm slurmdbd munge mariadb-server chromium)
-missing=()
-for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    echo "setup.sh: ${missing[*]} missing and this is not root; tests that need them will skip" >&2
+services=0
+for arg in "$@"; do
+  case "$arg" in
+    --services) services=1 ;;
+    *) echo "setup.sh: unknown option $arg (only --services)" >&2; exit 2 ;;
+  esac
+done
+if [ "$services" = 1 ]; then
+  packages=(postgresql slurm-wlm slurmdbd munge mariadb-server chromium)
+  missing=()
+  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+      echo "setup.sh: ${missing[*]} missing and this is not root; tests that need them will skip" >&2
+    fi
   fi
 fi
 python3 -m venv .venv

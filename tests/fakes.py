@@ -11,7 +11,7 @@ import optuna
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.space import TrainConfig, config_key
 from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
-from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE
+from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE, USERS_CONFIG
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
@@ -227,3 +227,30 @@ class LossWorld(Launcher):
 
     def command(self, request: LaunchRequest) -> list[str]:
         return ["echo", "losses"]
+
+
+def sample_study() -> optuna.Study:
+    """A default study as the getting-started page shows it: the user's config, six search
+    trials, the winner repeated twice and the runner-up once, on a cluster whose launches
+    differ by about 6%."""
+    study = new_study(between=0.06)
+    study.set_user_attr("engine", "deepspeed")
+    yours = TrainConfig(dp=2, zero=0, mbs=4)
+    winner = TrainConfig(dp=2, zero=2, mbs=8, overlap_comm=True)
+    runner_up = TrainConfig(dp=2, zero=1, mbs=8)
+    rows: list[tuple[TrainConfig, float, dict[str, Any]]] = [
+        (yours, 38_020.0, {}),
+        (runner_up, 41_310.0, {}),
+        (winner, 44_626.0, {}),
+        (TrainConfig(dp=2, zero=3, mbs=8), 30_402.0, {}),
+        (TrainConfig(dp=2, zero=2, mbs=4), 40_088.0, {}),
+        (winner, 44_101.0, {"confirms": 2}),
+        (runner_up, 41_702.0, {"confirms": 1}),
+        (winner, 45_012.0, {"confirms": 2}),
+    ]
+    for config, tokens, more in rows:
+        key = config_key(config)
+        extra = {"mfu": tokens / 225_000, "kind": "ok", **more}
+        add_measured(study, tokens, config, label=True, config_key=key, **extra)
+    study.set_user_attr(USERS_CONFIG, config_key(yours))
+    return study

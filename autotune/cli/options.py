@@ -14,6 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from autotune.cli.help import completing, lowered
 from autotune.errors import InputError
 from autotune.specs.cluster import Cluster, SlurmSettings
 from autotune.trial.spec import StepPlan
@@ -57,6 +58,24 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+def engine_names() -> list[str]:
+    from autotune.engines import ENGINES
+
+    return list(ENGINES)
+
+
+def launcher_names() -> list[str]:
+    from autotune.launchers import LAUNCHERS
+
+    return list(LAUNCHERS)
+
+
+def sampler_names() -> list[str]:
+    from autotune.study.samplers import STRATEGIES
+
+    return list(STRATEGIES)
+
+
 def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--engine, --model, --cluster and --space, shared by every command that plans or runs."""
     options = [
@@ -64,6 +83,8 @@ def problem_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--engine",
             default="deepspeed",
             show_default=True,
+            callback=lowered,
+            shell_complete=completing(engine_names),
             help="Training engine: deepspeed, torch or megatron.",
         ),
         click.option(

@@ -11,14 +11,17 @@ import click
 
 from autotune.cli import display, summary, trial_tables
 from autotune.cli.app import cli
+from autotune.cli.help import GroupedCommand, completing, lowered
 from autotune.cli.options import (
     FiniteFloatRange,
     check_writable_folder,
     console,
+    launcher_names,
     length_options,
     parse_duration,
     problem_options,
     results_option,
+    sampler_names,
     slurm_options,
     slurm_settings,
     step_plan,
@@ -33,12 +36,26 @@ if TYPE_CHECKING:
     from autotune.tune import Tuned, TuneSettings
 
 
-@cli.command()
+RUN_GROUPS = (
+    ("The job", ("engine", "model", "cluster", "space", "users_config", "launcher", "table")),
+    ("Budget", ("n_trials", "max_time", "timeout_per_trial", "thorough")),
+    ("Search", ("sampler", "seed")),
+    ("Measurement", ("measured_steps", "precision", "early_stop", "early_stop_margin", "confirm")),
+    ("The study and its files", ("study_name", "storage", "results")),
+    ("SLURM", ("partition", "account", "qos", "sbatch_options")),
+    ("Tuning on a slice of the cluster", ("trial_nodes", "confirm_full", "scale_probes")),
+)
+"""`autotune run`'s options as its help and the CLI reference group them."""
+
+
+@cli.command(cls=GroupedCommand, groups=RUN_GROUPS)
 @problem_options
 @click.option(
     "--launcher",
     default="local",
     show_default=True,
+    callback=lowered,
+    shell_complete=completing(launcher_names),
     help="local (torchrun), slurm (sbatch jobs, or srun steps inside an allocation), "
     "simulate (the model's predictions) or replay (a recorded sweep).",
 )
@@ -74,6 +91,8 @@ if TYPE_CHECKING:
     "--sampler",
     default="guided",
     show_default=True,
+    callback=lowered,
+    shell_complete=completing(sampler_names),
     help="guided (the model proposes), tpe, gp, random or grid.",
 )
 @click.option(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
 from autotune.engines.framework import Framework
+from autotune.errors import InputError
 from autotune.estimate.traits import EngineTraits
 from autotune.space import GENERIC_RULES, Rule
 from autotune.space.rules import pipeline_rule
@@ -68,11 +70,29 @@ class Engine(ABC):
         """How a user's own training script takes this config (train.sh says it)."""
         return self.traits.script_hint
 
+    needs: ClassVar[tuple[str, ...]] = ("torch",)
+    """Modules its trials import; the package extra of the engine's name installs them."""
+
     def check_runnable(self, cluster: Cluster) -> None:
         """Raise InputError when this engine's trials cannot run for real on this cluster
-        from this machine (planning and simulation still can)."""
-        return None
+        from this machine (planning and simulation still can): here, a module they import
+        that this Python lacks."""
+        missing = [name for name in self.needs if not _importable(name)]
+        if missing:
+            raise InputError(
+                f"the {self.name} engine's trials need {', '.join(missing)}, which this "
+                f"Python lacks: pip install 'autotune[{self.name}]' (with the torch build of "
+                "your CUDA), or plan and simulate without them"
+            )
 
     @abstractmethod
     def write_files(self, spec: TrialSpec, folder: Path) -> list[Path]:
         """Write the engine's own config files for this trial; return their paths."""
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` can be imported here (its parent package too), without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

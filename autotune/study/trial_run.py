@@ -56,6 +56,18 @@ class Progress(Protocol):
     ) -> None: ...
 
 
+class QuietProgress:
+    """A `Progress` that prints nothing."""
+
+    def started(self, number: int, label: str) -> None:
+        pass
+
+    def finished(
+        self, number: int, label: str, record: trials.TrialRecord, best: float | None
+    ) -> None:
+        pass
+
+
 AUTOTUNE_ERROR = "autotune_error"
 """The kind of a trial that failed in autotune itself (not in the trial's processes)."""
 SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")

@@ -74,6 +74,22 @@ def test_the_runs_summary_is_in_human_units() -> None:
     assert "dp=8,zero=2,mbs=4,reduce_bucket=50M  40,213 tok/s" in text
 
 
+def test_the_runs_summary_matches_its_golden() -> None:
+    """The summary the getting-started page shows (docs/hooks.py reads this golden): the
+    winner with its range, the runner-up, the user's own config, the spread."""
+    from tests.fakes import sample_study
+
+    ref = study_ref("tiny-local-deepspeed", None, Path("results"))
+    console = Console(width=100, soft_wrap=True, record=True, file=io.StringIO())
+    study_summary(console, sample_study(), ref, [])
+    text = console.export_text()
+    golden = GOLDEN / "summary.txt"
+    if os.environ.get("AUTOTUNE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+    assert "your own config (dp=2,mbs=4, trial 0" in text
+
+
 def test_csv_and_json_keep_every_column_and_raw_numbers(tmp_path: Path) -> None:
     folder = tmp_path / "units"
     folder.mkdir()

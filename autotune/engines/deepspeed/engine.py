@@ -17,6 +17,7 @@ from autotune.trial.spec import PoolKind, TrialSpec
 
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
+    needs = ("torch", "deepspeed")
     worker_module = "autotune.engines.deepspeed.worker"
     warm_pool = True
     frameworks = (HuggingFaceTrainer(), DeepSpeedScript())

@@ -33,6 +33,8 @@ def _recompute_layers_fit(c: TrainConfig, w: Workload, _: Cluster) -> bool:
 
 class MegatronEngine(Engine):
     name = "megatron"
+    needs = ("torch",)
+    """megatron-core is not required here: a Megatron-LM checkout beside the command has it."""
     worker_module = "autotune.engines.megatron.worker"
     frameworks = (MegatronLM(),)
     traits = EngineTraits(
@@ -229,6 +231,7 @@ class MegatronEngine(Engine):
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if cluster.backend == "nccl" else {}
 
     def check_runnable(self, cluster: Cluster) -> None:
+        super().check_runnable(cluster)
         if cluster.backend != "nccl":
             raise InputError(
                 "the megatron engine needs GPUs: megatron-core's pipeline schedules and "
