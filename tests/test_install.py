@@ -67,3 +67,16 @@ def test_the_wheel_installs_into_a_bare_environment_and_plans(tmp_path: Path) ->
     real = _run(bare / "autotune", "run", "--trials", "1", cwd=tmp_path)
     assert real.returncode == 2
     assert real.stderr.strip().count("\n") == 0 and "autotune[deepspeed]" in real.stderr
+
+
+def test_an_engine_whose_framework_is_missing_names_the_extra_that_installs_it() -> None:
+    from autotune.engines.torch.engine import TorchEngine
+    from autotune.errors import InputError
+    from autotune.specs.loading import load_cluster
+
+    class Elsewhere(TorchEngine):
+        needs = ("torch", "a_framework_not_installed")
+
+    with pytest.raises(InputError, match=r"a_framework_not_installed.*autotune\[torch\]"):
+        Elsewhere().check_runnable(load_cluster("local:2"))
+    TorchEngine().check_runnable(load_cluster("local:2"))  # torch is here

@@ -32,7 +32,7 @@ class Engine(ABC):
     estimate/ and export/ read), `worker_module` (its rank worker, `worker.py`),
     `knob_meanings` and `frameworks` (the users' commands it runs, `jobs.py`) and implements
     `write_files` (`exports.py`); it is added to `ENGINES` in engines/__init__.py and has a
-    search space in search_spaces/<name>.yaml. tests/contract/test_engine_contract.py then
+    search space in autotune/search_spaces/<name>.yaml. tests/contract/test_engine_contract.py then
     runs it."""
 
     name: ClassVar[str]

@@ -11,7 +11,7 @@ from autotune.errors import InputError
 from autotune.space.config import KNOBS, TrainConfig, coerce_knob
 from autotune.specs.loading import read_yaml_mapping
 
-SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parents[1] / "search_spaces"
 
 
 @dataclass(frozen=True)

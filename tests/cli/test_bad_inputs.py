@@ -33,6 +33,8 @@ class Case:
     args: list[str]
     files: dict[str, str | bytes] = field(default_factory=dict)
     code: int = 2
+    says: str = ""
+    """What the line must hold: the suggestion, where there is one."""
 
 
 def _model(**changes: object) -> str:
@@ -261,13 +263,29 @@ def _path_cases() -> list[Case]:
             {"t.csv": b"zero,mbs,step_time_s,status\n" + b"1,1,0.1,ok\n" * 2_000_000},
         ),
         Case("run-seed-negative", [*SIMULATE, "--seed", "-5"]),
-        Case("plan-cluster-no-count", ["plan", "--cluster", "dgx-h100"]),
-        Case("plan-model-missing-file", ["plan", "--cluster", "local:2", "--model", "m.yaml"]),
-        Case("plan-model-typo", ["plan", "--cluster", "local:2", "--model", "llama3-8"]),
-        Case("plan-engine-fsdp", ["plan", "--cluster", "local:2", "--engine", "fsdp"]),
-        Case("run-launcher-typo", [*SIMULATE[:1], "--launcher", "slrum", "--cluster", "local:2"]),
-        Case("run-sampler-typo", [*SIMULATE, "--sampler", "tpee"]),
-        Case("estimate-knob-typo", [*EST, "--config", "mbz=2"]),
+        Case("plan-cluster-no-count", ["plan", "--cluster", "dgx-h100"], says="dgx-h100:16"),
+        Case(
+            "plan-model-missing-file",
+            ["plan", "--cluster", "local:2", "--model", "m.yaml"],
+            says="does not exist",
+        ),
+        Case(
+            "plan-model-typo",
+            ["plan", "--cluster", "local:2", "--model", "llama3-8"],
+            says="did you mean llama3-8b?",
+        ),
+        Case(
+            "plan-engine-fsdp",
+            ["plan", "--cluster", "local:2", "--engine", "fsdp"],
+            says="fsdp runs on --engine torch",
+        ),
+        Case(
+            "run-launcher-typo",
+            [*SIMULATE[:1], "--launcher", "slrum", "--cluster", "local:2"],
+            says="did you mean slurm?",
+        ),
+        Case("run-sampler-typo", [*SIMULATE, "--sampler", "tpee"], says="did you mean tpe?"),
+        Case("estimate-knob-typo", [*EST, "--config", "mbz=2"], says="did you mean mbs?"),
         Case("run-seed-huge", [*SIMULATE, "--seed", str(2**32)]),
         Case("run-early-stop-margin-nan", [*SIMULATE, "--early-stop-margin", "nan"]),
         Case("run-precision-inf", [*SIMULATE, "--precision", "inf"]),
@@ -421,9 +439,21 @@ def test_bad_input_is_one_line(tmp_path: Path, case: Case, request: pytest.Fixtu
     assert result.returncode == case.code, result.stderr[-3000:]
     assert len(lines) == 1 and lines[0].strip(), result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    assert case.says in lines[0]
     after = _files(tmp_path)
     changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
     assert not changed, sorted(map(str, changed))
+
+
+def test_names_are_taken_in_any_case(tmp_path: Path) -> None:
+    """`--engine DeepSpeed`, `--launcher Simulate`, `--sampler TPE`: the names, not a typo."""
+    ran = autotune(
+        *SIMULATE, "--engine", "DeepSpeed", "--sampler", "TPE", "--results", str(tmp_path),
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    planned = autotune("plan", "--engine", "Torch", "--cluster", "local:2", cwd=tmp_path)
+    assert planned.returncode == 0 and "plan torch on tiny" in planned.stdout
 
 
 def test_the_corpus_is_large_and_its_ids_unique() -> None:

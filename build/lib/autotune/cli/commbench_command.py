@@ -1,0 +1,84 @@
+"""`autotune commbench`: collectives timed on the cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from autotune.cli import commbench_display
+from autotune.cli.app import cli
+from autotune.cli.options import (
+    console,
+    results_option,
+    slurm_options,
+    slurm_settings,
+)
+from autotune.commbench.bench import OPS as COLLECTIVES
+
+
+@cli.command()
+@click.option(
+    "--cluster",
+    default="local",
+    show_default=True,
+    help="local or local:N (this host: gloo processes or GPUs with NCCL), a preset or a "
+    "cluster file; several nodes need --launcher slurm.",
+)
+@click.option("--ops", default=",".join(COLLECTIVES), show_default=True, help="Collectives.")
+@click.option("--sizes", default="1K:256M", show_default=True, help="Message sizes MIN:MAX.")
+@click.option(
+    "--groups",
+    default="intra",
+    show_default=True,
+    help="Group shapes: intra (a node's ranks), intra:K (K adjacent ranks, like TP of K), "
+    "inter (one rank per node, like DP).",
+)
+@click.option(
+    "--sweep/--no-sweep",
+    default=True,
+    show_default=True,
+    help="On NCCL, also time every NCCL_ALGO x NCCL_PROTO each collective offers.",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="local (torchrun on this host) or slurm (a job, or a step of this allocation).",
+)
+@slurm_options
+@results_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def commbench(
+    cluster: str,
+    ops: str,
+    sizes: str,
+    groups: str,
+    sweep: bool,
+    launcher: str,
+    partition: str | None,
+    account: str | None,
+    qos: str | None,
+    sbatch_options: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
+    beside a memory copy measured in the same run."""
+    from autotune.commbench.bench import parse_groups, parse_ops, parse_sizes, run_commbench
+    from autotune.launchers import LaunchSettings, get_launcher
+    from autotune.specs import load_cluster
+
+    spec = load_cluster(cluster)
+    chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
+    shapes = tuple(parse_groups(groups, spec))
+    slurm = slurm_settings(spec, partition, account, qos, sbatch_options)
+    runner = get_launcher(launcher, LaunchSettings(slurm=slurm, gpus=spec.backend == "nccl"))
+    out = results / "commbench"
+    report = run_commbench(spec, chosen_ops, chosen_sizes, out, shapes, sweep, runner)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    commbench_display.commbench(console, report)

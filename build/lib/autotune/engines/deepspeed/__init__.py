@@ -1,0 +1,1 @@
+"""DeepSpeed: its engine, exports, rank worker and users' commands."""

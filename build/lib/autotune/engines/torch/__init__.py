@@ -1,0 +1,2 @@
+"""PyTorch-native: its engine, exports, rank worker and users' commands (torchtitan, the
+autotune.step helper)."""
