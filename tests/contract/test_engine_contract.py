@@ -27,7 +27,7 @@ from autotune.trial.spec import StepPlan
 from tests.engines.test_toy_engine import TOY_SPACE, ToyEngine
 
 CASES = {**{name: None for name in ENGINES}, "toy": TOY_SPACE}
-"""Engine -> its search-space file's text (None: the engine's own file in autotune/search_spaces/)."""
+"""Engine -> its search-space file's text (None: the engine's own, autotune/search_spaces/)."""
 CLUSTER = {"megatron": "dgx-h100:2", "torch": "local:4"}
 """Megatron plans for GPUs; the others run here too (torch on 4 ranks, where tp and pp meet)."""
 
