@@ -17,7 +17,10 @@ from autotune.errors import InputError
 from autotune.export import export_best
 from autotune.launchers import LaunchSettings, get_launcher
 from autotune.launchers.base import Launcher
+from autotune.launchers.slurm import SlurmLauncher
 from autotune.model_probe import ModelRead, read_model
+from autotune.nodes.check import nodes_needed, preflight
+from autotune.nodes.judge import NodeCheck
 from autotune.problem import Problem
 from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
@@ -29,6 +32,7 @@ from autotune.study.settings import SearchSettings
 from autotune.study.slice import SliceSettings, check_trial_nodes
 from autotune.study.slice_confirm import say_slice, with_kept_error
 from autotune.study.storage import default_study_name, masked_url, study_ref
+from autotune.study.trial_attrs import NODE_CHECK
 from autotune.study.trial_run import QuietProgress
 from autotune.trial.spec import StepPlan
 
@@ -58,6 +62,8 @@ class TuneSettings:
     """Seed for the sampler's proposals (`--seed`)."""
     slice: SliceSettings | None = None
     """`--trial-nodes`: search trials on a slice, leaders confirmed at full size."""
+    node_check: bool = True
+    """Check the nodes before a study on SLURM and keep slow ones out (`--node-check`)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ def tune(
     problem, launcher, launch = _checked_launcher(problem, settings)
     name = settings.study_name or default_study_name(problem, launcher.source)
     ref = study_ref(name, settings.storage, settings.results)
+    nodes = _check_nodes(problem, launcher, settings, ref, say)
     slice_error_file = calibration_path(settings.results, problem.cluster).with_suffix(
         ".slice.json"
     )
@@ -102,6 +109,8 @@ def tune(
     )
     if prior is not None:
         remember_spread(study, prior)
+    if nodes is not None:
+        study.set_user_attr(NODE_CHECK, nodes.as_dict())
     search = SearchSettings(
         budget=settings.budget,
         steps=settings.steps,
@@ -129,6 +138,22 @@ def tune(
         say_slice(study, problem.cluster, slice_error_file, say)
     exported, report = _write_outputs(study, ref, outcome, say)
     return Tuned(study=study, ref=ref, outcome=outcome, exported=exported, report=report)
+
+
+def _check_nodes(
+    problem: Problem,
+    launcher: Launcher,
+    settings: TuneSettings,
+    ref: StudyRef,
+    say: Callable[[str], None],
+) -> NodeCheck | None:
+    """The nodes a SLURM study may run on, checked, the slow ones kept out of its trials."""
+    if not settings.node_check or not isinstance(launcher, SlurmLauncher):
+        return None
+    part = settings.slice
+    full_size = part is None or part.confirm_full > 0
+    needed = nodes_needed(problem.cluster, part.nodes if part else None, full_size)
+    return preflight(problem.cluster, launcher, needed, ref.folder / "node_check", say)
 
 
 def study_kind(problem: Problem) -> str:

@@ -2,7 +2,15 @@
 
 `app` holds the group and `main`; importing the command modules registers their commands."""
 
-from autotune.cli import commbench_command, dashboard_command, planning, tuning
+from autotune.cli import commbench_command, dashboard_command, nodes_command, planning, tuning
 from autotune.cli.app import cli, main
 
-__all__ = ["cli", "commbench_command", "dashboard_command", "main", "planning", "tuning"]
+__all__ = [
+    "cli",
+    "commbench_command",
+    "dashboard_command",
+    "main",
+    "nodes_command",
+    "planning",
+    "tuning",
+]

@@ -17,11 +17,12 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     """Best config and its figures, speed-up over the median and worst, failures by kind."""
     from optuna.trial import TrialState
 
+    from autotune.nodes.judge import NodeCheck
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
     from autotune.study.figures import winner_figures
     from autotune.study.storage import masked_url
-    from autotune.study.trial_attrs import TrialAttrs
+    from autotune.study.trial_attrs import NODE_CHECK, TrialAttrs
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
@@ -50,6 +51,8 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
                 f"[yellow]trial {t.number} left processes running, stopped after it:[/] "
                 + escape(", ".join(swept))
             )
+    if (checked := study.user_attrs.get(NODE_CHECK)) is not None:
+        console.print(escape(NodeCheck.from_dict(checked).line()))
     cost = study_cost(study)
     if cost is not None:
         console.print(cost_line(cost))

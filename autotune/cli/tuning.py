@@ -42,7 +42,7 @@ RUN_GROUPS = (
     ("Search", ("sampler", "seed")),
     ("Measurement", ("measured_steps", "precision", "early_stop", "early_stop_margin", "confirm")),
     ("The study and its files", ("study_name", "storage", "results")),
-    ("SLURM", ("partition", "account", "qos", "sbatch_options")),
+    ("SLURM", ("partition", "account", "qos", "sbatch_options", "node_check")),
     ("Tuning on a slice of the cluster", ("trial_nodes", "confirm_full", "scale_probes")),
 )
 """`autotune run`'s options as its help and the CLI reference group them."""
@@ -166,6 +166,14 @@ RUN_GROUPS = (
     "the config every other is judged against for loss parity [default: the space file's "
     "`yours:`].",
 )
+@click.option(
+    "--node-check/--no-node-check",
+    default=True,
+    show_default=True,
+    help="slurm: before the study, time compute, memory and links on every node its trials "
+    "may land on, and keep a node well outside its peers out of them (`autotune nodes` "
+    "runs the check alone).",
+)
 @length_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(**options: Any) -> None:
@@ -229,6 +237,7 @@ class RunOptions:
     confirm_full: int
     scale_probes: int
     users_config: str
+    node_check: bool
     command: tuple[str, ...]
 
 
@@ -263,6 +272,7 @@ def _tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
             if options.trial_nodes is not None
             else None
         ),
+        node_check=options.node_check,
     )
 
 

@@ -120,12 +120,19 @@ class SlurmLauncher(Launcher):
     def command(self, request: LaunchRequest) -> list[str]:
         options = resource_options(request, self.gpus, request.time_limit_s)
         if self.allocation:
-            return ["srun", *options, "--kill-on-bad-exit=1", "bash", STEP_SCRIPT]
+            excluded = self.settings.exclusion()
+            return ["srun", *options, *excluded, "--kill-on-bad-exit=1", "bash", STEP_SCRIPT]
         # A failed node's job ends as NODE_FAIL, to be run once more by `run`, not requeued
         # by SLURM under the same id.
         return [
             "sbatch", "--parsable", "--no-requeue", *options, *self.settings.options(), JOB_SCRIPT
         ]  # fmt: skip
+
+    def keep_off(self, nodes: tuple[str, ...]) -> None:
+        """Run no later trial on `nodes` (SLURM's `--exclude`, for jobs and steps alike)."""
+        self.settings = replace(
+            self.settings, exclude=tuple(sorted({*self.settings.exclude, *nodes}))
+        )
 
     def ran_on(self, request: LaunchRequest) -> str | None:
         """The node list the trial's first node read from SLURM; None if it never ran."""

@@ -52,11 +52,16 @@ class SlurmSettings:
     qos: str | None = None
     extra_sbatch: tuple[str, ...] = field(default=())
     """Further sbatch options, e.g. `--constraint=h100` or `--exclusive`."""
+    exclude: tuple[str, ...] = field(default=())
+    """Nodes trials never run on: those the node check found slow (`autotune.nodes`)."""
 
     def options(self) -> list[str]:
         named = {"partition": self.partition, "account": self.account, "qos": self.qos}
         chosen = [f"--{k}={v}" for k, v in named.items() if v]
-        return chosen + list(self.extra_sbatch)
+        return chosen + list(self.extra_sbatch) + self.exclusion()
+
+    def exclusion(self) -> list[str]:
+        return [f"--exclude={','.join(self.exclude)}"] if self.exclude else []
 
 
 @dataclass(frozen=True, kw_only=True)

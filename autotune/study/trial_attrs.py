@@ -62,6 +62,9 @@ first; the summary compares the winner with it)."""
 USERS_CONFIG_FROM = "users_config_from"
 """On the study: where the user's config came from, in words (their ds_config, the Trainer's
 flags, `--users-config`, the space file's `yours:`)."""
+NODE_CHECK = "node_check"
+"""Study attribute: the node check before the study (`autotune.nodes`), its readings and the
+nodes kept out of trials."""
 NO_REFERENCE = "no_reference"
 """On the study: why no run of the user's config can be the loss-parity reference (it is not
 known, not in the space, or failed every time it ran); nothing is then judged."""

@@ -1,0 +1,104 @@
+"""A slow node on the real two-node SLURM (scripts/slurm.sh --nodes 2): node at2n2's slurmd,
+and so every job step it starts, is held to a fifth of a core by a cgroup CPU quota. The node
+check names it; a study of one-node trials runs on the healthy node; one that needs both
+nodes is refused in one line; and without the check, a trial on the slow node reads its
+config several times slower than the same config on the healthy one."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import autotune
+
+pytestmark = pytest.mark.slow
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+SLOW_NODE, HEALTHY_NODE = "at2n2", "at2n1"
+ONE_NODE = (
+    "--launcher", "slurm", "--engine", "torch", "--sampler", "grid", "--no-confirm",
+    "--no-early-stop", "--measured-steps", "3", "--study", "s",
+)  # fmt: skip
+
+
+@pytest.fixture
+def slow_node(slurm_nodes: dict[str, str]) -> Iterator[dict[str, str]]:
+    """at2n2's slurmd in a cgroup with a CPU quota of 20 ms per 100 ms, put back after."""
+    if not (CPU_CGROUP / "cgroup.procs").exists() or os.geteuid() != 0:
+        pytest.skip("needs root and the cgroup v1 cpu controller")
+    pid = Path(f"/run/slurmd-{SLOW_NODE}.pid").read_text().strip()
+    group = CPU_CGROUP / "autotune-slow-node"
+    group.mkdir(exist_ok=True)
+    (group / "cpu.cfs_period_us").write_text("100000")
+    (group / "cpu.cfs_quota_us").write_text("20000")
+    (group / "cgroup.procs").write_text(pid)
+    try:
+        yield slurm_nodes
+    finally:
+        for stuck in (group / "cgroup.procs").read_text().split():
+            (CPU_CGROUP / "cgroup.procs").write_text(stuck)
+        group.rmdir()
+
+
+def _study(results: Path) -> optuna.Study:
+    return optuna.load_study(study_name="s", storage=f"sqlite:///{results / 's' / 'study.db'}")
+
+
+def _env(slurm: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **slurm}
+
+
+def test_the_node_check_names_the_slow_node(slow_node: dict[str, str], tmp_path: Path) -> None:
+    done = autotune(
+        "nodes", "--results", str(tmp_path), "--json", env=_env(slow_node), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    check = json.loads(done.stdout)
+    assert list(check["slow"]) == [SLOW_NODE], check
+    assert "compute" in check["slow"][SLOW_NODE]
+
+
+def test_a_study_keeps_its_trials_off_the_slow_node_or_says_it_cannot(
+    slow_node: dict[str, str], tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    one = ("--cluster", "local:1x1", "--trials", "2", "--results", str(results))
+    ran = autotune("run", *ONE_NODE, *one, env=_env(slow_node), cwd=tmp_path, timeout=900)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f"kept out of trials: {SLOW_NODE}" in ran.stdout
+    placed = [
+        (f / "slurm_nodes").read_text().strip() for f in (results / "s" / "trials").iterdir()
+    ]
+    assert placed and set(placed) == {HEALTHY_NODE}, placed
+    study = _study(results)
+    assert list(study.user_attrs["node_check"]["slow"]) == [SLOW_NODE]
+
+    both = ("--cluster", "local:2x1", "--trials", "1", "--results", str(tmp_path / "both"))
+    refused = autotune("run", *ONE_NODE, *both, env=_env(slow_node), cwd=tmp_path, timeout=600)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    line = refused.stderr.strip()
+    assert "\n" not in line and SLOW_NODE in line and "need 2 nodes" in line, line
+    assert not (tmp_path / "both" / "s" / "trials").exists()
+
+
+def test_without_the_check_the_slow_node_skews_the_figures(
+    slow_node: dict[str, str], tmp_path: Path
+) -> None:
+    """One config, one trial pinned to each node, the check off: the figures differ by the
+    node, not the config."""
+    speeds = {}
+    for node in (HEALTHY_NODE, SLOW_NODE):
+        results = tmp_path / node
+        pinned = (
+            "--cluster", "local:1x1", "--trials", "1", "--results", str(results),
+            "--no-node-check", f"--sbatch-option=--nodelist={node}",
+        )  # fmt: skip
+        ran = autotune("run", *ONE_NODE, *pinned, env=_env(slow_node), cwd=tmp_path, timeout=900)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        (trial,) = [t for t in _study(results).trials if t.value is not None]
+        speeds[node] = trial.value
+    assert speeds[HEALTHY_NODE] > 2 * speeds[SLOW_NODE], speeds
