@@ -5,7 +5,7 @@ winners re-measured by the same harness, interleaved.
 The earlier revision runs from a git worktree with PYTHONPATH pointing at it, so the CLI and
 every trial's worker import that revision's code (with this checkout's packages).
 
-    .venv/bin/python scripts/bench_default_run.py [--base 4b9f294] [--repeats 3]
+    .venv/bin/python scripts/bench_default_run.py [--base 4b9f294] [--runs 3] [--repeats 3]
 
 Writes results/bench/default_run.md. Runs for several minutes.
 """
@@ -55,9 +55,10 @@ def default_run(code: Path, results: Path) -> tuple[float, int, dict[str, object
     return wall, trials, {k: best[k] for k in KNOBS}
 
 
-def remeasure(config: dict[str, object], folder: Path) -> float:
-    """The config's median step time from one `autotune trial` of 20 measured steps."""
-    text = ",".join(f"{k}={str(v).lower()}" for k, v in config.items())
+def remeasure(label: str, folder: Path) -> float:
+    """The config's (`_label`) median step time from one `autotune trial` of 20 measured
+    steps."""
+    text = label.lower()
     done = autotune(
         REPO, "trial", "--config", text, "--measured-steps", "20", "--precision", "0",
         "--out", str(folder), "--json",
@@ -70,7 +71,8 @@ def remeasure(config: dict[str, object], folder: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="4b9f294", help="the earlier revision")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="re-measurements of each winner")
+    parser.add_argument("--runs", type=int, default=3, help="default runs at each revision")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -79,58 +81,89 @@ def main() -> None:
             ["git", "worktree", "add", "--detach", str(base), args.base],
             cwd=REPO, check=True, capture_output=True,
         )  # fmt: skip
+        codes = {f"earlier ({args.base})": base, "this revision": REPO}
+        runs: dict[str, list[Run]] = {name: [] for name in codes}
         try:
-            runs = {
-                f"earlier ({args.base})": default_run(base, work / "results-base"),
-                "this revision": default_run(REPO, work / "results-head"),
-            }
+            for r in range(args.runs):  # the revisions in turn, so both meet the same hours
+                for i, (name, code) in enumerate(codes.items()):
+                    runs[name].append(default_run(code, work / f"results-{i}-{r}"))
+                    wall, n, best = runs[name][-1]
+                    print(f"{name}: {wall:.0f} s, {n} trials, winner {best}", flush=True)
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(base)], cwd=REPO, check=False
             )
-        for name, (wall, n, best) in runs.items():
-            print(f"{name}: {wall:.0f} s, {n} trials, winner {best}", flush=True)
-        times: dict[str, list[float]] = {name: [] for name in runs}
+        winners = list(dict.fromkeys(_label(best) for each in runs.values() for *_, best in each))
+        times: dict[str, list[float]] = {label: [] for label in winners}
         for repeat in range(args.repeats):
-            for i, (name, (_, _, best)) in enumerate(runs.items()):
-                times[name].append(remeasure(best, work / f"remeasure-{i}-{repeat}"))
+            for i, label in enumerate(winners):
+                times[label].append(remeasure(label, work / f"remeasure-{i}-{repeat}"))
     write(runs, times, args)
 
 
-def write(runs: dict, times: dict[str, list[float]], args: argparse.Namespace) -> None:
-    med = {name: statistics.median(t) for name, t in times.items()}
-    (base_name, (base_wall, _, _)), _ = runs.items()
+Run = tuple[float, int, dict[str, object]]
+
+
+def _label(best: dict[str, object]) -> str:
+    return ",".join(f"{k}={v}" for k, v in best.items())
+
+
+def _span(values: list[float], form: str) -> str:
+    """`a` or `a-b`: the least and most of `values` in `form`."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
+
+
+def write(
+    runs: dict[str, list[Run]], times: dict[str, list[float]], args: argparse.Namespace
+) -> None:
+    med = {label: statistics.median(t) for label, t in times.items()}
+    base_name = next(iter(runs))
+    base_wall = statistics.median([wall for wall, _, _ in runs[base_name]])
     rows = [
-        "| revision | wall time | trials | winner | re-measured step time (median, min-max) |",
-        "|---|---|---|---|---|",
+        "| revision | wall time | trials | winner (runs) |",
+        "|---|---|---|---|",
     ]
-    for name, (wall, n, best) in runs.items():
-        label = ",".join(f"{k}={v}" for k, v in best.items())
-        t = times[name]
-        rows.append(
-            f"| {name} | {wall:.0f} s ({wall / base_wall:.2f}x) | {n} | {label} | "
-            f"{med[name] * 1000:.1f} ms ({min(t) * 1000:.1f}-{max(t) * 1000:.1f}) |"
+    for name, each in runs.items():
+        walls = [wall for wall, _, _ in each]
+        labels = [_label(best) for *_, best in each]
+        winners = "; ".join(
+            f"{w} ({labels.count(w)} of {len(labels)})" for w in dict.fromkeys(labels)
         )
+        rows.append(
+            f"| {name} | {_span(walls, '{:.0f}')} s ({statistics.median(walls) / base_wall:.2f}x) "
+            f"| {_span([float(n) for _, n, _ in each], '{:.0f}')} | {winners} |"
+        )
+    remeasured = [
+        "| winner | re-measured step time (median, min-max) |",
+        "|---|---|",
+        *(
+            f"| {label} | {med[label] * 1000:.1f} ms ({min(t) * 1000:.1f}-{max(t) * 1000:.1f}) |"
+            for label, t in times.items()
+        ),
+    ]
     head = "this revision"
+    head_wall = statistics.median([wall for wall, _, _ in runs[head]])
     text = "\n".join(
         [
             "# The default `autotune run`, before and after",
             "",
             f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-            f"`.venv/bin/python scripts/bench_default_run.py --base {args.base} --repeats "
-            f"{args.repeats}`: the README's first command (tiny workload, DeepSpeed, 2 gloo "
-            "processes, default budget) at each revision, one run each, then both winners "
-            f"re-measured by `autotune trial` with 20 measured steps, interleaved, "
-            f"{args.repeats} times each. Measured, not simulated.",
+            f"`.venv/bin/python scripts/bench_default_run.py --base {args.base} --runs "
+            f"{args.runs} --repeats {args.repeats}`: the README's first command (tiny "
+            "workload, DeepSpeed, 2 gloo processes, default budget) at each revision, "
+            f"{args.runs} runs each (the revisions in turn), then every winner re-measured by "
+            f"`autotune trial` with 20 measured steps, interleaved, {args.repeats} times each. "
+            "Ranges are the least and most over the runs; the ratio is of median wall times. "
+            "Measured, not simulated.",
             "",
             *rows,
             "",
-            f"- Wall time: {runs[head][0] / base_wall:.2f}x the earlier revision's "
-            "(goal: at most 0.5x).",
-            f"- The winner of this revision runs at {med[base_name] / med[head]:.2f}x the "
-            "speed of the earlier one's (ratio of median step times; above 1 is faster). One "
-            "run of each tuner on a noisy machine: the min-max ranges say whether the winners "
-            "are apart.",
+            *remeasured,
+            "",
+            f"- Wall time: {head_wall / base_wall:.2f}x the earlier revision's (medians).",
+            "- On this noisy machine one config's step time differs by up to about 20% from one "
+            "launch to the next: winners whose min-max ranges overlap are not known apart.",
             "",
         ]
     )

@@ -85,7 +85,33 @@ REGRET_AT = (12, 20)
 WITHIN = 0.03
 MISSES = 25
 SEEDS_FROM_PLAN = 3
-STRATEGIES = ("guided", "tpe", "gp", "random")
+STRATEGIES = ("guided", "top-configs", "top-layouts", "tpe", "gp", "random")
+BASELINES = ("top-configs", "top-layouts")
+"""The plain baselines: the model's best configs in its order, and the best config of each of
+its best distinct parallel layouts in its order; nothing learnt."""
+PARALLEL_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp")
+LAYOUT_SPACES = (
+    ("megatron", "llama3-70b", 16),
+    ("torch", "llama3-8b", 16),
+    ("megatron", "gpt3-175b", 16),
+    ("torch", "gpt3-175b", 64),
+    ("torch", "llama3-8b", 32),
+    ("megatron", "llama3-70b", 32),
+)
+"""The `layouts` family's spaces: 10,000 to 140,000 configs that fit."""
+CLASS_KNOBS = ("tp", "pp", "vpp", "cp", "mbs", "zero", "hsdp", "recompute", "sp")
+MINOR_KNOBS = (
+    "overlap_comm", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
+    "reduce_bucket", "allgather_bucket", "ddp_bucket_mb", "nccl_algo", "nccl_proto",
+)  # fmt: skip
+CONFIG_NOISE = 0.005
+"""A config's own error in the `layouts` family, shared with none: small, so that what sets
+configs apart is what a search can learn (layouts, classes, minor knobs' values)."""
+LAYOUT_SPREADS = (0.04, 0.12)
+MINOR_SPREADS = (0.01, 0.03)
+CLASS_BIASES = (0.0, 0.15)
+"""The `layouts` family: per world, a parallel layout's own error, a config's own error (what
+its minor knobs move) and the largest class bias, each drawn uniform in these bounds."""
 TIE = 0.001
 """Regrets closer than this are tied; the tie goes to the strategy there sooner."""
 RUNS = REPO / "results/bench/search_worlds_runs"
@@ -164,6 +190,57 @@ def draw_world(seed: int) -> World:
     return World(name, s, s.predicted * np.exp(error), "; ".join(drawn))
 
 
+def draw_layout_world(seed: int) -> World:
+    """A world of the `layouts` family: each parallel layout off by its own error, each value
+    of a minor knob (`MINOR_KNOBS`) by a smaller effect shared by every config with it,
+    `BIASED_VALUES` classes of the leaders' structural values (`CLASS_KNOBS`) by up to the
+    world's class bias, and each config by `CONFIG_NOISE` of its own."""
+    spec = LAYOUT_SPACES[seed % len(LAYOUT_SPACES)]
+    s = space(*spec)
+    table, rng = s.ranked.table, np.random.default_rng([57, seed])
+    layout_spread, minor, most = (
+        rng.uniform(*bounds) for bounds in (LAYOUT_SPREADS, MINOR_SPREADS, CLASS_BIASES)
+    )
+    top = s.ranked.order[:LEADERS]
+    values = [
+        (k, v)
+        for k in CLASS_KNOBS
+        if len(np.unique(getattr(table, k))) > 1
+        for v in np.unique(getattr(table, k)[top]).tolist()
+    ]
+    error = np.zeros(len(table))
+    drawn = [f"layouts {layout_spread:.1%}", f"minor knobs {minor:.1%}"]
+    for i in rng.choice(len(values), size=BIASED_VALUES, replace=False):
+        knob, value = values[i]
+        bias = rng.uniform(-most, most)
+        error += np.where(getattr(table, knob) == value, bias, 0.0)
+        drawn.append(f"{knob}={value} {bias:+.1%}")
+    layouts = _groups(table, list(PARALLEL_KNOBS))
+    error += rng.normal(0, layout_spread, layouts.max() + 1)[layouts]
+    for knob in MINOR_KNOBS:
+        column = getattr(table, knob)
+        kinds, which = np.unique(column, return_inverse=True)
+        if len(kinds) > 1:
+            error += rng.normal(0, minor, len(kinds))[which.reshape(-1)]
+    error += rng.normal(0, CONFIG_NOISE, len(table))
+    name = f"{spec[1]} {spec[0]} on {spec[2]} nodes"
+    return World(name, s, s.predicted * np.exp(error), "; ".join(drawn))
+
+
+FAMILIES = {"classes": draw_world, "layouts": draw_layout_world}
+
+
+def run_baseline(world: World, kind: str) -> list[int]:
+    """The model's best configs in its order, or the best of each of its best distinct
+    parallel layouts."""
+    order = world.space.ranked.order
+    if kind == "top-configs":
+        return [int(row) for row in order[:BUDGET]]
+    layouts = _groups(world.space.ranked.table, list(PARALLEL_KNOBS))
+    first = np.unique(layouts[order], return_index=True)[1]
+    return [int(row) for row in order[np.sort(first)][:BUDGET]]
+
+
 def _tell(study: optuna.Study, trial: optuna.Trial, world: World, row: int) -> None:
     config = world.space.ranked.table.config(row)
     trial.set_user_attr("config", config.as_dict())
@@ -214,21 +291,21 @@ def _unguarded_gp() -> None:
 
 
 def cached_run(
-    world: World, strategy: str, seed: int, rerun: bool, stored: bool
+    world: World, strategy: str, seed: int, rerun: bool, stored: bool, key: str
 ) -> list[int] | None:
     """A sampler's rows in this world, from its runs file while the world is the same;
     `stored`: only from there (None: not run in this world yet)."""
     path = RUNS / f"{strategy}.json"
     runs = json.loads(path.read_text()) if path.exists() else {}
     stamp = f"{world.name}; {len(world.truth)}; {world.drawn}; optuna {optuna.__version__}"
-    kept = runs.get(str(seed))
+    kept = runs.get(key)
     if kept and kept["world"] == stamp and not rerun:
         return [int(row) for row in kept["rows"]]
     if stored:
         return None
     rows = run_sampler(world, strategy, seed)
     runs = json.loads(path.read_text()) if path.exists() else {}  # another run may have added
-    runs[str(seed)] = {"world": stamp, "rows": rows}
+    runs[key] = {"world": stamp, "rows": rows}
     path.parent.mkdir(parents=True, exist_ok=True)
     written = path.with_suffix(".tmp")
     written.write_text(json.dumps(runs, indent=0, sort_keys=True) + "\n")
@@ -276,6 +353,12 @@ class Score:
     """Trials to the best of the first 12 (within `TIE`): the tie-break between equals."""
 
 
+def regret_curve(world: World, ran: list[int]) -> list[float]:
+    """Regret after each of the first `BUDGET` trials (a search that stopped keeps its last)."""
+    found = np.maximum.accumulate(world.truth[ran]) if ran else np.zeros(1)
+    return [1 - float(found[min(n, len(found)) - 1]) / world.best for n in range(1, BUDGET + 1)]
+
+
 def score(world: World, ran: list[int]) -> Score:
     found = np.maximum.accumulate(world.truth[ran]) if ran else np.zeros(1)
     regret = {n: 1 - float(found[min(n, len(found)) - 1]) / world.best for n in REGRET_AT}
@@ -311,6 +394,9 @@ def _summary(scores: dict[str, list[Score | None]]) -> list[str]:
     ]
     for name, kept in scores.items():
         s = [x for x in kept if x is not None]
+        if not s:  # a sampler read only from its runs file, run in none of these worlds
+            lines.append(f"| {name} | 0 | - | - | - | - | - | - |")
+            continue
         to = [x.to_within for x in s]
         median_to = statistics.median(to)
         lines.append(
@@ -338,6 +424,8 @@ def _wins(scores: dict[str, list[Score | None]]) -> list[str]:
     share = {}
     for other in (k for k in scores if k != "guided"):
         pairs = [(g, o) for g, o in zip(scores["guided"], scores[other], strict=True) if g and o]
+        if not pairs:
+            continue
         lower, sooner, same, worse = against(pairs)
         share[other] = (lower + sooner) / len(pairs)
         lines.append(
@@ -346,44 +434,85 @@ def _wins(scores: dict[str, list[Score | None]]) -> list[str]:
         )
     g12 = [x.regret[12] for x in scores["guided"] if x]
     median, p90 = statistics.median(g12), _pct(g12, 90)
-    beats = all(v >= 0.8 for v in share.values())
+    samplers = {k: v for k, v in share.items() if k not in BASELINES}
+    beats = all(v >= 0.8 for v in samplers.values())
     return lines + [
         "",
         f"Goals: median regret after 12 trials <= 2%: {median:.1%}, "
         f"{'met' if median <= 0.02 else 'not met'}; p90 <= 5%: {p90:.1%}, "
         f"{'met' if p90 <= 0.05 else 'not met'}; guided wins against each of "
-        f"{', '.join(share)} in >= 80% of worlds: {'met' if beats else 'not met'}.",
+        f"{', '.join(samplers)} in >= 80% of worlds: {'met' if beats else 'not met'}.",
+    ]
+
+
+def _world_words(family: str) -> str:
+    if family == "classes":
+        return (
+            f"{BIASED_VALUES} class-wide biases on values of {', '.join(STRUCTURAL)} up to "
+            f"+-{CLASS_BIAS:.0%}, one interaction of two knob values up to +-{INTERACTION:.0%}, "
+            f"a parallel-layout error of {LAYOUT_ERROR:.0%} and a per-config error of "
+            f"{CONFIG_ERROR:.0%}"
+        )
+    return (
+        "per world, a parallel layout's own error of spread "
+        f"{LAYOUT_SPREADS[0]:.0%}-{LAYOUT_SPREADS[1]:.0%}, an effect of each value of the minor "
+        f"knobs ({', '.join(MINOR_KNOBS)}) of spread "
+        f"{MINOR_SPREADS[0]:.0%}-{MINOR_SPREADS[1]:.0%}, "
+        f"{BIASED_VALUES} class-wide biases on values of {', '.join(CLASS_KNOBS)} up to a drawn "
+        f"{CLASS_BIASES[0]:.0%}-{CLASS_BIASES[1]:.0%}, and a config's own error of "
+        f"{CONFIG_NOISE:.1%}"
+    )
+
+
+def _against_baseline(curves: dict[str, list[list[float]]]) -> list[str]:
+    """Guided against the distinct-layout baseline at every budget."""
+    if "top-layouts" not in curves or "guided" not in curves:
+        return []
+    pairs = [(g, b) for g, b in zip(curves["guided"], curves["top-layouts"], strict=True) if g]
+    at_12 = sum(g[11] <= b[11] + TIE for g, b in pairs)
+    every = sum(all(x <= y + TIE for x, y in zip(g, b, strict=True)) for g, b in pairs)
+    behind = [n + 1 for n in range(BUDGET) if any(g[n] > b[n] + TIE for g, b in pairs)]
+    share = at_12 / len(pairs)
+    return [
+        "",
+        f"Guided against the model's top distinct layouts (within {TIE:.1%} counts as at): at "
+        f"or below it after 12 trials in {at_12} of {len(pairs)} worlds ({share:.0%}); "
+        f"at or below it at every budget from 1 to {BUDGET} in {every} of {len(pairs)}"
+        + (f"; behind it somewhere at budgets {behind}." if behind else "."),
     ]
 
 
 def report(
     worlds: list[World],
     scores: dict[str, list[Score | None]],
+    curves: dict[str, list[list[float]]],
     args: argparse.Namespace,
     took: float,
 ) -> str:
     command = (
         f"`.venv/bin/python scripts/bench_search_worlds.py --worlds {args.worlds} "
         f"--first-seed {args.first_seed}"
+        + (f" --family {args.family}" if args.family != "classes" else "")
         + (f" --strategies {args.strategies}" if args.strategies != ",".join(STRATEGIES) else "")
         + (f" --stored-only {args.stored_only}" if args.stored_only else "")
         + "`"
     )
+    title = "structured model error" if args.family == "classes" else "per-layout model error"
     lines = [
-        f"# Search in {len(worlds)} worlds of structured model error (seeds "
+        f"# Search in {len(worlds)} worlds of {title} (seeds "
         f"{args.first_seed}-{args.first_seed + len(worlds) - 1})",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by {command} in "
         f"{took:.0f} s; Optuna's samplers' runs from results/bench/search_worlds_runs/ where "
-        f"stored. SIMULATED: the truth is the model times a drawn error ({BIASED_VALUES} "
-        f"class-wide biases on values of {', '.join(STRUCTURAL)} up to +-{CLASS_BIAS:.0%}, "
-        f"one interaction of two knob values up to +-{INTERACTION:.0%}, a parallel-layout "
-        f"error of {LAYOUT_ERROR:.0%} and a per-config error of {CONFIG_ERROR:.0%}); "
-        f"{BUDGET} search trials, no noise. Regret: 1 - best true throughput found / the "
-        "world's best.",
+        f"stored. SIMULATED: the truth is the model times a drawn error "
+        f"({_world_words(args.family)}); {BUDGET} search trials, no noise. Regret: 1 - best "
+        "true throughput found / the world's best. top-configs and top-layouts are the plain "
+        "baselines: the model's best configs in its order, and the best config of each of its "
+        "best distinct parallel layouts (tp, pp, vpp, cp, ep, etp) in its order.",
         "",
         *_summary(scores),
         *_wins(scores),
+        *_against_baseline(curves),
         "",
         "| seed | world | configs | drawn | " + " | ".join(f"{k} @12" for k in scores) + " |",
         "|---|---|---|---|" + "---|" * len(scores),
@@ -411,28 +540,35 @@ def main() -> None:
         help="samplers (comma-separated) read only from their runs file, in the worlds "
         "where they have run (GP: minutes a world, filled apart)",
     )
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="classes")
     args = parser.parse_args()
     started = time.monotonic()
     strategies = args.strategies.split(",")
     _unguarded_gp()
     stored = set(filter(None, args.stored_only.split(",")))
     scores: dict[str, list[Score | None]] = {k: [] for k in strategies}
+    curves: dict[str, list[list[float]]] = {k: [] for k in strategies}
     worlds = []
     for seed in range(args.first_seed, args.first_seed + args.worlds):
-        world = draw_world(seed)
+        world = FAMILIES[args.family](seed)
         worlds.append(world)
         for k in strategies:
+            key = str(seed) if args.family == "classes" else f"{args.family}:{seed}"
             if k == "guided":
                 ran: list[int] | None = run_guided(world, seed)
+            elif k in BASELINES:
+                ran = run_baseline(world, k)
             else:
-                ran = cached_run(world, k, seed, args.rerun, k in stored)
+                ran = cached_run(world, k, seed, args.rerun, k in stored, key)
             scores[k].append(None if ran is None else score(world, ran))
+            curves[k].append([] if ran is None else regret_curve(world, ran))
         regrets = {k: v[-1] and round(v[-1].regret[12], 3) for k, v in scores.items()}
         print(seed, world.name, regrets, flush=True)
-    name = "search_worlds.md" if args.first_seed == 0 else "search_worlds_check.md"
+    base = "search_worlds" if args.family == "classes" else f"search_{args.family}"
+    name = f"{base}.md" if args.first_seed == 0 else f"{base}_check.md"
     out = args.out or REPO / "results/bench" / name
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report(worlds, scores, args, time.monotonic() - started))
+    out.write_text(report(worlds, scores, curves, args, time.monotonic() - started))
     print(f"wrote {out}")
 
 

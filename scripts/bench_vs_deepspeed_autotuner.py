@@ -91,6 +91,10 @@ def environment() -> dict[str, str]:
 
 
 def run_deepspeed_autotuner(work: Path) -> tuple[float, int, str]:
+    """One run of DeepSpeed's autotuner in a folder of its own: its wall time, its number of
+    experiments and its pick's key."""
+    work.mkdir(exist_ok=True)
+    shutil.copy(SCRIPT, work / "ds_train.py")
     config = {
         **USER_CONFIG,
         "autotuning": {
@@ -224,24 +228,47 @@ def remeasure(work: Path, configs: list[str], repeats: int) -> dict[str, list[fl
     return times
 
 
-def speed(ds: list[float], ours: list[float]) -> str:
+def ratios(ds: list[float], ours: list[float]) -> tuple[float, list[float]]:
     """A config's speed against DeepSpeed's pick: the ratio of median step times, and the
-    least and most of the per-round ratios."""
+    per-round ratios."""
     rounds = [theirs / mine for theirs, mine in zip(ds, ours, strict=True)]
-    ratio = statistics.median(ds) / statistics.median(ours)
-    return f"{ratio:.2f}x ({min(rounds):.2f}-{max(rounds):.2f}x)"
+    return statistics.median(ds) / statistics.median(ours), rounds
+
+
+def speed(pairs: list[tuple[str, str]], times: dict[str, list[float]]) -> str:
+    """The speed of each run's config against its repetition's DeepSpeed pick: the range of
+    the runs' median ratios, and in brackets the least and most per-round ratio."""
+    found = [ratios(times[ds], times[ours]) for ds, ours in pairs]
+    medians = [m for m, _ in found]
+    rounds = [r for _, each in found for r in each]
+    return f"{_span(medians, '{:.2f}')}x ({min(rounds):.2f}-{max(rounds):.2f}x)"
+
+
+def _span(values: list[float], form: str) -> str:
+    """`a` or `a-b`: the least and most of `values` in `form`."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
+
+
+def _picks(keys: list[str]) -> str:
+    """The configs the runs picked: one label when they agree, else each with its count."""
+    counts = {key: keys.count(key) for key in dict.fromkeys(keys)}
+    if len(counts) == 1:
+        return label(keys[0])
+    return "; ".join(f"{label(k)} ({n} of {len(keys)})" for k, n in counts.items())
 
 
 def report(
     out: Path,
-    ds: tuple[float, int, str],
-    runs: dict[str, AutotuneRun],
+    ds: list[tuple[float, int, str]],
+    runs: dict[str, list[AutotuneRun]],
     times: dict[str, list[float]],
     repeats: int,
 ) -> None:
-    ds_wall, ds_n, ds_pick = ds
-    third = ds_wall / 3
+    walls = [wall for wall, _, _ in ds]
+    third = statistics.fmean(walls) / 3
     tokens = MODEL["global_batch_size"] * MODEL["seq_length"]
+    first_pick = ds[0][2]
 
     def start(users: dict[str, Any]) -> str:
         zero, mbs = users["zero_optimization"]["stage"], users["train_micro_batch_size_per_gpu"]
@@ -251,25 +278,36 @@ def report(
         "| tuner | its user's config | wall time | experiments | per experiment | pick "
         "| pick found at | pick's speed vs DeepSpeed's (per round) |",
         "|---|---|---|---|---|---|---|---|",
-        f"| DeepSpeed autotuner (fast) | {start(USER_CONFIG)} | {ds_wall:.0f} s (1.00x) | {ds_n} "
-        f"| {ds_wall / ds_n:.1f} s | {label(ds_pick)} | - | 1.00x |",
+        f"| DeepSpeed autotuner (fast) | {start(USER_CONFIG)} | {_span(walls, '{:.0f}')} s "
+        f"(1.00x) | {_span([float(n) for _, n, _ in ds], '{:.0f}')} "
+        f"| {_span([w / n for w, n, _ in ds], '{:.1f}')} s | {_picks([k for *_, k in ds])} | - "
+        f"| {speed([(first_pick, k) for *_, k in ds], times)} |",
     ]
     leaders = [
-        f"| tuner | leader at {third:.0f} s (1/3 of DeepSpeed's wall time) "
+        "| tuner | leader at a third of DeepSpeed's wall time "
         "| its speed vs DeepSpeed's pick (per round) |",
         "|---|---|---|",
     ]
-    for name, run in runs.items():
+    for name, each in runs.items():
+        pairs = [(d[2], run.pick) for d, run in zip(ds, each, strict=True)]
+        wall = [run.wall_s for run in each]
+        found = [run.pick_found_s for run in each]
+        against = list(zip(ds, each, strict=True))
         tuners.append(
-            f"| {name} | {start(VARIANTS[name][0])} | {run.wall_s:.0f} s "
-            f"({run.wall_s / ds_wall:.2f}x) | {run.trials} | {run.wall_s / run.trials:.1f} s "
-            f"| {label(run.pick)} | {run.pick_found_s:.0f} s ({run.pick_found_s / ds_wall:.2f}x) "
-            f"| {speed(times[ds_pick], times[run.pick])} |"
+            f"| {name} | {start(VARIANTS[name][0])} | {_span(wall, '{:.0f}')} s "
+            f"({_span([r.wall_s / d[0] for d, r in against], '{:.2f}')}x) "
+            f"| {_span([float(r.trials) for r in each], '{:.0f}')} "
+            f"| {_span([r.wall_s / r.trials for r in each], '{:.1f}')} s "
+            f"| {_picks([r.pick for r in each])} | {_span(found, '{:.0f}')} s "
+            f"({_span([r.pick_found_s / d[0] for d, r in against], '{:.2f}')}x) "
+            f"| {speed(pairs, times)} |"
         )
-        leader = run.leader_at(third)
+        led = [(d[2], run.leader_at(d[0] / 3)) for d, run in zip(ds, each, strict=True)]
+        kept = [(theirs, ours) for theirs, ours in led if ours is not None]
         leaders.append(
-            f"| {name} | {'none measured' if leader is None else label(leader)} "
-            f"| {'-' if leader is None else speed(times[ds_pick], times[leader])} |"
+            f"| {name} | {_picks([ours for _, ours in kept]) if kept else 'none measured'}"
+            f"{'' if len(kept) == len(led) else f' ({len(led) - len(kept)} runs: none)'} "
+            f"| {speed(kept, times) if kept else '-'} |"
         )
     measured = [
         "| config | re-measured step time (median, min-max) | tokens/s |",
@@ -312,9 +350,10 @@ def report(
             "",
             "## What autotune had found by a third of DeepSpeed's wall time",
             "",
-            "The config each autotune run would have named had it been stopped then: the best "
-            "mean over the measurements it had finished (goal: at least as fast as DeepSpeed's "
-            "pick, within the spread).",
+            f"The config each autotune run would have named had it been stopped then (a third "
+            f"of the wall time of DeepSpeed's run in the same repetition; {third:.0f} s on "
+            "average): the best mean over the measurements it had finished (goal: at least as "
+            "fast as DeepSpeed's pick, within the spread).",
             "",
             *leaders,
             "",
@@ -324,8 +363,9 @@ def report(
             "",
             "DeepSpeed's autotuner tunes the micro-batch at the ZeRO stage the user's config "
             "names. On this noisy machine runs of one config differ by up to about 20%, and "
-            "its speed from one hour to the next by as much: each tuner's wall time is one "
-            "run, the per-round ratios say whether one config was faster in every round.",
+            "its speed from one hour to the next by as much: each figure is the least-most "
+            f"over {len(walls)} runs of each tuner (one of each per repetition, in turn), the "
+            "per-round ratios say whether one config was faster in every round.",
             "",
         ]
     )
@@ -335,26 +375,34 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=4, help="re-measurements of each pick")
+    parser.add_argument("--runs", type=int, default=2, help="runs of each tuner")
     parser.add_argument("--out", type=Path, default=REPO / "results/bench" / OUT_NAME)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-vs-ds-"))
     shutil.copy(SCRIPT, work / "ds_train.py")
     (work / "ds_config.json").write_text(json.dumps(USER_CONFIG, indent=2))
     (work / "model.yaml").write_text(yaml.safe_dump(MODEL))
-    ds = run_deepspeed_autotuner(work)
-    print(f"DeepSpeed autotuner: {ds[0]:.0f} s, {ds[1]} experiments, pick {ds[2]}", flush=True)
-    runs = {}
-    for i, (name, (users, options)) in enumerate(VARIANTS.items()):
-        run = runs[name] = run_autotune(work / f"autotune-{i}", users, options)
-        print(
-            f"{name}: {run.wall_s:.0f} s, {run.trials} trials, pick {label(run.pick)} "
-            f"at {run.pick_found_s:.0f} s",
-            flush=True,
-        )
-    leaders = [run.leader_at(ds[0] / 3) for run in runs.values()]
-    configs = [ds[2], *(run.pick for run in runs.values()), *filter(None, leaders)]
-    distinct = list(dict.fromkeys(configs))
+    ds: list[tuple[float, int, str]]
+    runs: dict[str, list[AutotuneRun]]
+    ds, runs = [], {name: [] for name in VARIANTS}
+    for r in range(args.runs):  # one run of each tuner per repetition, in turn
+        ds.append(run_deepspeed_autotuner(work / f"deepspeed-{r}"))
+        print(f"DeepSpeed autotuner: {ds[-1][0]:.0f} s, {ds[-1][1]} experiments, "
+              f"pick {ds[-1][2]}", flush=True)  # fmt: skip
+        for i, (name, (users, options)) in enumerate(VARIANTS.items()):
+            run = run_autotune(work / f"autotune-{r}-{i}", users, options)
+            runs[name].append(run)
+            print(
+                f"{name}: {run.wall_s:.0f} s, {run.trials} trials, pick {label(run.pick)} "
+                f"at {run.pick_found_s:.0f} s",
+                flush=True,
+            )
+    leaders = [
+        run.leader_at(d[0] / 3) for each in runs.values() for d, run in zip(ds, each, strict=True)
+    ]
+    configs = [*(d[2] for d in ds), *(r.pick for each in runs.values() for r in each)]
+    distinct = list(dict.fromkeys([*configs, *filter(None, leaders)]))
     report(args.out, ds, runs, remeasure(work, distinct, args.repeats), args.repeats)
     print(f"work folder: {work}")
 

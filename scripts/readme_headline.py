@@ -47,8 +47,34 @@ def markdown_table(text: str, section: str | None = None) -> list[dict[str, str]
     return _table(lines)
 
 
+ROWS = {
+    "DeepSpeed autotuner (fast)": "`deepspeed --autotuning tune` on the script as shipped: it "
+    "keeps the ZeRO stage of the script's ds_config.json and tunes the micro-batch; its pick "
+    "is the 1.00x every speed is measured against.",
+    "autotune run": "the README's own command, `autotune run -- ds_train.py ...` with its "
+    "defaults, from the same ds_config.json: the script's config first, then the guided "
+    "search, then repeats of the leaders.",
+    "autotune run, copied config": "the same, but the script's ds_config.json replaced by one "
+    "copied from a large model's job (ZeRO 3, micro-batch 16), so that measuring the user's "
+    "config first cannot be the whole story.",
+    "autotune run --no-confirm": "no repeats of the leaders: its pick rests on one launch of "
+    "each config, as DeepSpeed's does.",
+}
+"""What each row of the headline table means, by the tuner's name in the report."""
+
+
+def picks(text: str) -> str:
+    """A report's pick cell with each config as users write it (`a (1 of 2); b (1 of 2)`)."""
+    parts = []
+    for part in text.split("; "):
+        config, paren, count = part.partition(" (")
+        parts.append(display_label(config) + (f" ({count}" if paren else ""))
+    return "; ".join(parts)
+
+
 def headline(bench: Path) -> str:
-    """The README's headline: autotune beside DeepSpeed's autotuner, and the first command."""
+    """The README's headline: autotune beside DeepSpeed's autotuner, what each row means, and
+    the first command."""
     tuners = markdown_table((bench / VS_DEEPSPEED).read_text(), "The tuners")
     lines = [
         "| tuner, on one unmodified DeepSpeed script | wall time | experiments | pick "
@@ -59,19 +85,21 @@ def headline(bench: Path) -> str:
     for row in tuners:
         lines.append(
             f"| {row['tuner']} | {row['wall time']} | {row['experiments']} "
-            f"| {display_label(row['pick'])} | {row[speed]} |"
+            f"| {picks(row['pick'])} | {row[speed]} |"
         )
+    lines += ["", *(f"- **{row['tuner']}**: {ROWS[row['tuner']]}" for row in tuners)]
     runs = markdown_table((bench / DEFAULT_RUN).read_text())
     now = runs[-1]
     lines += [
         "",
         f"The first command above (`tiny`, 2 gloo processes): {now['wall time'].split(' (')[0]}, "
-        f"{now['trials']} trials, winner `{display_label(now['winner'])}`.",
+        f"{now['trials']} trials, winner {picks(now['winner (runs)'])}.",
         "",
         f"From [`results/bench/{VS_DEEPSPEED}`](results/bench/{VS_DEEPSPEED}) and "
-        f"[`results/bench/{DEFAULT_RUN}`](results/bench/{DEFAULT_RUN}), measured on a shared "
-        "2-core machine; speeds above 1 are faster than DeepSpeed's pick (least-most per round "
-        "in brackets).",
+        f"[`results/bench/{DEFAULT_RUN}`](results/bench/{DEFAULT_RUN}), made at one revision "
+        "on a shared 2-core machine: each figure is the least-most over repeated runs of each "
+        "tuner; speeds are ratios of median step times re-measured side by side, interleaved, "
+        "above 1 faster than DeepSpeed's pick, with the least-most per round in brackets.",
     ]
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import Standing, standings
 from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES, full_first
-from autotune.study.trial_attrs import USERS_CONFIG, Pruned, TrialAttrs, pruned_as
+from autotune.study.trial_attrs import CHOSEN_FOR, USERS_CONFIG, Pruned, TrialAttrs, pruned_as
 
 COLUMNS = (
     "number",
@@ -95,7 +95,8 @@ def trial_role(t: optuna.trial.FrozenTrial) -> str:
         return f"proxy on {nodes} nodes"
     if ranked_by == "slice":
         return f"slice of {nodes} nodes"
-    return "search"
+    why = t.user_attrs.get(CHOSEN_FOR)
+    return f"search: {why}" if why else "search"
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -1,23 +1,19 @@
 """The model-guided search: propose the config the recalibrated model most expects to win.
 
 After every measurement (from `FULL_FIT_AFTER` trials on) the step-time model is refitted
-to the measured trials, and what it still gets wrong is learned (`model_errors`: the
-model's level, each knob value's class-wide error, each parallel layout's, each layout's
-own, shared with its neighbours, the nearer in moves a user would make the more).
-Every unmeasured config predicted to fit is re-ranked by an optimistic score: log predicted
-tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS` times that error's
-spread. A knob value never measured keeps its prior spread, so it stays worth a trial while
-the model's margin against it is within its error; a value every measured config of which
-ran slower than predicted is expected slower everywhere. Configs scored within `TIE` of the
-best are equals, and the seed chooses among the simplest of them. NCCL settings and bucket
-sizes (`config_codes.REFINING`) refine the measured leader once the layout has settled: no
-layout left could beat it by the threshold at the stop rule's confidence. Out-of-memory
-trials tighten the memory model: nothing predicted to need as much as a config that ran out
-of memory is proposed again. The search has
-converged when no config's optimistic throughput beats the best measured one by more than
-the threshold, or (thorough, `Effort.stop_risk`) when the expected number of layouts that do
-is small: with hundreds of layouts each unlikely to win, a bound on each lets the one that
-wins go.
+to the measured trials, and what it still gets wrong is learned (`model_errors`: the model's
+level, each knob value's class-wide error, each parallel layout's, each layout's own, shared
+with its neighbours). Every unmeasured config predicted to fit is scored optimistically: log
+predicted tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS` times that
+error's spread, so a value never measured stays worth a trial while the model's margin
+against it is within its error. Configs within `TIE` are equals (the simplest of them, then
+the seed, chooses); the first trial is the seed's among those within `NEAR_TIE`. NCCL
+settings and bucket sizes (`config_codes.REFINING`) refine the measured leader once no
+layout left could beat it by the threshold at the stop rule's confidence. Nothing
+predicted to need as much memory as a config that ran out of it is proposed again. The search
+has converged when no config's optimistic throughput beats the best measured one by the
+threshold, or (thorough, `Effort.stop_risk`) when the expected number of layouts that do is
+small.
 """
 
 from __future__ import annotations
@@ -63,20 +59,20 @@ from autotune.study.trial_attrs import TrialAttrs
 
 TIE = 0.002
 """Scores closer than this (log throughput: 0.2%, far below a trial's noise) are equals."""
+NEAR_TIE = 0.01
+"""Before anything is measured, configs scored closer than this (1%, far below a layout's own
+error) are near-equals the seed chooses the first trial among: two seeds, two opinions."""
 NCCL_SPREAD = 0.3
 """How far NCCL's own choice may be from the best forced setting, as a share of the exposed
-collective time: forcing an algorithm or protocol moves busbw by tens of percent at some
-sizes, and NCCL settings change nothing else. A variant's uncertainty is this times its
-communication share, so compute-bound layouts get no NCCL trials."""
+collective time (forcing an algorithm or protocol moves busbw by tens of percent at some
+sizes): a variant's uncertainty is this times its communication share."""
 FULL_FIT_AFTER = 8
-"""Measured trials before the model's parameters are refitted. Until then the errors
-model's shared level (`model_errors.LEVEL_SPREAD`) takes up the model's overall error, so
-that a handful of configs of one class measured slower are not explained away as a slower
-machine: part of it stays with their class, and a class never measured keeps its chance."""
+"""Measured trials before the model's parameters are refitted. Until then the errors model's
+level (`model_errors.LEVEL_SPREAD`) takes up the model's overall error, so that a few slow
+configs of one class are not explained away as a slower machine."""
 LEVEL_OFF = 3 * LEVEL_SPREAD
 """Before `FULL_FIT_AFTER`, a mean error beyond this is the machine, not a class (a CPU
 against a GPU model): compute efficiency alone is refitted."""
-
 
 MOE_PARAMETERS = ("moe_expert_host_s", "ep_overlap")
 """Fitted only for a mixture of experts: nothing else measures them."""
@@ -304,7 +300,9 @@ class GuidedSearch:
             return None
         ties = scored.best(TIE)
         # Among equals, the configs closest to the defaults (e.g. leaving NCCL its own
-        # choice); the seed chooses among them.
+        # choice); the seed chooses among them, and the first among near-equal layouts.
+        if not self.measured and len(near := scored.best(NEAR_TIE)) > 1:
+            ties = near
         configs = [self._table.config(i) for i in ties]
         simplest = min(len(c.differs_from_default()) for c in configs)
         return self.rng.choice([c for c in configs if len(c.differs_from_default()) == simplest])

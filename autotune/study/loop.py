@@ -1,9 +1,8 @@
 """Ask a config, run it for real, tell the result: until the budget or the space runs out.
 
-Optuna in ask-and-tell form, since trials run out of process. A proposal that breaks a rule
-or repeats a config that already has a verdict is told as pruned with its reason and costs
-no budget; one that runs is told complete (tokens/s) or failed (with its kind).
-"""
+Optuna in ask-and-tell form, since trials run out of process. A proposal that breaks a rule or
+repeats a config with a verdict is told as pruned with its reason and costs no budget; one
+that runs is told complete (tokens/s) or failed (with its kind)."""
 
 from __future__ import annotations
 
@@ -215,7 +214,8 @@ class _Search:
                 if proposal is None:
                     reason = self._held_back(reason)
                     break
-                self.study.enqueue_trial(self.space.params(proposal))
+                attrs = self.proposer.chosen_for(proposal)
+                self.study.enqueue_trial(self.space.params(proposal), user_attrs=attrs)
             elif self.misses >= MAX_MISSES:  # the sampler keeps proposing what cannot run
                 untried = [
                     c

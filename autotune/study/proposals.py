@@ -13,8 +13,10 @@ import optuna
 
 from autotune.estimate.ranking import Ranked
 from autotune.space import TrainConfig, config_key
+from autotune.study.chosen_for import chosen_for
 from autotune.study.confirm import best_mean
 from autotune.study.guided import GuidedSearch
+from autotune.study.trial_attrs import CHOSEN_FOR
 from autotune.study.verdicts import collisions, running_keys
 
 RETRY_WINDOW_S = 60.0
@@ -89,6 +91,14 @@ class Proposer:
         else:
             config = self._first_in_order(avoided) or self._first_in_order(claimed)
         return config, None if config else "search space exhausted: every config is claimed"
+
+    def chosen_for(self, config: TrainConfig) -> dict[str, str]:
+        """The user attribute saying why the guided search proposed `config` (none for the
+        grid, whose order is the plan's)."""
+        if (g := self.guide) is None:
+            return {}
+        leader = g.leader_measured[0] if g.leader_measured else None
+        return {CHOSEN_FOR: chosen_for(config, g.measured, leader, g.candidates)}
 
     def _first_in_order(self, excluded: set[str]) -> TrainConfig | None:
         return next(

@@ -74,6 +74,8 @@ PARITY_RESEED = "parity_reseed"
 ONE_KNOB = "one_knob"
 """On a trial that moves one knob of the user's config alone, to tell which move breaks
 parity (`study/parity_cause.py`): that knob's name."""
+CHOSEN_FOR = "chosen_for"
+"""On a trial the guided search proposed: why, in words (`study/chosen_for.py`)."""
 SWEPT = "swept"
 """Processes the trial left running on the tuner's host, stopped once it ended (`name (pid N)`
 each)."""

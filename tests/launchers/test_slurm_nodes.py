@@ -82,11 +82,12 @@ def trial_processes() -> list[str]:
 
 
 def ranks(node: str) -> list[int]:
-    """The trial ranks running in a node's namespace (not the torchrun that started them)."""
+    """The trial ranks running in a node's namespace (not the torchrun that started them, nor
+    the node check's workers that run before a study's first trial)."""
     return [
         pid
         for pid, line in processes(node).items()
-        if "autotune.rank" in line and "torchrun" not in line
+        if "autotune.rank" in line and "torchrun" not in line and "autotune.nodes" not in line
     ]
 
 

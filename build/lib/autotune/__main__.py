@@ -1,3 +1,0 @@
-from autotune.cli import main
-
-main()

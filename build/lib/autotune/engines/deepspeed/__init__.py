@@ -1,1 +1,0 @@
-"""DeepSpeed: its engine, exports, rank worker and users' commands."""

@@ -1,1 +1,0 @@
-"""Megatron-core and Megatron-LM: its engine, exports, rank worker and users' commands."""

@@ -1,2 +1,0 @@
-"""PyTorch-native: its engine, exports, rank worker and users' commands (torchtitan, the
-autotune.step helper)."""
