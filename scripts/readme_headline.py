@@ -99,7 +99,10 @@ def headline(bench: Path) -> str:
         f"[`results/bench/{DEFAULT_RUN}`](results/bench/{DEFAULT_RUN}), made at one revision "
         "on a shared 2-core machine: each figure is the least-most over repeated runs of each "
         "tuner; speeds are ratios of median step times re-measured side by side, interleaved, "
-        "above 1 faster than DeepSpeed's pick, with the least-most per round in brackets.",
+        "above 1 faster than DeepSpeed's pick, with the least-most per round in brackets. A "
+        "speed below 1 is a pick the study's short trials read as fast as the configs it "
+        "beat, DeepSpeed's among them where it ran, on a machine whose launches of one config "
+        "differ by up to about 20%: the report lists every trial.",
     ]
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """A slow node on the real two-node SLURM (scripts/slurm.sh --nodes 2): node at2n2's slurmd,
 and so every job step it starts, is held to a fifth of a core by a cgroup CPU quota. The node
 check names it, its compute a fraction of the healthy node's; a study of one-node trials runs
-on the healthy node; one that needs both nodes is refused in one line."""
+on the healthy node, where without the check the same trial on the slow node reads its config
+several times slower; a study that needs both nodes is refused in one line."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_the_node_check_names_the_slow_node(slow_node: dict[str, str], tmp_path:
     assert compute[HEALTHY_NODE] > 2 * compute[SLOW_NODE], compute
 
 
-def test_a_study_keeps_its_trials_off_the_slow_node_or_says_it_cannot(
+def test_a_study_keeps_its_trials_off_the_slow_node_which_would_skew_them_or_says_it_cannot(
     slow_node: dict[str, str], tmp_path: Path
 ) -> None:
     results = tmp_path / "results"
@@ -77,6 +78,20 @@ def test_a_study_keeps_its_trials_off_the_slow_node_or_says_it_cannot(
     assert placed and set(placed) == {HEALTHY_NODE}, placed
     study = _study(results)
     assert list(study.user_attrs["node_check"]["slow"]) == [SLOW_NODE]
+    (kept,) = [t.value for t in study.trials if t.value is not None]
+
+    # Without the check, the same study's trial pinned to the slow node reads its config
+    # several times slower: the figures would be the node's, not the config's.
+    skewed = tmp_path / "skewed"
+    pinned = (
+        "--cluster", "local:1x1", "--trials", "1", "--results", str(skewed),
+        "--no-node-check", f"--sbatch-option=--nodelist={SLOW_NODE}",
+    )  # fmt: skip
+    ran = autotune("run", *ONE_NODE, *pinned, env=_env(slow_node), cwd=tmp_path, timeout=900)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (slow,) = [t for t in _study(skewed).trials if t.value is not None]
+    assert slow.user_attrs["config_key"] == study.trials[0].user_attrs["config_key"]
+    assert kept > 2 * slow.value, (kept, slow.value)
 
     both = ("--cluster", "local:2x1", "--trials", "1", "--results", str(tmp_path / "both"))
     refused = autotune("run", *ONE_NODE, *both, env=_env(slow_node), cwd=tmp_path, timeout=600)
