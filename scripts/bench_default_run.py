@@ -25,6 +25,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_deepspeed_autotuner import span  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results/bench/default_run.md"
 KNOBS = ("zero", "mbs", "reduce_bucket", "allgather_bucket", "overlap_comm")
@@ -108,12 +111,6 @@ def _label(best: dict[str, object]) -> str:
     return ",".join(f"{k}={v}" for k, v in best.items())
 
 
-def _span(values: list[float], form: str) -> str:
-    """`a` or `a-b`: the least and most of `values` in `form`."""
-    low, high = form.format(min(values)), form.format(max(values))
-    return low if low == high else f"{low}-{high}"
-
-
 def write(
     runs: dict[str, list[Run]], times: dict[str, list[float]], args: argparse.Namespace
 ) -> None:
@@ -131,8 +128,8 @@ def write(
             f"{w} ({labels.count(w)} of {len(labels)})" for w in dict.fromkeys(labels)
         )
         rows.append(
-            f"| {name} | {_span(walls, '{:.0f}')} s ({statistics.median(walls) / base_wall:.2f}x) "
-            f"| {_span([float(n) for _, n, _ in each], '{:.0f}')} | {winners} |"
+            f"| {name} | {span(walls, '{:.0f}')} s ({statistics.median(walls) / base_wall:.2f}x) "
+            f"| {span([float(n) for _, n, _ in each], '{:.0f}')} | {winners} |"
         )
     remeasured = [
         "| winner | re-measured step time (median, min-max) |",

@@ -241,10 +241,10 @@ def speed(pairs: list[tuple[str, str]], times: dict[str, list[float]]) -> str:
     found = [ratios(times[ds], times[ours]) for ds, ours in pairs]
     medians = [m for m, _ in found]
     rounds = [r for _, each in found for r in each]
-    return f"{_span(medians, '{:.2f}')}x ({min(rounds):.2f}-{max(rounds):.2f}x)"
+    return f"{span(medians, '{:.2f}')}x ({min(rounds):.2f}-{max(rounds):.2f}x)"
 
 
-def _span(values: list[float], form: str) -> str:
+def span(values: list[float], form: str) -> str:
     """`a` or `a-b`: the least and most of `values` in `form`."""
     low, high = form.format(min(values)), form.format(max(values))
     return low if low == high else f"{low}-{high}"
@@ -278,9 +278,9 @@ def report(
         "| tuner | its user's config | wall time | experiments | per experiment | pick "
         "| pick found at | pick's speed vs DeepSpeed's (per round) |",
         "|---|---|---|---|---|---|---|---|",
-        f"| DeepSpeed autotuner (fast) | {start(USER_CONFIG)} | {_span(walls, '{:.0f}')} s "
-        f"(1.00x) | {_span([float(n) for _, n, _ in ds], '{:.0f}')} "
-        f"| {_span([w / n for w, n, _ in ds], '{:.1f}')} s | {_picks([k for *_, k in ds])} | - "
+        f"| DeepSpeed autotuner (fast) | {start(USER_CONFIG)} | {span(walls, '{:.0f}')} s "
+        f"(1.00x) | {span([float(n) for _, n, _ in ds], '{:.0f}')} "
+        f"| {span([w / n for w, n, _ in ds], '{:.1f}')} s | {_picks([k for *_, k in ds])} | - "
         f"| {speed([(first_pick, k) for *_, k in ds], times)} |",
     ]
     leaders = [
@@ -294,12 +294,12 @@ def report(
         found = [run.pick_found_s for run in each]
         against = list(zip(ds, each, strict=True))
         tuners.append(
-            f"| {name} | {start(VARIANTS[name][0])} | {_span(wall, '{:.0f}')} s "
-            f"({_span([r.wall_s / d[0] for d, r in against], '{:.2f}')}x) "
-            f"| {_span([float(r.trials) for r in each], '{:.0f}')} "
-            f"| {_span([r.wall_s / r.trials for r in each], '{:.1f}')} s "
-            f"| {_picks([r.pick for r in each])} | {_span(found, '{:.0f}')} s "
-            f"({_span([r.pick_found_s / d[0] for d, r in against], '{:.2f}')}x) "
+            f"| {name} | {start(VARIANTS[name][0])} | {span(wall, '{:.0f}')} s "
+            f"({span([r.wall_s / d[0] for d, r in against], '{:.2f}')}x) "
+            f"| {span([float(r.trials) for r in each], '{:.0f}')} "
+            f"| {span([r.wall_s / r.trials for r in each], '{:.1f}')} s "
+            f"| {_picks([r.pick for r in each])} | {span(found, '{:.0f}')} s "
+            f"({span([r.pick_found_s / d[0] for d, r in against], '{:.2f}')}x) "
             f"| {speed(pairs, times)} |"
         )
         led = [(d[2], run.leader_at(d[0] / 3)) for d, run in zip(ds, each, strict=True)]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from autotune.space import TrainConfig
 from autotune.study.config_codes import REFINING
 from autotune.study.model_errors import PARALLEL, STRUCTURAL
+from autotune.study.parity_cause import moves, moves_text
 from autotune.units import knob_text
 
 CLASS_KNOBS = sorted(STRUCTURAL - set(PARALLEL))
@@ -41,12 +42,15 @@ def chosen_for(
     if reasons:
         return "; ".join(reasons)
     nearest = min(
-        (c for c in measured if _parallel(c) == layout), key=lambda c: len(_moves(c, config))
+        (c for c in measured if _parallel(c) == layout), key=lambda c: len(moves(config, c))
     )
-    moves = _moves(nearest, config)
-    if leader is not None and _parallel(leader) == layout and set(moves) <= set(REFINING):
-        return f"polishing the leader ({_moves_text(leader, config) or 'as measured'})"
-    return f"a variant of a measured layout ({_moves_text(nearest, config)})"
+    if (
+        leader is not None
+        and _parallel(leader) == layout
+        and set(moves(config, nearest)) <= set(REFINING)
+    ):
+        return f"polishing the leader ({moves_text(config, leader)})"
+    return f"a variant of a measured layout ({moves_text(config, nearest)})"
 
 
 def _parallel(config: TrainConfig) -> tuple[object, ...]:
@@ -67,15 +71,3 @@ def _layout_rank(layout: tuple[object, ...], candidates: Sequence[TrainConfig]) 
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else ORDINALS.get(n % 10, "th")
     return f"{n}{suffix}"
-
-
-def _moves(a: TrainConfig, b: TrainConfig) -> list[str]:
-    """The knobs (but the data-parallel degree, which follows) whose values differ."""
-    first, second = a.as_dict(), b.as_dict()
-    return [k for k in first if k != "dp" and first[k] != second[k]]
-
-
-def _moves_text(a: TrainConfig, b: TrainConfig) -> str:
-    return ", ".join(
-        f"{k} {knob_text(k, getattr(a, k))}->{knob_text(k, getattr(b, k))}" for k in _moves(a, b)
-    )
