@@ -18,6 +18,7 @@ from autotune.launchers import Launcher, LaunchOutcome, LaunchRequest
 from autotune.launchers.base import LOG_FILE
 from autotune.launchers.log_limit import bound
 from autotune.launchers.process_tree import sweep
+from autotune.nodes.judge import slow_in_trial
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import (
     TRIAL_ENV,
@@ -45,6 +46,21 @@ class TrialRecord:
     queue_s: float = 0.0
     swept: tuple[str, ...] = ()
     """Processes the trial left running on this host, stopped once it ended."""
+    slow_nodes: tuple[str, ...] = ()
+    """Nodes the trial found slow (`slow_node`), for the study to keep out of later trials."""
+
+
+def slow_nodes(spec: TrialSpec, result: TrialResult | None) -> dict[str, str]:
+    """The nodes a trial that spans nodes found slow, each with why; {} where its nodes do
+    unlike work (pipeline stages split over them) or it was not profiled."""
+    if result is None or spec.config.pp > 1:
+        return {}
+    return slow_in_trial(result.node_compute_s)
+
+
+def slow_node_error(slow: dict[str, str]) -> str:
+    named = "; ".join(f"{node} ({why})" for node, why in slow.items())
+    return f"slow node {named}: the trial's speed is the node's, not the config's"
 
 
 def prepare(
@@ -175,15 +191,18 @@ def run(
     finally:  # what the trial left running here, however it ended; its log kept bounded
         swept = sweep(request.env[TRIAL_ENV])
         bound(folder / LOG_FILE)
+    result = named_nodes(spec, folder, outcome.result, launcher.ran_on(request))
+    slow = slow_nodes(spec, result) if outcome.kind == "ok" else {}
     record = TrialRecord(
-        kind=outcome.kind,
-        error=outcome.error,
+        kind="slow_node" if slow else outcome.kind,
+        error=slow_node_error(slow) if slow else outcome.error,
         folder=folder,
         command=shell.join(launcher.command(request)),
         wall_s=outcome.wall_s,
-        result=named_nodes(spec, folder, outcome.result, launcher.ran_on(request)),
+        result=result,
         queue_s=outcome.queue_s,
         swept=swept,
+        slow_nodes=tuple(slow),
     )
     write_outcome(record)
     return record

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from autotune.errors import InputError, LaunchError
-from autotune.launchers.base import LOG_FILE, LaunchRequest
+from autotune.launchers.base import LOG_FILE, Launcher, LaunchRequest
 from autotune.launchers.slurm import SlurmLauncher, in_allocation
 from autotune.launchers.slurm_accounting import slurm_call
 from autotune.nodes.judge import LinkReading, NodeCheck, judge, per_node
@@ -131,3 +131,18 @@ def preflight(
     launcher.keep_off(tuple(check.slow))
     say(check.line())
     return check
+
+
+def keep_out(launcher: Launcher, slow: tuple[str, ...], needed: int, why: str) -> str | None:
+    """Keep nodes a trial found slow (`why`) out of later trials; why the study must stop
+    where it cannot: the launcher does not choose its nodes, or too few are left."""
+    if not isinstance(launcher, SlurmLauncher):
+        return f"{why}; the {launcher.name} launcher cannot keep a node out of trials"
+    launcher.keep_off(slow)
+    left = set(candidate_nodes(launcher)) - set(launcher.settings.exclude)
+    if len(left) < needed:
+        return (
+            f"{why}; with it kept out {len(left)} node(s) are left where the study's trials "
+            f"need {needed}: fix or drain it"
+        )
+    return None

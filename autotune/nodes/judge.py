@@ -5,7 +5,9 @@ spans it) and compared with its peers: the median of the nodes at or above the m
 that half the nodes can be slow without moving the yardstick, and two nodes compare with the
 faster. A node below `SLOW_BELOW` of that, in compute or memory bandwidth, is slow. Links
 are judged the same way where there are at least three to compare; a slow link is put on
-the node it shares with another slow link, or on both of its nodes."""
+the node it shares with another slow link, or on both of its nodes. A trial that spans
+nodes is judged the same way on each node's compute time in its profiled step
+(`slow_in_trial`)."""
 
 from __future__ import annotations
 
@@ -123,3 +125,19 @@ def _slow_links(links: Sequence[LinkReading], known: Mapping[str, str]) -> dict[
         for node in shared or link.nodes:
             named[node] = f"link {'-'.join(link.nodes)} {link.gbps / yardstick:.2f}x its peers'"
     return named
+
+
+def slow_in_trial(compute_s: Mapping[str, float]) -> dict[str, str]:
+    """The nodes of one trial whose ranks took well longer than their peers' to compute its
+    profiled step (time outside collectives, where the others wait for them): each node by
+    its slowest rank, against the median of the faster half, as the check reads rates. Only
+    meaningful where every node does the same work (no pipeline stage split over nodes)."""
+    if len(compute_s) < 2 or min(compute_s.values()) <= 0:
+        return {}
+    rates = {node: 1 / seconds for node, seconds in compute_s.items()}
+    yardstick = peers(list(rates.values()))
+    return {
+        node: f"compute {yardstick / rate:.2f}x its peers' time in the profiled step"
+        for node, rate in rates.items()
+        if rate < SLOW_BELOW * yardstick
+    }

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import resource
+import socket
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -128,12 +130,15 @@ class StepMeter:
         return now - sum(self.measured[: self.carried])
 
     def wants_profile(self) -> bool:
-        """Whether to profile one more step: asked of every rank at once, after measuring."""
+        """Whether to profile one more step: asked of every rank at once, after measuring.
+        A trial that spans nodes is profiled even where it cannot win: its profile is what
+        shows a slow node (`node_compute_s`)."""
         plan = self.plan
         could_win = plan.best_s is None or statistics.median(self.measured) <= plan.best_s * (
             1 + plan.precision
         )
-        return self._decided(plan.profile and could_win and self.ending is None)
+        wanted = could_win or spans_nodes()
+        return self._decided(plan.profile and wanted and self.ending is None)
 
     def _decided(self, decision: bool) -> bool:
         return bool(self._agreed(int(decision)))
@@ -168,7 +173,34 @@ def summarize(
         profile=profile,
         clock=clock,
         losses=over_ranks(losses, meter.device) if losses else (),
+        node_compute_s=node_compute_s(profile) if spans_nodes() else {},
     )
+
+
+def spans_nodes() -> bool:
+    """Whether this trial's ranks run on more than one node (torchrun's LOCAL_WORLD_SIZE
+    below the world's)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world)) < world
+
+
+def node_name() -> str:
+    """This rank's node: SLURM's name for it, or the host's."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def node_compute_s(profile: dict[str, float] | None) -> dict[str, float]:
+    """Each node's compute time in the profiled step (outside collectives), read by its
+    slowest rank; {} where the step was not profiled (a collective: all ranks call it)."""
+    mine = (node_name(), profile["compute_s"] if profile else None)
+    every: list[tuple[str, float | None]] = [("", None)] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    by_node: dict[str, float] = {}
+    for node, seconds in every:
+        if seconds is None:
+            return {}
+        by_node[node] = max(seconds, by_node.get(node, 0.0))
+    return by_node
 
 
 @dataclass(frozen=True)
@@ -190,9 +222,10 @@ def trial_result(
     profile: dict[str, float] | None,
     clock: dict[str, float],
     losses: tuple[float, ...] = (),
+    node_compute_s: dict[str, float] | None = None,
 ) -> TrialResult:
     """The result of a measured trial, from its slowest-rank step times and, where known,
-    the loss of each step from the first."""
+    the loss of each step from the first and each node's compute time."""
     median = statistics.median(step_times)
     w, cluster = spec.workload, spec.cluster
     rate = throughput(w, cluster, median)
@@ -224,6 +257,7 @@ def trial_result(
         phases_s={later: t1 - t0 for (_, t0), (later, t1) in zip(marks, marks[1:], strict=False)},
         versions={"torch": torch.__version__},
         losses=losses,
+        node_compute_s=dict(node_compute_s or {}),
         nccl_version=(
             ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
         ),

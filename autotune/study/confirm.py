@@ -32,7 +32,7 @@ from autotune.study.noise import (
 from autotune.study.optuna_private import ask_enqueued
 from autotune.study.parity import differing_now
 from autotune.study.parity_cause import read_causes
-from autotune.study.storage import INTERRUPTED
+from autotune.study.storage import NO_VERDICT
 from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, USERS_CONFIG, TrialAttrs
 
 EQUIVALENT = NOISE_FLOOR
@@ -140,7 +140,7 @@ def standings(study: optuna.Study) -> list[Standing]:
     failed: dict[int, int] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         attrs = TrialAttrs.of(t)
-        if attrs.confirms is not None and attrs.kind != INTERRUPTED:
+        if attrs.confirms is not None and attrs.kind not in NO_VERDICT:
             failed[attrs.confirms] = t.number
     found = []
     differing = differing_now(study)

@@ -27,7 +27,16 @@ from autotune.trial.spec import StepPlan
 
 MAX_TRIES = 3
 """Launches of the user's config before the study gives up on a reference."""
-RETRIED = ("crash", "launch_error", "timeout", "comm_error", "node_fail", "cancelled", "preempted")
+RETRIED = (
+    "crash",
+    "launch_error",
+    "timeout",
+    "comm_error",
+    "node_fail",
+    "cancelled",
+    "preempted",
+    "slow_node",
+)
 """Failures another launch of the same config may not repeat."""
 RESEED = 1_000_003
 """The seed the reseeded run's ranks take after its first optimizer step (any seed but the

@@ -36,6 +36,9 @@ SQLITE_BUSY_S = 300.0
 ended a run with a traceback and left its trial WAITING."""
 INTERRUPTED = "interrupted"
 """Outcome kind of a trial stopped by the user or by the tuner's death: not a verdict."""
+NO_VERDICT = (INTERRUPTED, "slow_node")
+"""Failures that say nothing of the config, which may run again: a trial stopped, or one that
+ran on a slow node (kept out of later trials)."""
 
 
 @dataclass(frozen=True)

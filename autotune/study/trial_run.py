@@ -15,6 +15,7 @@ from optuna_dashboard import save_note
 
 from autotune import runner as trials
 from autotune.launchers import Launcher
+from autotune.nodes.check import keep_out
 from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.study import parity
@@ -78,8 +79,12 @@ def stop_after(run: StudyRun, record: trials.TrialRecord) -> str | None:
     """Why to stop the study after `record`, before any config was measured: every trial so
     far timed out (the limit is too short for a trial here), or the user's script cannot run,
     ends too early, ignores its config or failed twice alike (a crash's message, numbers and
-    paths aside: `failure_gist`), and every trial would fail the same."""
+    paths aside: `failure_gist`), and every trial would fail the same. At any time: a trial
+    found a slow node that cannot be kept out of later trials."""
     study, problem = run.study, run.problem
+    if record.kind == "slow_node":
+        needed = record.result.nodes if record.result and record.result.nodes else 1
+        return keep_out(run.launcher, record.slow_nodes, needed, str(record.error))
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if any(t.value is not None for t in done):
         return None

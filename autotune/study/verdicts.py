@@ -8,9 +8,7 @@ import datetime
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.storage import (
-    INTERRUPTED,
-)
+from autotune.study.storage import NO_VERDICT
 from autotune.study.trial_attrs import CLAIM, PRUNED_AS, PRUNED_REASON, Pruned, TrialAttrs
 
 AWAIT_S = 2.0
@@ -26,12 +24,12 @@ def skip(study: optuna.Study, trial: optuna.Trial, as_: Pruned, why: str) -> Non
 
 def verdicts(study: optuna.Study) -> dict[str, int]:
     """Config key -> trial number, for configs that completed, failed or were stopped early
-    (not those interrupted, which may run again)."""
+    (not those interrupted or run on a slow node, which may run again)."""
     found: dict[str, int] = {}
     states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     for t in study.get_trials(deepcopy=False, states=states):
         attrs = TrialAttrs.of(t)
-        if attrs.config_key is not None and attrs.kind != INTERRUPTED:
+        if attrs.config_key is not None and attrs.kind not in NO_VERDICT:
             found.setdefault(attrs.config_key, t.number)
     return found
 
@@ -47,7 +45,7 @@ def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
 
     def holds(t: FrozenTrial) -> bool:
         attrs = TrialAttrs.of(t)
-        if t.number == trial.number or attrs.kind == INTERRUPTED:
+        if t.number == trial.number or attrs.kind in NO_VERDICT:
             return False
         if t.state == TrialState.RUNNING:
             return attrs.claim == key

@@ -76,6 +76,9 @@ class TrialResult:
     model_shape: dict[str, Any] | None = field(default=None, hash=False)
     """The user's model as a DeepSpeed job's hook read it (`engines.model_shape`)."""
     losses: tuple[float, ...] = ()
+    node_compute_s: dict[str, float] = field(default_factory=dict, hash=False)
+    """Each node's compute time in the profiled step (outside collectives), by its slowest
+    rank, where the trial spans nodes: what shows a slow node (`nodes.judge.slow_in_trial`)."""
     """The loss of each optimizer step from the first, averaged over its micro-batches and
     the ranks (`rank/loss.py`); () where the job does not tell it (loss parity)."""
 

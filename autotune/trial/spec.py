@@ -32,13 +32,16 @@ Outcome = Literal[
     "script_error",
     "no_steps",
     "config_ignored",
+    "slow_node",
 ]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 """`cancelled`, `node_fail` and `preempted` come from a scheduler: cancelled outside
 autotune, a node failed, preempted (each retried once where that can help). The last three
 are a user's script's: it could not start whatever the config (a syntax error, a missing
 module or file, an argument it refuses), it ended before the trial's steps were measured, or
-it ran with settings other than the config file it was given."""
+it ran with settings other than the config file it was given. `slow_node`: the trial ran,
+but one of its nodes computed well slower than its peers (`nodes.judge.slow_in_trial`), so
+its speed is the node's, not the config's; the config may run again on other nodes."""
 
 NCCL_TUNED = ("NCCL_ALGO", "NCCL_PROTO")
 """NCCL variables a trial sets from its config, and no one else: launchers drop inherited ones."""

@@ -99,3 +99,25 @@ def test_a_study_keeps_its_trials_off_the_slow_node_which_would_skew_them_or_say
     line = refused.stderr.strip()
     assert "\n" not in line and SLOW_NODE in line and "need 2 nodes" in line, line
     assert not (tmp_path / "both" / "s" / "trials").exists()
+
+
+def test_a_trial_spanning_the_slow_node_is_named_for_it_not_ranked_and_stops_the_study(
+    slow_node: dict[str, str], tmp_path: Path
+) -> None:
+    """Unchecked (--no-node-check), a trial on both nodes runs at the slow node's pace; its
+    profiled step shows that node's compute far over its peer's, so the trial is recorded as
+    run on a slow node, not as its config's speed, and a study whose trials need both nodes
+    stops in one line naming it."""
+    results = tmp_path / "results"
+    both = (
+        "--cluster", "local:2x1", "--trials", "2", "--results", str(results),
+        "--no-node-check",
+    )  # fmt: skip
+    ran = autotune("run", *ONE_NODE, *both, env=_env(slow_node), cwd=tmp_path, timeout=900)
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    (trial,) = _study(results).trials
+    assert trial.user_attrs["kind"] == "slow_node" and trial.value is None
+    assert trial.user_attrs["error"].startswith(f"slow node {SLOW_NODE} (compute ")
+    assert HEALTHY_NODE not in trial.user_attrs["error"]
+    said = ran.stdout + ran.stderr
+    assert "1 node(s) are left where the study's trials need 2: fix or drain it" in said, said
