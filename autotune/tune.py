@@ -215,19 +215,21 @@ def _write_outputs(
     study: optuna.Study, ref: StudyRef, outcome: StudyOutcome, say: Callable[[str], None]
 ) -> tuple[tuple[Path, ...], Path | None]:
     """The best config's export (when a trial completed) and the report (when the run
-    measured anything). A best/ autotune did not export is left as it is, and said so."""
+    measured anything, or a run stopped before writing it did). A best/ autotune did not
+    export is left as it is, and said so."""
     exported: list[Path] = []
-    if best_trial(study) is not None:
+    best = best_trial(study)
+    if best is not None:
         try:
             exported = export_best(study, ref.folder / "best", force=True)
         except InputError as exc:  # a folder of the user's where best/ goes
             say(f"best config not exported: {escape(str(exc))}")
-    report = None
-    if outcome.ran or outcome.confirmations:
+    report, path = None, ref.folder / "report.html"
+    if outcome.ran or outcome.confirmations or (best is not None and not path.exists()):
         from autotune.report.html import write_report
 
         try:
-            report = write_report(study, ref.folder / "report.html")
+            report = write_report(study, path)
         except InputError as exc:  # a file of the user's where the report goes
             say(f"report not written: {escape(str(exc))}")
     return tuple(exported), report

@@ -1,8 +1,7 @@
 """Ask a config, run it for real, tell the result: until the budget or the space runs out.
 
-Optuna in ask-and-tell form, since trials run out of process. A proposal that breaks a rule or
-repeats a config with a verdict is told as pruned with its reason and costs no budget; one
-that runs is told complete (tokens/s) or failed (with its kind)."""
+Optuna in ask-and-tell form (trials run out of process). A proposal that breaks a rule or repeats
+a config with a verdict is pruned with its reason at no budget; one that runs, told as it went."""
 
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ from autotune.study.slice_confirm import (
     slice_run,
     was_probed,
 )
-from autotune.study.storage import StudyRef, fail_abandoned_trials
+from autotune.study.storage import StudyRef, ask_held, fail_abandoned_trials, held_until_told
 from autotune.study.trial_attrs import (
     ONE_KNOB,
     PREDICTED,
@@ -86,14 +85,15 @@ def run_study(
     re-measure the leaders that are within noise of each other. `measured`: a config already
     run in full (the run that read the user's model), taken as its trial when proposed."""
     search = _Search(problem, study, ref, launcher, progress, settings, measured)
-    reason = search.run()
-    confirmations = confirm_leaders(search)
-    if search.parity is not None and search.study_run.slice is None:
-        confirmations += search.parity.check_winner(search.time_left)
-    if settings.slice is not None:
-        run, space, left = search.study_run, search.space, search.time_left
-        confirmations += confirm_full(run, space, settings, left)
-        confirmations += repeat_full_winner(run, space, settings, left)
+    with held_until_told(study):
+        reason = search.run()
+        confirmations = confirm_leaders(search)
+        if search.parity is not None and search.study_run.slice is None:
+            confirmations += search.parity.check_winner(search.time_left)
+        if settings.slice is not None:
+            run, space, left = search.study_run, search.space, search.time_left
+            confirmations += confirm_full(run, space, settings, left)
+            confirmations += repeat_full_winner(run, space, settings, left)
     return StudyOutcome(
         ran=search.ran,
         finished_total=len(search.seen),
@@ -265,7 +265,7 @@ class _Search:
         instead of proposed, refused as claimed, and proposed again."""
         with warnings.catch_warnings():  # heartbeats outside Study.optimize: ours, by design
             warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
-            trial = self.study.ask(self.space.distributions)
+            trial = ask_held(self.study, self.space.distributions)
         config = self.space.config(trial.params, self.problem.cluster.world_size)
         key = config_key(config)
         why = self.rejection(config, key, one_knob=ONE_KNOB in trial.user_attrs)

@@ -17,6 +17,9 @@ from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.study.owner import owner_tag
+from autotune.study.trial_attrs import OWNER
+
 HEARTBEAT_S = 10
 """How often a running trial's heartbeat is recorded (Optuna's grace period is 60 s)."""
 
@@ -72,9 +75,9 @@ def ask_enqueued(
     user_attrs: dict[str, object],
     distributions: dict[str, BaseDistribution],
 ) -> optuna.Trial | None:
-    """Queue a trial and ask that one: `study.ask` hands out the oldest queued trial, which
-    may be a seed nobody ran yet or another worker's. None when every queued trial like it
-    was taken first (by a worker queueing the same one)."""
+    """Queue a trial and ask that one, held by this process (`owner`): `study.ask` hands out
+    the oldest queued trial, which may be a seed nobody ran yet or another worker's. None
+    when every queued trial like it was taken first (by a worker queueing the same one)."""
     study.enqueue_trial(params, user_attrs=user_attrs)
     study._thread_local.cached_all_trials = None  # as `Study.ask` does: read storage afresh
     storage = study._storage
@@ -88,6 +91,7 @@ def ask_enqueued(
         except UpdateFinishedTrialError:
             continue
         trial = optuna.Trial(study, frozen._trial_id)
+        trial.set_user_attr(OWNER, owner_tag())
         for name, distribution in distributions.items():
             trial._suggest(name, distribution)  # as `study.ask(distributions)` does
         return trial

@@ -4,28 +4,30 @@ nothing but the study's name and storage."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
 import re
-import socket
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-import psutil
 import sqlalchemy.exc
+from optuna.distributions import BaseDistribution
 from pydantic import TypeAdapter, ValidationError
 
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
 from autotune.study.optuna_private import HEARTBEAT_S, fail_stale_trials, fail_trial
+from autotune.study.owner import owner_is_dead, owner_tag
 from autotune.study.schema import bring_to_current
-from autotune.study.trial_attrs import ERROR, KIND, TrialAttrs
+from autotune.study.trial_attrs import ERROR, KIND, OWNER, TrialAttrs
 from autotune.trial.spec import UserJob
 
 CREATE_ATTEMPTS = 5
@@ -289,24 +291,6 @@ def stored_job(study: optuna.Study) -> UserJob | None:
         raise InputError(f"study {study.study_name!r}: its stored command is unreadable") from None
 
 
-def owner_tag() -> str:
-    """Who runs a trial: host, pid and process start time (pids are reused)."""
-    me = psutil.Process()
-    return f"{socket.gethostname()}:{me.pid}:{me.create_time():.3f}"
-
-
-def owner_is_dead(tag: str) -> bool:
-    """True only when the owner ran on this host and that exact process is gone."""
-    host, _, rest = tag.partition(":")
-    pid_text, _, created = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        return abs(psutil.Process(int(pid_text)).create_time() - float(created)) > 1e-3
-    except psutil.NoSuchProcess:
-        return True
-
-
 def fail_abandoned_trials(study: optuna.Study) -> list[int]:
     """Mark RUNNING trials whose tuner died as failed (interrupted): at once when it ran on
     this host, else by Optuna's heartbeat once the grace period has passed."""
@@ -320,3 +304,26 @@ def fail_abandoned_trials(study: optuna.Study) -> list[int]:
             failed.append(trial.number)
     stale = {KIND: INTERRUPTED, ERROR: "the tuner running this trial stopped its heartbeat"}
     return failed + [n for n in fail_stale_trials(study, stale) if n not in failed]
+
+
+@contextlib.contextmanager
+def held_until_told(study: optuna.Study) -> Iterator[None]:
+    """Mark the trials this process holds RUNNING as interrupted when a signal or an error
+    stops it between asking a trial and telling it (a trial that was launched is told by its
+    own handler, `trial_run`), so none is left running for a resume to wait on."""
+    try:
+        yield
+    except BaseException:
+        stopped = {KIND: INTERRUPTED, ERROR: "interrupted by the user (or a signal)"}
+        me = owner_tag()
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if TrialAttrs.of(t).owner == me:
+                fail_trial(study, t, stopped)
+        raise
+
+
+def ask_held(study: optuna.Study, distributions: dict[str, BaseDistribution]) -> optuna.Trial:
+    """`study.ask`, the trial marked as held by this process (`owner_tag`)."""
+    trial = study.ask(distributions)
+    trial.set_user_attr(OWNER, owner_tag())
+    return trial

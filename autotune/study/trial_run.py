@@ -21,6 +21,7 @@ from autotune.space import TrainConfig
 from autotune.study import parity
 from autotune.study.dashboard_note import trial_note
 from autotune.study.optuna_private import with_heartbeat
+from autotune.study.owner import owner_tag
 from autotune.study.parity_cause import (
     ALIKE,
     REPEATED_FAILURES,
@@ -29,7 +30,7 @@ from autotune.study.parity_cause import (
     moves_text,
 )
 from autotune.study.slice import RANKED_BY, TRIAL_NODES, SliceRun
-from autotune.study.storage import INTERRUPTED, StudyRef, owner_tag
+from autotune.study.storage import INTERRUPTED, StudyRef
 from autotune.study.trial_attrs import (
     COMMAND,
     CONFIG,

@@ -3,6 +3,7 @@ back."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +105,85 @@ def test_a_signal_mid_trial_leaves_it_interrupted_one_line_and_nothing_behind(
         except psutil.Error:
             continue
     assert left == []
+
+
+SIGNAL_AT = """
+import os, signal, sys
+import autotune.export.best as best
+import autotune.report.html as html
+import autotune.study.loop as loop
+
+phase, signals = sys.argv[1], [getattr(signal, s) for s in sys.argv[2].split(",")]
+calls = {"planning": 0, "between trials": 0, "export": 0, "report": 0}
+
+
+def at(name, function, nth=1):
+    def signalled(*args, **kwargs):
+        calls[name] += 1
+        if name == phase and calls[name] == nth:
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return function(*args, **kwargs)
+    return signalled
+
+
+loop.memory_verdicts = at("planning", loop.memory_verdicts)
+loop.run_one = at("between trials", loop.run_one, nth=2)
+best._write_all = at("export", best._write_all)
+html.trial_table = at("report", html.trial_table)
+sys.argv = ["autotune", *sys.argv[3:]]
+from autotune.cli.app import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("phase", "signals"),
+    [
+        ("planning", "SIGTERM"),
+        ("between trials", "SIGTERM"),
+        ("between trials", "SIGHUP"),
+        ("between trials", "SIGINT,SIGINT"),
+        ("export", "SIGHUP"),
+        ("report", "SIGINT,SIGINT"),
+    ],
+)
+def test_a_signal_at_each_phase_of_a_run_is_one_line_and_leaves_nothing_half_done(
+    tmp_path: Path, phase: str, signals: str
+) -> None:
+    """Before any trial, between two trials, while best/ is written and while the report
+    is: exit 130, `autotune: interrupted` alone, no trial left running, no staging folder or
+    temporary file, and the same command then resumes to the end. A trial asked but not yet
+    launched was once left RUNNING, and a resumed study that measured nothing more never
+    wrote the report the signal had cut short. (Every signal mid-trial: the slow test above.)"""
+    import os
+    import subprocess
+    import sys
+
+    import optuna
+
+    results, tmp = tmp_path / "res", tmp_path / "tmp"
+    tmp.mkdir()
+    run = ("run", "--launcher", "simulate", "--trials", "3", "--study", "s",
+           "--results", str(results))  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    argv = [sys.executable, "-c", SIGNAL_AT, phase, signals, *run]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    said = [line for line in done.stderr.splitlines() if line.startswith("autotune")]
+    assert (done.returncode, said) == (130, ["autotune: interrupted"]), done.stderr[-3000:]
+    assert list(tmp.iterdir()) == []
+    folder = results / "s"
+    assert [p.name for p in folder.glob(".*")] == []
+    assert not (folder / "report.html").exists() or phase != "report"
+    if folder.exists():
+        storage = f"sqlite:///{folder / 'study.db'}"
+        with contextlib.suppress(KeyError):
+            study = optuna.load_study(study_name="s", storage=storage)
+            states = {t.state for t in study.trials}
+            assert optuna.trial.TrialState.RUNNING not in states, states
+    again = subprocess.run(
+        [sys.executable, "-m", "autotune", *run], capture_output=True, text=True, env=env,
+        timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (folder / "best" / "best.yaml").exists() and (folder / "report.html").exists()
