@@ -12,7 +12,7 @@ repeating them (study/confirm)."""
 
 NCCL_KEEP_ONE_SIDED_PROBABILITY = 0.99
 """How sure a forced NCCL setting must be to beat NCCL's own choice before the export keeps
-it (export/nccl_verdict). Stricter than naming a winner: NCCL's default adapts to every size
+it (study/nccl_verdict). Stricter than naming a winner: NCCL's default adapts to every size
 and version, a forced setting is a liability wherever it is not a gain, and the winner's
 repeats are themselves the ones that made it lead the confirmation; a laxer level lets
 simulated studies export a setting that only ties the default

@@ -22,7 +22,6 @@ from autotune.model_probe import ModelRead, read_model
 from autotune.nodes.check import nodes_needed, preflight
 from autotune.nodes.judge import NodeCheck
 from autotune.problem import Problem
-from autotune.report.table import best_trial
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
 from autotune.study.noise import noise_kind, read_spread, remember_spread, save_spread
@@ -34,6 +33,7 @@ from autotune.study.slice_confirm import say_slice, with_kept_error
 from autotune.study.storage import default_study_name, masked_url, study_ref
 from autotune.study.trial_attrs import NODE_CHECK
 from autotune.study.trial_run import QuietProgress
+from autotune.study.verdict import decide
 from autotune.trial.spec import StepPlan
 
 
@@ -218,7 +218,7 @@ def _write_outputs(
     measured anything, or a run stopped before writing it did). A best/ autotune did not
     export is left as it is, and said so."""
     exported: list[Path] = []
-    best = best_trial(study)
+    best = decide(study)
     if best is not None:
         try:
             exported = export_best(study, ref.folder / "best", force=True)

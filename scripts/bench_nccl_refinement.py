@@ -41,9 +41,7 @@ from bench_search import (
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.estimate.predict import Estimate
 from autotune.estimate.ranking import memory_verdicts
-from autotune.export.nccl_verdict import nccl_verdict
 from autotune.problem import load_problem
-from autotune.report.table import best_trial
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.study.effort import THOROUGH, THOROUGH_TRIALS
 from autotune.study.loop import run_study
@@ -52,6 +50,7 @@ from autotune.study.samplers import make_sampler
 from autotune.study.settings import Budget, SearchSettings
 from autotune.study.storage import StudyRef
 from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.verdict import decide
 
 PROBLEMS = [
     ("torch", "llama3-8b", "dgx-h100:4"),  # the leaders are compute-bound: NCCL cannot matter
@@ -136,9 +135,9 @@ def outcome(world: World, study: optuna.Study) -> dict[str, object]:
         if t.value is not None and TrialAttrs.of(t).config_values is not None
     ]
     ran = [TrialAttrs.of(t).config for t in done]
-    best = best_trial(study)  # as the export picks it: the best standing, repeats averaged
-    assert best is not None
-    leader = nccl_default(TrialAttrs.of(best).config)
+    verdict = decide(study)  # as the export picks it: the best standing, repeats averaged
+    assert verdict is not None
+    leader = nccl_default(verdict.winner.config)
     variants = [TrainConfig(**json.loads(k)) for k, v in world.truth.items() if v]
     variants = [c for c in variants if nccl_default(c) == leader]
     truth = {c: world.truth[config_key(c)] or 0.0 for c in variants}
@@ -146,7 +145,7 @@ def outcome(world: World, study: optuna.Study) -> dict[str, object]:
     truly_best = max(variants, key=truth.__getitem__)
     if truth[truly_best] <= truth[leader] * (1 + NOISE_FLOOR):
         truly_best = leader
-    exported = TrialAttrs.of(nccl_verdict(study, best).trial).config
+    exported = verdict.exported.config
     return {
         "nccl_trials": sum(c != nccl_default(c) for c in ran),
         "found_at": ran.index(truly_best) + 1 if truly_best in ran else None,

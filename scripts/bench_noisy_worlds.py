@@ -44,13 +44,14 @@ from bench_search import World, _Quiet, simulated_world  # noqa: E402
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
-from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import config_key  # noqa: E402
+from autotune.study.confirm import Standing  # noqa: E402
 from autotune.study.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
 from autotune.study.loop import run_study
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
+from autotune.study.verdict import decide  # noqa: E402
 from autotune.trial.length import stopped_for  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
@@ -160,7 +161,7 @@ def run(
     done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     search = [t for t in done if TrialAttrs.of(t).confirms is None and t.value]
     repeats = [t for t in done if TrialAttrs.of(t).confirms is not None]
-    standing = best_standing(study)
+    standing = _winner(study)
     assert standing is not None
     named = TrialAttrs.of(standing.trial).config_key
     single = TrialAttrs.of(max(search, key=lambda t: t.value or 0.0)).config_key
@@ -316,3 +317,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _winner(study: optuna.Study) -> Standing | None:
+    """The study's winner, as its verdict names it."""
+    verdict = decide(study)
+    return verdict.winner if verdict is not None else None

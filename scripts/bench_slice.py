@@ -65,8 +65,8 @@ from autotune.estimate.ranking import Ranked, memory_verdicts  # noqa: E402
 from autotune.estimate.steptime import StepTime  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.problem import Problem, load_problem  # noqa: E402
-from autotune.report.table import best_standing  # noqa: E402
 from autotune.space import TrainConfig, config_key  # noqa: E402
+from autotune.study.confirm import Standing  # noqa: E402
 from autotune.study.loop import run_study
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
 from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings, slice_view  # noqa: E402
@@ -77,6 +77,7 @@ from autotune.study.slice_cost import (  # noqa: E402
 )
 from autotune.study.storage import StudyRef  # noqa: E402
 from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
+from autotune.study.verdict import decide  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
 
@@ -265,7 +266,7 @@ def slice_arms(s: optuna.Study, world: World, confirm: int = 2) -> dict[int, tup
         measured = [t for t in full[:n] if t.state == TrialState.COMPLETE and t.value]
         named = _key(max(measured, key=lambda t: t.value or 0.0)) if measured else arms[0][0]
         arms[n] = (named, _hours(search + full[:n], world))
-    standing = best_standing(s)
+    standing = _winner(s)
     assert standing is not None and _key(standing.trial) == arms[confirm][0]
     return arms
 
@@ -319,7 +320,7 @@ def one_seed(gpus: int, seed: int, scale: Scale, confirm: int = 2) -> tuple[Arms
     for name, trials in (("full-8", FULL_TRIALS), ("full-converged", CONVERGED_CAP)):
         s = study(world, trials, None)
         ran = s.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-        standing = best_standing(s)
+        standing = _winner(s)
         assert standing is not None
         arms[name] = (truth[_key(standing.trial)], _hours(ran, world), len(ran))
     needs: Needs = {}
@@ -484,3 +485,9 @@ def _head(args: argparse.Namespace, started: float) -> list[str]:
 
 if __name__ == "__main__":
     main()
+
+
+def _winner(study: optuna.Study) -> Standing | None:
+    """The study's winner, as its verdict names it."""
+    verdict = decide(study)
+    return verdict.winner if verdict is not None else None

@@ -9,7 +9,7 @@ import optuna
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.study.figures import Figures
+from autotune.study.verdict import Verdict
 from autotune.units import display_label
 
 
@@ -20,18 +20,18 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.nodes.judge import NodeCheck
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
-    from autotune.study.figures import winner_figures
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import NODE_CHECK, TrialAttrs
+    from autotune.study.verdict import decide
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
     failed = frame[frame["status"] == "fail"]
-    figures = winner_figures(study)
-    if ok.empty or figures is None:
+    verdict = decide(study)
+    if ok.empty or verdict is None:
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
-        _winner(console, ok, figures)
+        _winner(console, ok, verdict)
     for line in parity_lines(study):
         console.print(escape(line))
     if not failed.empty:
@@ -81,12 +81,12 @@ def parity_lines(study: Any) -> list[str]:
     return study_parity(study, key, stored_specs(study)[1].precision).lines()
 
 
-def _winner(console: Console, ok: Any, figures: Figures) -> None:
+def _winner(console: Console, ok: Any, verdict: Verdict) -> None:
     """The best config with its 95% interval, how far ahead of the runner-up, your own config
     and the median it is (between-trial noise included), and where its figures come from."""
     from autotune.study.trial_attrs import TrialAttrs
 
-    best, basis = figures.best, figures.basis
+    figures, best, basis = verdict.figures, verdict.winner, verdict.figures.basis
     row = ok[ok["number"] == best.trial.number].iloc[0]
     n = len(basis.values)
     low, high = figures.range
@@ -103,7 +103,7 @@ def _winner(console: Console, ok: Any, figures: Figures) -> None:
         f"{figures.tokens_per_s:,.0f} tok/s{how}{mfu or ''} ({row['source']})"
     )
     if figures.measured or figures.extrapolated:
-        console.print(f"  figures from {figures.method}")
+        console.print(f"  figures from {verdict.winner_figures_text()}")
     if (r := figures.runner_up) is not None:
         label = display_label(TrialAttrs.of(r.other.trial).label)
         if r.behind:

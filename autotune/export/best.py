@@ -28,16 +28,13 @@ import yaml
 from autotune.engines import get_engine, get_framework
 from autotune.engines.base import Engine
 from autotune.errors import InputError
-from autotune.export.nccl_verdict import nccl_verdict
 from autotune.export.scripts import nccl_env_text, sbatch_script, simulated_banner, train_script
-from autotune.report.table import best_trial
-from autotune.study.confirm import standings
-from autotune.study.figures import winner_figures
 from autotune.study.noise import study_spread
 from autotune.study.parity_verdict import study_parity
 from autotune.study.slice_cost import slice_summary
 from autotune.study.storage import stored_job, stored_specs
 from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.verdict import Verdict, decide
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
 from autotune.units import display_label, human_bytes, human_ms, knob_text
 
@@ -52,16 +49,15 @@ MARKER = ".autotune-export"
 
 def exported_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The trial whose config the export writes: the winner, or its layout with NCCL's
-    defaults where its NCCL settings are not surely faster (`nccl_verdict`)."""
-    winner = best_trial(study)
-    return nccl_verdict(study, winner).trial if winner is not None else None
+    defaults where its NCCL settings are not surely faster (`study.verdict`)."""
+    verdict = decide(study)
+    return verdict.trial if verdict is not None else None
 
 
 def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Path]:
-    winner = best_trial(study)
-    if winner is None:
+    verdict = decide(study)
+    if verdict is None:
         raise InputError(f"study {study.study_name!r} has no completed trial to export")
-    verdict = nccl_verdict(study, winner)
     trial = verdict.trial
     check_out(out, force)
     engine_name, workload, cluster = stored_specs(study)
@@ -78,7 +74,7 @@ def export_best(study: optuna.Study, out: Path, force: bool = False) -> list[Pat
     remove_stale_staging(out)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-{os.getpid()}-", dir=out.parent))
     try:
-        _write_all(staging, study, trial, engine, spec, verdict.note)
+        _write_all(staging, study, verdict, engine, spec)
         names = sorted(p.name for p in staging.iterdir())
         (staging / MARKER).write_text(f"{study.study_name}\n")
         replace_folder(staging, out)
@@ -138,16 +134,11 @@ def replace_folder(staging: Path, out: Path) -> None:
 
 
 def _write_all(
-    folder: Path,
-    study: optuna.Study,
-    trial: optuna.trial.FrozenTrial,
-    engine: Engine,
-    spec: TrialSpec,
-    nccl_note: str | None = None,
+    folder: Path, study: optuna.Study, verdict: Verdict, engine: Engine, spec: TrialSpec
 ) -> None:
-    attrs = TrialAttrs.of(trial)
-    source = attrs.source or "measured"
-    standing = _standing(study, trial)
+    trial, name = verdict.trial, verdict.name()
+    source = TrialAttrs.of(trial).source or "measured"
+    standing = _standing(study, verdict)
     files = (
         get_framework(spec.job.framework).write_files(spec, folder)
         if spec.job is not None
@@ -158,18 +149,18 @@ def _write_all(
             path.write_text("\n".join(simulated_banner(trial)) + "\n" + path.read_text())
     (folder / TRIAL_FILE).write_text(spec.to_json())
     env = nccl_environment(spec)
-    (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial, nccl_note))
-    for name, text in (
+    chosen = verdict.exported.first
+    (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial, verdict.nccl_note, chosen))
+    job_config = files[0].name if files else ""
+    for file, text in (
         (
             "train.sh",
-            train_script(
-                engine, spec, trial, study.study_name, files[0].name if files else "", standing
-            ),
+            train_script(engine, spec, trial, study.study_name, job_config, standing, name),
         ),
-        ("train.sbatch", sbatch_script(spec, trial, study.study_name)),
+        ("train.sbatch", sbatch_script(spec, trial, study.study_name, name)),
     ):
-        (folder / name).write_text(text)
-        (folder / name).chmod(0o755)
+        (folder / file).write_text(text)
+        (folder / file).chmod(0o755)
     (folder / "best.yaml").write_text(
         yaml.safe_dump(
             {
@@ -183,7 +174,7 @@ def _write_all(
                 "standing": standing,
                 **slice_summary(study, spec.cluster),
                 **({"parity": _parity(study, trial, spec)} if spec.job is not None else {}),
-                "provenance": provenance(study.study_name, trial.number, spec),
+                "provenance": provenance(study.study_name, chosen, spec, verdict.figure_trials),
             },
             sort_keys=False,
         )
@@ -234,17 +225,13 @@ def _metrics(trial: optuna.trial.FrozenTrial, standing: dict[str, Any] | None) -
     }
 
 
-def _standing(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
+def _standing(study: optuna.Study, verdict: Verdict) -> dict[str, Any]:
     """The exported config's throughput, its interval and ratios as the summary states them
     (`study.figures`); for a config exported in the winner's place (NCCL's defaults kept),
     the mean of its trial and repeats."""
-    figures = winner_figures(study)
-    if figures is not None and figures.best.trial.number == trial.number:
-        return figures.as_dict()
-    found = next((s for s in standings(study) if s.trial.number == trial.number), None)
-    if found is None:
-        return None
-    between = study_spread(study)
+    if verdict.exported is verdict.winner:
+        return verdict.figures.as_dict()
+    found, between = verdict.exported, study_spread(study)
     return {
         "tokens_per_s": found.tokens_per_s,
         "interval_95": found.interval(between),
@@ -262,7 +249,11 @@ def _parity(
     return study_parity(study, key, spec.workload.precision).as_dict()
 
 
-def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str, Any]:
+def provenance(
+    study_name: str, trial_number: int, spec: TrialSpec, figure_trials: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """Where the export comes from: the study, the trial that chose its config and those its
+    figures come from, the versions, host and device, and when."""
     versions: dict[str, str | None] = {}
     for package in PACKAGES:
         try:
@@ -272,6 +263,7 @@ def provenance(study_name: str, trial_number: int, spec: TrialSpec) -> dict[str,
     return {
         "study": study_name,
         "trial": trial_number,
+        "figures_from_trials": list(figure_trials or (trial_number,)),
         "versions": {**versions, "python": platform.python_version()},
         "host": socket.gethostname(),
         "device": spec.cluster.device.name,

@@ -38,11 +38,14 @@ def nccl_env_text(
     spec: TrialSpec,
     trial: optuna.trial.FrozenTrial,
     note: str | None = None,
+    chosen: int | None = None,
 ) -> str:
+    """nccl.env for the config of `trial`, named by the trial that chose it (`chosen`)."""
     lines = [
         *simulated_banner(trial),
         shell.comment(
-            f"NCCL settings of study trial {trial.number} ({spec.cluster.name}, "
+            f"NCCL settings of study trial {trial.number if chosen is None else chosen} "
+            f"({spec.cluster.name}, "
             f"{spec.cluster.backend} backend)."
         ),
     ]
@@ -66,9 +69,12 @@ RENDEZVOUS = torchrun.Rendezvous(
 train.sbatch or by hand."""
 
 
-def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str) -> str:
+def sbatch_script(
+    spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str, name: str | None = None
+) -> str:
     """A SLURM job for the best config: one task per node, each running train.sh with the
-    rendezvous on the job's first node. Submit it from this folder: `sbatch train.sbatch`."""
+    rendezvous on the job's first node. Submit it from this folder: `sbatch train.sbatch`.
+    `name`: the config as the study's verdict names it (`study.verdict`)."""
     cluster = spec.cluster
     devices = (
         f"--gpus-per-node={cluster.devices_per_node}"
@@ -89,7 +95,8 @@ def sbatch_script(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: 
             *(shell.sbatch_line(option) for option in options),
             *simulated_banner(trial),
             shell.comment(
-                f"autotune: best config of study {study_name!r}, trial {trial.number}, on "
+                f"autotune: best config of study {study_name!r}, "
+                f"{name or f'trial {trial.number}'}, on "
                 f"{cluster.name}. Add --time for your run; submit from this folder."
             ),
             "set -euo pipefail",
@@ -111,12 +118,12 @@ def train_script(
     study_name: str,
     job_config: str = "",
     standing: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> str:
-    """torchrun for the best config with autotune's worker, or the user's own command with
-    `job_config` (a file in this folder) where it was tuned; one node or, with NNODES > 1, a
-    c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK; `_figure_words` atop."""
-    cluster = spec.cluster
-    attrs = TrialAttrs.of(trial)
+    """torchrun for the best config (`name`: as the verdict names it) with autotune's worker,
+    or the user's own command with `job_config` where it was tuned; one node or, with NNODES
+    > 1, a c10d rendezvous at $RDZV_ENDPOINT with this node's $NODE_RANK."""
+    cluster, attrs = spec.cluster, TrialAttrs.of(trial)
     measured = _figure_words(attrs, standing)
     launcher = " ".join(
         [
@@ -152,8 +159,8 @@ def train_script(
             "#!/usr/bin/env bash",
             *simulated_banner(trial),
             shell.comment(
-                f"autotune: best config of study {study_name!r}, trial {trial.number} "
-                f"({attrs.source or 'measured'}: {measured})."
+                f"autotune: best config of study {study_name!r}, "
+                f"{name or f'trial {trial.number}'} ({attrs.source or 'measured'}: {measured})."
             ),
             what,
             "set -euo pipefail",

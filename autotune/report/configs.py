@@ -10,11 +10,10 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.report.table import best_standing
 from autotune.study.confirm import standings
-from autotune.study.figures import winner_figures
 from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.verdict import decide
 
 COLUMNS = (
     "first",
@@ -35,8 +34,8 @@ def config_table(study: optuna.Study) -> pd.DataFrame:
     """One row per config that ran, best standing first, failed configs last."""
     between = study_spread(study)
     standing = {TrialAttrs.of(s.trial).config_key: s for s in standings(study)}
-    winner = best_standing(study)
-    figures = winner_figures(study)
+    verdict = decide(study)
+    winner, figures = (verdict.winner, verdict.figures) if verdict else (None, None)
     yours = study.user_attrs.get(USERS_CONFIG)
     rows = []
     for first, launches in _by_config(study).items():

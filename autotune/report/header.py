@@ -9,9 +9,9 @@ from datetime import datetime
 import optuna
 import pandas as pd
 
-from autotune.study.figures import winner_figures
 from autotune.study.slice_confirm import slice_lines
 from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.verdict import decide
 from autotune.units import display_label
 
 
@@ -20,7 +20,7 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
     workload = attrs.get("workload", {}).get("name", "?")
     cluster = attrs.get("cluster", {}).get("name", "?")
     ok = frame[frame["status"] == "complete"]
-    figures = winner_figures(study)
+    verdict = decide(study)
     lines = [
         f"<h1>autotune study {html.escape(study.study_name)}</h1>",
         f"<p class='source'>Figures are <b>{html.escape(source)}</b>.</p>",
@@ -28,7 +28,8 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         f"{html.escape(workload)} / {html.escape(cluster)}: {len(frame)} trials ran, "
         f"{len(ok)} completed.</p>",
     ]
-    if figures is not None and not ok.empty:
+    if verdict is not None and not ok.empty:
+        figures = verdict.figures
         label = html.escape(display_label(TrialAttrs.of(figures.best.trial).label))
         low, high = figures.range
         interval = f" (95% range {low:,.0f}-{high:,.0f})" if figures.measured else ""
@@ -44,8 +45,8 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         )
         lines.append(
             f"<p>Winner: trial {figures.best.first}, <code>{label}</code>, "
-            f"{figures.tokens_per_s:,.0f} tokens/s{interval} (from {html.escape(figures.method)}, "
-            f"{len(figures.basis.values)} trial(s)){median}{ratios}.</p>"
+            f"{figures.tokens_per_s:,.0f} tokens/s{interval} (figures from "
+            f"{html.escape(verdict.winner_figures_text())}){median}{ratios}.</p>"
         )
         if (tie := figures.tie()) is not None:
             lines.append(f"<p>{html.escape(tie)}.</p>")
@@ -59,14 +60,13 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
 def _parity_lines(study: optuna.Study) -> list[str]:
     """The study's loss-parity verdict for its winner, as the summary states it; none for a
     study of autotune's own worker."""
-    from autotune.report.table import best_trial
     from autotune.study.parity_verdict import study_parity
     from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG
 
     if not {USERS_CONFIG, NO_REFERENCE} & set(study.user_attrs):
         return []
-    winner = best_trial(study)
-    key = TrialAttrs.of(winner).config_key if winner is not None else None
+    verdict = decide(study)
+    key = TrialAttrs.of(verdict.trial).config_key if verdict is not None else None
     precision = str((study.user_attrs.get("workload") or {}).get("precision", "bf16"))
     return [line.strip() for line in study_parity(study, key, precision).lines()]
 

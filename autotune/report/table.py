@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 
 from autotune.study.choices import CHOICES_ATTR
 from autotune.study.confirm import Standing, standings
-from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES, full_first
+from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES
 from autotune.study.trial_attrs import CHOSEN_FOR, USERS_CONFIG, Pruned, TrialAttrs, pruned_as
 
 COLUMNS = (
@@ -97,18 +97,6 @@ def trial_role(t: optuna.trial.FrozenTrial) -> str:
         return f"slice of {nodes} nodes"
     why = t.user_attrs.get(CHOSEN_FOR)
     return f"search: {why}" if why else "search"
-
-
-def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The winner's latest measurement: the config with the best standing, the mean of its
-    trial and its repeats (see study.confirm)."""
-    best = best_standing(study)
-    return best.trial if best is not None else None
-
-
-def best_standing(study: optuna.Study) -> Standing | None:
-    ranked = full_first(standings(study))
-    return ranked[0] if ranked else None
 
 
 def users_config_trial(study: optuna.Study) -> Standing | None:

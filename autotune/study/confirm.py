@@ -55,6 +55,8 @@ class Standing:
     """Its latest measurement."""
     values: tuple[float, ...]
     """Tokens/s of each measurement."""
+    numbers: tuple[int, ...] = ()
+    """The trials `values` come from, in the same order."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -153,10 +155,11 @@ def standings(study: optuna.Study) -> list[Standing]:
         if causes is not None and causes.convicted_moves(TrialAttrs.of(trials[0]).config):
             continue
         latest = max(trials, key=lambda t: t.number)
-        chose = tuple(t.value for t in trials if t.value and not TrialAttrs.of(t).after_choice)
+        chose = [t for t in trials if t.value and not TrialAttrs.of(t).after_choice]
         if failed.get(first, -1) > latest.number or not chose:
             continue
-        found.append(Standing(first, latest, chose))
+        values = tuple(float(t.value or 0) for t in chose)
+        found.append(Standing(first, latest, values, tuple(t.number for t in chose)))
     return _unless_overturned(study, sorted(found, key=lambda s: -s.tokens_per_s))
 
 
@@ -168,10 +171,9 @@ def _unless_overturned(study: optuna.Study, ranked: list[Standing]) -> list[Stan
     if len(ranked) < 2:
         return ranked
     best, second = ranked[0], ranked[1]
-    after = repeats_after_choice(study, best.first)
-    if not after or TrialAttrs.of(best.trial).source != "measured":
+    basis = on_repeats_after_choice(study, best)
+    if basis is None or TrialAttrs.of(best.trial).source != "measured":
         return ranked
-    basis = Standing(best.first, best.trial, tuple(after))
     level = 2 * WINNER_ONE_SIDED_PROBABILITY - 1
     _, _, high = ratio_interval(basis, unselected(second) or second, study_spread(study), level)
     return [second, best, *ranked[2:]] if high < 1 else ranked
@@ -235,7 +237,7 @@ def contenders(
         and baseline not in close
         and min(best.repeats, baseline.repeats) < effort.repeats
     ):
-        # An NCCL setting is kept only when its repeats show it faster (export/nccl_verdict):
+        # An NCCL setting is kept only when its repeats show it faster (study/nccl_verdict):
         # up to `effort.repeats` each whatever they show, so that stopping once it looks faster
         # cannot make it so.
         close.append(baseline)
@@ -284,7 +286,7 @@ def unselected(standing: Standing) -> Standing | None:
         return standing
     if standing.repeats < 1:
         return None
-    return Standing(standing.first, standing.trial, standing.values[1:])
+    return Standing(standing.first, standing.trial, standing.values[1:], standing.numbers[1:])
 
 
 def nccl_baseline(best: Standing, ranked: list[Standing]) -> Standing | None:
@@ -351,8 +353,21 @@ def after_choice(study: optuna.Study, ranking: Ranking = standings) -> list[floa
 def repeats_after_choice(study: optuna.Study, first: int) -> list[float]:
     """Tokens/s of the repeats of config `first` (its first trial's number) taken after it
     was chosen."""
+    return [float(t.value or 0) for t in _after_choice_trials(study, first)]
+
+
+def on_repeats_after_choice(study: optuna.Study, standing: Standing) -> Standing | None:
+    """The config's standing on its repeats taken after it was chosen; None without any."""
+    after = _after_choice_trials(study, standing.first)
+    if not after:
+        return None
+    values = tuple(float(t.value or 0) for t in after)
+    return Standing(standing.first, standing.trial, values, tuple(t.number for t in after))
+
+
+def _after_choice_trials(study: optuna.Study, first: int) -> list[FrozenTrial]:
     done = measurements(study).get(first, [])
-    return [t.value for t in done if t.value and TrialAttrs.of(t).after_choice]
+    return [t for t in done if t.value and TrialAttrs.of(t).after_choice]
 
 
 def repeat_winner(

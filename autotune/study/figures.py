@@ -24,7 +24,13 @@ from typing import Any
 import optuna
 
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
-from autotune.study.confirm import Standing, after_choice, ratio_interval, standings, unselected
+from autotune.study.confirm import (
+    Standing,
+    on_repeats_after_choice,
+    ratio_interval,
+    standings,
+    unselected,
+)
 from autotune.study.noise import Spread, prior_note, study_spread
 from autotune.study.slice import FULL_OF, full_size, is_slice_study
 from autotune.study.slice_confirm import full_standings
@@ -222,9 +228,10 @@ def _basis(
 ) -> tuple[Standing, str]:
     """The winner's repeats taken after it was chosen (at full size, for a slice study
     whose leaders ran there); all its measurements, so named, where it has none."""
-    after = tuple(after_choice(study, full_standings if at_full else standings))
-    if after:
-        return Standing(best.first, best.trial, after), AFTER_CHOICE
+    ranked = (full_standings if at_full else standings)(study)
+    after = on_repeats_after_choice(study, ranked[0]) if ranked else None
+    if after is not None:
+        return after, AFTER_CHOICE
     if at_full:
         return best, FULL_SIZE if leaders == 1 and len(best.values) == 1 else FULL_WITH_CHOICE
     return best, WITH_CHOICE

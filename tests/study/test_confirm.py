@@ -8,12 +8,12 @@ from itertools import count
 import optuna
 import pandas as pd
 
-from autotune.report.table import best_trial
 from autotune.space import TrainConfig, config_key
 from autotune.study.confirm import confirm, contenders, standings
 from autotune.study.effort import STANDARD, THOROUGH, Effort
 from autotune.study.noise import study_spread
 from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.verdict import decide
 from tests.fakes import add_measured, measured_attrs, new_study
 from tests.paths import TESTS
 
@@ -174,9 +174,9 @@ def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() ->
     a, b = measured(study, 100.0), measured(study, 99.5)
     measured(study, 95.0, of=a)
     b_repeat = measured(study, 97.0, of=b)
-    assert best_trial(study).number == b_repeat  # type: ignore[union-attr]
+    assert decide(study).winner.trial.number == b_repeat  # type: ignore[union-attr]
     later = measured(study, 105.0)  # e.g. a resumed study with a larger --trials
-    assert best_trial(study).number == later  # type: ignore[union-attr]
+    assert decide(study).winner.trial.number == later  # type: ignore[union-attr]
     # A 7% lead in about 3% noise between trials: --thorough repeats it; the default does not
     # (the runner-up surely is not 5% faster, so no repeat would change what to run).
     assert later in [s.first for s in contenders(study, THOROUGH)]
@@ -184,7 +184,7 @@ def test_a_trial_after_a_confirmation_can_still_win_and_is_repeated_in_turn() ->
     measured(study, 90.0, of=later)  # its repeat says it was lucky
     assert standings(study)[0].first == b
     clear = measured(study, 200.0)
-    assert best_trial(study).number == clear and contenders(study) == []  # type: ignore[union-attr]
+    assert decide(study).winner.trial.number == clear and contenders(study) == []  # type: ignore[union-attr]
 
 
 def test_a_config_whose_latest_repeat_failed_does_not_win() -> None:
@@ -194,7 +194,7 @@ def test_a_config_whose_latest_repeat_failed_does_not_win() -> None:
     failed.set_user_attr("confirms", a)
     failed.set_user_attr("kind", "oom")
     study.tell(failed, state=optuna.trial.TrialState.FAIL)
-    assert best_trial(study).number == b  # type: ignore[union-attr]
+    assert decide(study).winner.trial.number == b  # type: ignore[union-attr]
 
 
 def test_a_queued_repeat_another_worker_skipped_does_not_block_one() -> None:

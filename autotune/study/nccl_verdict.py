@@ -13,8 +13,8 @@ from autotune.space import nccl_default
 from autotune.study.confirm import (
     Standing,
     nccl_baseline,
+    on_repeats_after_choice,
     ratio_interval,
-    repeats_after_choice,
     separated,
     standings,
     unselected,
@@ -81,8 +81,8 @@ def unchosen(study: optuna.Study, leader: Standing) -> tuple[Standing | None, st
     them (among NCCL variants repeated alike, the one whose repeats read fastest leads, so
     those repeats read fast too), else its repeats without the trial that made it lead
     (`confirm.unselected`)."""
-    after = tuple(repeats_after_choice(study, leader.first))
-    if after:
-        return Standing(leader.first, leader.trial, after), "repeat{s} after its choice"
+    after = on_repeats_after_choice(study, leader)
+    if after is not None:
+        return after, "repeat{s} after its choice"
     winner = unselected(leader)
     return winner, "measurement{s}" if winner is leader else "repeat{s}"
