@@ -24,7 +24,8 @@ from autotune.nodes.judge import NodeCheck
 from autotune.problem import Problem
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
-from autotune.study.noise import noise_kind, read_spread, remember_spread, save_spread
+from autotune.study.noise import Spread, noise_kind, read_spread, remember_spread, save_spread
+from autotune.study.production import PRODUCTION, Production
 from autotune.study.reference import reference_plan
 from autotune.study.samplers import make_sampler
 from autotune.study.settings import SearchSettings
@@ -107,10 +108,7 @@ def tune(
         f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
-    if prior is not None:
-        remember_spread(study, prior)
-    if nodes is not None:
-        study.set_user_attr(NODE_CHECK, nodes.as_dict())
+    _remember(study, prior, nodes, settings.budget.production)
     search = SearchSettings(
         budget=settings.budget,
         steps=settings.steps,
@@ -138,6 +136,22 @@ def tune(
         say_slice(study, problem.cluster, slice_error_file, say)
     exported, report = _write_outputs(study, ref, outcome, say)
     return Tuned(study=study, ref=ref, outcome=outcome, exported=exported, report=report)
+
+
+def _remember(
+    study: optuna.Study,
+    prior: Spread | None,
+    nodes: NodeCheck | None,
+    production: Production | None,
+) -> None:
+    """What this run brings the study: the cluster's between-trial spread from earlier
+    studies, the node check, and the production run it tunes for."""
+    if prior is not None:
+        remember_spread(study, prior)
+    if nodes is not None:
+        study.set_user_attr(NODE_CHECK, nodes.as_dict())
+    if production is not None:
+        study.set_user_attr(PRODUCTION, production.as_attr())
 
 
 def _check_nodes(

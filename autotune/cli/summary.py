@@ -20,6 +20,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.nodes.judge import NodeCheck
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
+    from autotune.study.economics import study_lines
     from autotune.study.storage import masked_url
     from autotune.study.trial_attrs import NODE_CHECK, TrialAttrs
     from autotune.study.verdict import decide
@@ -32,6 +33,8 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
         console.print(f"[red]no trial succeeded[/] ({len(failed)} failed)")
     else:
         _winner(console, ok, verdict)
+        for line in study_lines(study, verdict.figures):
+            console.print(escape(line))
     for line in parity_lines(study):
         console.print(escape(line))
     if not failed.empty:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,27 +17,23 @@ from autotune.cli.options import (
     console,
     launcher_names,
     length_options,
-    parse_duration,
     problem_options,
     results_option,
     sampler_names,
     slurm_options,
-    slurm_settings,
-    step_plan,
     storage_option,
     study_options,
 )
+from autotune.cli.run_settings import RunOptions, tune_settings
 from autotune.problem import load_problem
 
 if TYPE_CHECKING:
-    from autotune.problem import Problem
-    from autotune.study import Budget
-    from autotune.tune import Tuned, TuneSettings
+    from autotune.tune import Tuned
 
 
 RUN_GROUPS = (
     ("The job", ("engine", "model", "cluster", "space", "users_config", "launcher", "table")),
-    ("Budget", ("n_trials", "max_time", "timeout_per_trial", "thorough")),
+    ("Budget", ("n_trials", "max_time", "production", "timeout_per_trial", "thorough")),
     ("Search", ("sampler", "seed")),
     ("Measurement", ("measured_steps", "precision", "early_stop", "early_stop_margin", "confirm")),
     ("The study and its files", ("study_name", "storage", "results")),
@@ -76,6 +71,13 @@ RUN_GROUPS = (
     "100].",
 )
 @click.option("--max-time", default=None, help="Start no trial after this long, e.g. 30m, 2h.")
+@click.option(
+    "--production",
+    default=None,
+    help="The production run the winner will train, e.g. 14d or 250000 steps: the search "
+    "stops once another trial is expected to cost more GPU-hours than it saves over it, and "
+    "the summary states what tuning cost and saves.",
+)
 @click.option(
     "--timeout-per-trial",
     default="10m",
@@ -197,100 +199,12 @@ def run(**options: Any) -> None:
         run_options.command,
         run_options.users_config,
     )
-    settings = _tune_settings(problem, run_options)
+    settings = tune_settings(problem, run_options)
     check_writable_folder(run_options.results, "--results")
     tuned = tune(problem, settings, display.RichProgress(console), console.print)
     _print_outcome(tuned)
     if not tuned.exported:
         sys.exit(1)  # no trial succeeded (or best/ is a folder of the user's): nothing to use
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """`autotune run`'s options as click reads them."""
-
-    engine: str
-    model: str
-    cluster: str
-    space: str | None
-    launcher: str
-    partition: str | None
-    account: str | None
-    qos: str | None
-    sbatch_options: tuple[str, ...]
-    table: Path | None
-    n_trials: int | None
-    max_time: str | None
-    timeout_per_trial: str
-    study_name: str | None
-    storage: str | None
-    results: Path
-    sampler: str
-    seed: int | None
-    early_stop: bool
-    early_stop_margin: float
-    confirm: bool
-    thorough: bool
-    measured_steps: int | None
-    precision: float
-    trial_nodes: int | None
-    confirm_full: int
-    scale_probes: int
-    users_config: str
-    node_check: bool
-    command: tuple[str, ...]
-
-
-def _tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
-    """What `tune` takes, from the problem and `autotune run`'s options."""
-    from autotune.launchers import LaunchSettings
-    from autotune.study.slice import SliceSettings
-    from autotune.tune import TuneSettings
-
-    return TuneSettings(
-        budget=_budget(options),
-        launcher=options.launcher,
-        launch=LaunchSettings(
-            slurm=slurm_settings(
-                problem.cluster,
-                options.partition,
-                options.account,
-                options.qos,
-                options.sbatch_options,
-            ),
-            gpus=problem.cluster.backend == "nccl",
-            table=options.table,
-        ),
-        steps=step_plan(options.measured_steps, options.precision),
-        study_name=options.study_name,
-        storage=options.storage,
-        results=options.results,
-        sampler=options.sampler,
-        seed=options.seed,
-        slice=(
-            SliceSettings(options.trial_nodes, options.confirm_full, probes=options.scale_probes)
-            if options.trial_nodes is not None
-            else None
-        ),
-        node_check=options.node_check,
-    )
-
-
-def _budget(options: RunOptions) -> Budget:
-    """The study's budget from `autotune run`'s options."""
-    from autotune.study import Budget
-    from autotune.study.effort import STANDARD, THOROUGH
-
-    per_trial_s = parse_duration(options.timeout_per_trial, "--timeout-per-trial")
-    assert per_trial_s is not None  # the option has a default
-    return Budget(
-        trials=options.n_trials or default_trials(options.thorough, bool(options.command)),
-        max_time_s=parse_duration(options.max_time, "--max-time"),
-        timeout_per_trial_s=per_trial_s,
-        early_stop_margin=options.early_stop_margin if options.early_stop else None,
-        confirm=options.confirm,
-        effort=THOROUGH if options.thorough else STANDARD,
-    )
 
 
 def _print_outcome(tuned: Tuned) -> None:
@@ -304,19 +218,6 @@ def _print_outcome(tuned: Tuned) -> None:
     summary.study_summary(console, tuned.study, tuned.ref, list(tuned.exported))
     if tuned.report is not None:
         console.print(f"report: {tuned.report}")
-
-
-def default_trials(thorough: bool, command: bool) -> int:
-    """The trial budget without --trials: 8, or 4 for a user's command (each trial relaunches
-    their job); a thorough study's `THOROUGH_TRIALS`, halved for a command."""
-    from autotune.study import COMMAND_TRIALS, Budget
-    from autotune.study.effort import THOROUGH_TRIALS
-
-    if thorough:
-        return THOROUGH_TRIALS // 2 if command else THOROUGH_TRIALS
-    trials = COMMAND_TRIALS if command else Budget().trials
-    assert trials is not None
-    return trials
 
 
 @cli.command(name="trials")

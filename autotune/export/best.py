@@ -29,6 +29,7 @@ from autotune.engines import get_engine, get_framework
 from autotune.engines.base import Engine
 from autotune.errors import InputError
 from autotune.export.scripts import nccl_env_text, sbatch_script, simulated_banner, train_script
+from autotune.study.economics import account
 from autotune.study.noise import study_spread
 from autotune.study.parity_verdict import study_parity
 from autotune.study.slice_cost import slice_summary
@@ -172,6 +173,7 @@ def _write_all(
                 "summary": _summary(spec, _metrics(trial, standing), standing),
                 "metrics": _metrics(trial, standing),
                 "standing": standing,
+                "economics": account(study, spec.cluster, verdict.figures),
                 **slice_summary(study, spec.cluster),
                 **({"parity": _parity(study, trial, spec)} if spec.job is not None else {}),
                 "provenance": provenance(study.study_name, chosen, spec, verdict.figure_trials),

@@ -9,6 +9,7 @@ from datetime import datetime
 import optuna
 import pandas as pd
 
+from autotune.study.economics import study_lines
 from autotune.study.slice_confirm import slice_lines
 from autotune.study.trial_attrs import TrialAttrs
 from autotune.study.verdict import decide
@@ -50,6 +51,8 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
         )
         if (tie := figures.tie()) is not None:
             lines.append(f"<p>{html.escape(tie)}.</p>")
+        economics = "; ".join(study_lines(study, figures))
+        lines.append(f"<p class='economics'>{html.escape(economics.capitalize())}.</p>")
     lines += [f"<p>{html.escape(line)}</p>" for line in slice_lines(study)]
     lines += [f"<p class='parity'>{html.escape(line)}</p>" for line in _parity_lines(study)]
     lines.append(LEGEND)

@@ -240,7 +240,7 @@ class GuidedSearch:
         """Every config still open, scored by its optimistic log tokens/s; NCCL and bucket
         variants only once the layout has settled: no open layout could beat the leader by
         the threshold at the stop rule's confidence."""
-        rows, expected, unc = self._open(excluded)
+        rows, expected, unc = self.open_configs(excluded)
         layouts = self._is_layout[rows]
         if not layouts.all() and self.leader_measured is not None and layouts.any():
             bar = math.log(self.leader_measured[1] * (1 + self.threshold))
@@ -249,7 +249,7 @@ class GuidedSearch:
                 rows, expected, unc = rows[layouts], expected[layouts], unc[layouts]
         return Scored(rows, expected + optimism * unc)
 
-    def _open(self, excluded: set[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def open_configs(self, excluded: set[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The configs still open, each with its expected log tokens/s and uncertainty."""
         if self._beliefs is None:
             self._beliefs = self._believe()
@@ -312,7 +312,7 @@ class GuidedSearch:
     ) -> str | None:
         """Why the search can stop, or None while some config may still win: against the
         best config's mean throughput, whose log is known to `best_sd`."""
-        rows, expected, unc = self._open(excluded)
+        rows, expected, unc = self.open_configs(excluded)
         if best_tokens_per_s is None or not len(rows):
             return None
         bar = math.log(best_tokens_per_s * (1 + self.threshold))

@@ -152,7 +152,7 @@ class _Search:
         )
         self.users = users_config(problem, study, valid)
         self.parity = self._parity_runs()
-        self.proposer = Proposer(study, self.ranked, self.guide)
+        self.proposer = Proposer(study, self.ranked, self.guide, cluster=problem.cluster)
         self._seed_from_plan()
         self.resumed_failed = fail_abandoned_trials(study)
         self.seen = verdicts(study)

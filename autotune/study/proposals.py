@@ -13,8 +13,10 @@ import optuna
 
 from autotune.estimate.ranking import Ranked
 from autotune.space import TrainConfig, config_key
+from autotune.specs import Cluster
 from autotune.study.chosen_for import chosen_for
-from autotune.study.confirm import best_mean
+from autotune.study.confirm import best_mean, best_step_time
+from autotune.study.economics import stop_reason
 from autotune.study.guided import GuidedSearch
 from autotune.study.trial_attrs import CHOSEN_FOR
 from autotune.study.verdicts import collisions, running_keys
@@ -42,6 +44,8 @@ class Proposer:
     allows: Callable[[TrainConfig], bool] = lambda _config: True
     """Whether a config keeps the training (`parity_cause.Causes.allows`): the grid skips
     the others (the guided search holds them itself)."""
+    cluster: Cluster | None = None
+    """The study's cluster, whose GPU-hours the economic stop rule counts (`economics`)."""
     explore: Callable[[], bool] = lambda: False
     """Whether to propose on past the stop rule (`Causes.wants_more`): a move that broke
     parity is held, and the knobs left have had too few trials to know they cannot win."""
@@ -78,7 +82,7 @@ class Proposer:
         if self.guide is not None:
             best = self.best(self.study)
             explore = self.explore()
-            why = self.guide.converged(claimed, *best)
+            why = self.guide.converged(claimed, *best) or self._unpaid(claimed, best)
             if why and not explore:
                 return None, why
             # A deferred config comes back when nothing else could still win.
@@ -91,6 +95,16 @@ class Proposer:
         else:
             config = self._first_in_order(avoided) or self._first_in_order(claimed)
         return config, None if config else "search space exhausted: every config is claimed"
+
+    def _unpaid(self, claimed: set[str], best: tuple[float | None, float]) -> str | None:
+        """Why another trial does not pay over the production run the study tunes for
+        (`economics`); None where it may, or without one."""
+        if self.guide is None or self.cluster is None:
+            return None
+        _, expected, unc = self.guide.open_configs(claimed)
+        step = best_step_time(self.study)
+        time = step[0] if step else None
+        return stop_reason(self.study, self.cluster, (expected, unc), best, time)
 
     def chosen_for(self, config: TrainConfig) -> dict[str, str]:
         """The user attribute saying why the guided search proposed `config` (none for the

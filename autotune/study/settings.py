@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from autotune.estimate.calibration import Calibration
 from autotune.study.effort import STANDARD, Effort
+from autotune.study.production import Production
 from autotune.study.slice import SliceSettings
 from autotune.trial.spec import StepPlan
 
@@ -33,6 +34,9 @@ class Budget:
     """Re-measure leaders within noise of each other with longer trials before naming one."""
     effort: Effort = STANDARD
     """When the guided search stops and how many leaders are repeated how often."""
+    production: Production | None = None
+    """The production run the study tunes for: the guided search stops once another trial
+    does not pay over it (`economics`)."""
 
 
 @dataclass(frozen=True)
