@@ -6,6 +6,7 @@ training (`parity_cause`)."""
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.chosen_for import chosen_for
 from autotune.study.confirm import best_mean, best_step_time
-from autotune.study.economics import stop_reason
+from autotune.study.economics import PROMISED, expected_share, stop_reason
 from autotune.study.guided import GuidedSearch
 from autotune.study.trial_attrs import CHOSEN_FOR
 from autotune.study.verdicts import collisions, running_keys
@@ -46,6 +47,8 @@ class Proposer:
     the others (the guided search holds them itself)."""
     cluster: Cluster | None = None
     """The study's cluster, whose GPU-hours the economic stop rule counts (`economics`)."""
+    promise: dict[str, float] = field(default_factory=dict, hash=False)
+    """What the next proposal is expected to save (`economics.PROMISED`), kept on its trial."""
     explore: Callable[[], bool] = lambda: False
     """Whether to propose on past the stop rule (`Causes.wants_more`): a move that broke
     parity is held, and the knobs left have had too few trials to know they cannot win."""
@@ -102,17 +105,19 @@ class Proposer:
         if self.guide is None or self.cluster is None:
             return None
         _, expected, unc = self.guide.open_configs(claimed)
+        if best[0] is not None:  # what the next trial is expected to save, for `kept_promise`
+            self.promise[PROMISED] = expected_share(expected, unc, math.log(best[0]))
         step = best_step_time(self.study)
         time = step[0] if step else None
         return stop_reason(self.study, self.cluster, (expected, unc), best, time)
 
-    def chosen_for(self, config: TrainConfig) -> dict[str, str]:
-        """The user attribute saying why the guided search proposed `config` (none for the
-        grid, whose order is the plan's)."""
+    def chosen_for(self, config: TrainConfig) -> dict[str, str | float]:
+        """The user attributes saying why the guided search proposed `config` and, tuning for
+        a production run, what it is expected to save (none for the grid)."""
         if (g := self.guide) is None:
             return {}
         leader = g.leader_measured[0] if g.leader_measured else None
-        return {CHOSEN_FOR: chosen_for(config, g.measured, leader, g.candidates)}
+        return {CHOSEN_FOR: chosen_for(config, g.measured, leader, g.candidates), **self.promise}
 
     def _first_in_order(self, excluded: set[str]) -> TrainConfig | None:
         return next(

@@ -17,7 +17,7 @@ from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.economics import account, account_lines, expected_share
+from autotune.study.economics import MIN_TRIALS, account, account_lines, expected_share
 from autotune.study.figures import winner_figures
 from autotune.study.loop import run_study
 from autotune.study.production import PRODUCTION, Production, parse_production
@@ -97,11 +97,11 @@ def _tuned_for(production: Production, tmp_path: Path) -> tuple[int, str]:
 
 
 def test_a_short_production_run_stops_the_search_sooner_and_says_why(tmp_path: Path) -> None:
-    """32 GPUs, half an hour a trial (16 GPU-hours): over a 2-hour run no trial can pay once
-    the model's best was measured; over 30 days trials run on while each may save 0.1%."""
+    """32 GPUs, half an hour a trial (16 GPU-hours): over a 2-hour run no trial pays, and
+    the study stops as soon as the rule may (`MIN_TRIALS`); over 30 days trials run on."""
     short, why_short = _tuned_for(parse_production("2h", parse_duration), tmp_path / "short")
     long, why_long = _tuned_for(parse_production("30d", parse_duration), tmp_path / "long")
-    assert short == 1 and long > 10, (short, why_short, long, why_long)
+    assert short == MIN_TRIALS and long > 10, (short, why_short, long, why_long)
     assert why_short.startswith("tuning stopped paying: another trial would cost 16 GPU-hours ")
     assert why_short.endswith(" saved over the 2h production run")
 
