@@ -41,11 +41,11 @@ from bench_search_worlds import World, draw_layout_world  # noqa: E402
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.space import config_key  # noqa: E402
-from autotune.study.economics import PROMISED, expected_share, stop_reason  # noqa: E402
+from autotune.study.economics import expected_share, stop_reason  # noqa: E402
 from autotune.study.guided import GuidedSearch  # noqa: E402
 from autotune.study.production import PRODUCTION, Production  # noqa: E402
 from autotune.study.slice_cost import SIMULATED_STEPS, SIMULATED_TRIAL_S  # noqa: E402
-from autotune.study.trial_attrs import SOURCE, WALL  # noqa: E402
+from autotune.study.trial_attrs import PROMISED, SOURCE, WALL  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results/bench/production_worlds.md"

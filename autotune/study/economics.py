@@ -31,11 +31,9 @@ from autotune.study.figures import Figures
 from autotune.study.production import Production
 from autotune.study.slice_cost import study_cost, trial_gpu_hours
 from autotune.study.storage import stored_specs
+from autotune.study.trial_attrs import PROMISED
 from autotune.units import human_duration
 
-PROMISED = "promised_share"
-"""On a search trial: the share of the production run the search expected it to save when it
-chose it (`expected_share`), which `kept_promise` weighs against what it delivered."""
 PROMISE_PRIOR = 0.03
 """How much promise the search is trusted with before any trial kept or broke it: as if a
 trial promising a 3% saving had delivered it."""

@@ -17,9 +17,9 @@ from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.chosen_for import chosen_for
 from autotune.study.confirm import best_mean, best_step_time
-from autotune.study.economics import PROMISED, expected_share, stop_reason
+from autotune.study.economics import expected_share, stop_reason
 from autotune.study.guided import GuidedSearch
-from autotune.study.trial_attrs import CHOSEN_FOR
+from autotune.study.trial_attrs import CHOSEN_FOR, PROMISED
 from autotune.study.verdicts import collisions, running_keys
 
 RETRY_WINDOW_S = 60.0

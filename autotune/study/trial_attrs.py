@@ -76,6 +76,9 @@ ONE_KNOB = "one_knob"
 parity (`study/parity_cause.py`): that knob's name."""
 CHOSEN_FOR = "chosen_for"
 """On a trial the guided search proposed: why, in words (`study/chosen_for.py`)."""
+PROMISED = "promised_share"
+"""On a trial the guided search proposed, tuning for a production run: the share of that run
+it was expected to save when chosen (`study/economics.py: kept_promise`)."""
 SWEPT = "swept"
 """Processes the trial left running on the tuner's host, stopped once it ended (`name (pid N)`
 each)."""
