@@ -55,7 +55,7 @@ def slow_nodes(spec: TrialSpec, result: TrialResult | None) -> dict[str, str]:
     unlike work (pipeline stages split over them) or it was not profiled."""
     if result is None or spec.config.pp > 1:
         return {}
-    return slow_in_trial(result.node_compute_s)
+    return slow_in_trial(result.node_compute_s, result.step_time_s)
 
 
 def slow_node_error(slow: dict[str, str]) -> str:

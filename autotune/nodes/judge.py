@@ -6,8 +6,8 @@ that half the nodes can be slow without moving the yardstick, and two nodes comp
 faster. A node below `SLOW_BELOW` of that, in compute or memory bandwidth, is slow. Links
 are judged the same way where there are at least three to compare; a slow link is put on
 the node it shares with another slow link, or on both of its nodes. A trial that spans
-nodes is judged the same way on each node's compute time in its profiled step
-(`slow_in_trial`)."""
+nodes is judged the same way on each node's compute time in its profiled step, where the
+slow node's excess is a material share of the step (`slow_in_trial`)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ lie within about 10% of each other on a cluster, and within about 40% on this pr
 two-node test cluster (two network namespaces sharing one host's 2 cores and memory); a
 throttled GPU, a failing link or a noisy neighbour costs more. A slow reading is confirmed
 by a second check before a node is kept out (`check.confirmed_check`)."""
+MATERIAL_SHARE = 0.25
+"""A node found slow within a trial holds its step back by its compute beyond its peers'; below
+this share of the step, the trial's speed is still the config's (one profiled step of a small
+model on a shared host can read 1.7x on a healthy node, and cost the step a tenth)."""
 METRICS = {"compute_tflops": "compute", "memory_gbps": "memory bandwidth"}
 
 
@@ -127,17 +131,21 @@ def _slow_links(links: Sequence[LinkReading], known: Mapping[str, str]) -> dict[
     return named
 
 
-def slow_in_trial(compute_s: Mapping[str, float]) -> dict[str, str]:
+def slow_in_trial(compute_s: Mapping[str, float], step_s: float) -> dict[str, str]:
     """The nodes of one trial whose ranks took well longer than their peers' to compute its
     profiled step (time outside collectives, where the others wait for them): each node by
-    its slowest rank, against the median of the faster half, as the check reads rates. Only
-    meaningful where every node does the same work (no pipeline stage split over nodes)."""
-    if len(compute_s) < 2 or min(compute_s.values()) <= 0:
+    its slowest rank, against the median of the faster half, as the check reads rates, and
+    only where its excess is a material share of the step (`step_s`, the trial's step time).
+    Only meaningful where every node does the same work (no pipeline stage split over nodes)."""
+    if len(compute_s) < 2 or min(compute_s.values()) <= 0 or step_s <= 0:
         return {}
-    rates = {node: 1 / seconds for node, seconds in compute_s.items()}
-    yardstick = peers(list(rates.values()))
+    yardstick_s = 1 / peers([1 / seconds for seconds in compute_s.values()])
     return {
-        node: f"compute {yardstick / rate:.2f}x its peers' time in the profiled step"
-        for node, rate in rates.items()
-        if rate < SLOW_BELOW * yardstick
+        node: (
+            f"compute {seconds / yardstick_s:.2f}x its peers' time in the profiled step, "
+            f"{(seconds - yardstick_s) / step_s:.0%} of a step"
+        )
+        for node, seconds in compute_s.items()
+        if yardstick_s < SLOW_BELOW * seconds
+        and seconds - yardstick_s >= MATERIAL_SHARE * step_s
     }
