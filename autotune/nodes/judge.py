@@ -146,6 +146,5 @@ def slow_in_trial(compute_s: Mapping[str, float], step_s: float) -> dict[str, st
             f"{(seconds - yardstick_s) / step_s:.0%} of a step"
         )
         for node, seconds in compute_s.items()
-        if yardstick_s < SLOW_BELOW * seconds
-        and seconds - yardstick_s >= MATERIAL_SHARE * step_s
+        if yardstick_s < SLOW_BELOW * seconds and seconds - yardstick_s >= MATERIAL_SHARE * step_s
     }
