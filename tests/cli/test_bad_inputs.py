@@ -344,6 +344,21 @@ def _path_cases() -> list[Case]:
         Case("calibrate-both", ["calibrate", "--study", "s", "--commbench", "afile"], file),
         Case("calibrate-missing", ["calibrate", "--commbench", "nope.json"]),
         Case("calibrate-dir", ["calibrate", "--commbench", "."]),
+        Case("calibrate-not-json", ["calibrate", "--commbench", "afile"], file),
+        *(
+            Case(
+                f"commbench-{flag[2:]}-{value}", ["commbench", "--cluster", "local:2", flag, value]
+            )
+            for flag, value in (
+                ("--sizes", "4M:1K"),
+                ("--sizes", "big"),
+                ("--ops", "all_reduce,nope"),
+                ("--groups", "inter"),
+                ("--groups", "diagonal"),
+                ("--groups", "intra:3"),
+                ("--groups", "inter:2"),
+            )
+        ),
         Case("calibrate-results-proc", ["calibrate", "--study", "s", "--results", "/proc/z"]),
         Case("estimate-results-file", [*EST, "--results", "afile"], file),
         *(

@@ -86,39 +86,6 @@ def test_calibrating_from_commbench_makes_the_model_predict_its_collectives(
     assert json.loads(estimate.stdout)["calibration"].startswith("fitted")
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("--commbench", "missing.json"),
-        ("--commbench", "tests/golden/megatron/nemo_like.megatron_args.txt"),
-        ("--study", "x", "--commbench", "missing.json"),
-        (),
-    ],
-)
-def test_bad_calibrate_input_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
-    done = autotune("calibrate", *args, "--results", str(tmp_path))
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert not (tmp_path / "calibration").exists()
-
-
-@pytest.mark.parametrize(
-    ("flag", "value"),
-    [
-        ("--sizes", "4M:1K"),
-        ("--sizes", "big"),
-        ("--ops", "all_reduce,nope"),
-        ("--groups", "inter"),
-        ("--groups", "diagonal"),
-        ("--groups", "intra:3"),
-        ("--groups", "inter:2"),
-    ],
-)
-def test_bad_commbench_input_is_one_line(tmp_path: Path, flag: str, value: str) -> None:
-    done = autotune("commbench", "--cluster", "local:2", flag, value, "--results", str(tmp_path))
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert not (tmp_path / "commbench").exists()
-
-
 def test_one_rank_moves_no_data_and_reports_no_bandwidth(tmp_path: Path) -> None:
     done = autotune(
         "commbench", "--cluster", "local:1", "--sizes", "1K:4K", "--ops", "all_reduce",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -113,6 +114,19 @@ def kill_node(node: str) -> None:
     for pid in processes(node):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_node_check_reads_both_nodes_and_finds_them_alike(
+    slurm_nodes: dict[str, str], tmp_path: Path
+) -> None:
+    """`autotune nodes`: a row per node with its readings, and the verdict in one line."""
+    done = autotune("nodes", "--results", str(tmp_path), env=slurm_nodes, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    cells = [re.findall(r"[\w.-]+", line) for line in done.stdout.splitlines()]
+    rows = {row[0]: row[1:] for row in cells if row and row[0] in NODES}
+    assert sorted(rows) == list(NODES), done.stdout
+    assert all(row[-1] == "ok" for row in rows.values()), done.stdout
+    assert "node check: 2 nodes, none outside its peers" in done.stdout, done.stdout
 
 
 def test_study_spans_both_nodes_and_its_sbatch_export_trains_on_both(
