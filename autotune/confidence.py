@@ -8,7 +8,7 @@ throughput, one config's ratio to another."""
 
 WINNER_ONE_SIDED_PROBABILITY = 0.95
 """How sure "the best is faster than the runner-up" must be for confirmation to stop
-repeating them (study/confirm)."""
+repeating them (study/verdict/confirm)."""
 
 NCCL_KEEP_ONE_SIDED_PROBABILITY = 0.99
 """How sure a forced NCCL setting must be to beat NCCL's own choice before the export keeps
@@ -26,15 +26,15 @@ Bonferroni bound over the few looks a trial gets)."""
 EARLY_STOP_SIGMAS = 2.33
 """Standard deviations of the difference between a launch and the best config's mean that
 early stopping allows for (99% one-sided): a trial is stopped as slower only beyond what
-launches differ by (study/noise)."""
+launches differ by (study/verdict/noise)."""
 
 PROPOSAL_OPTIMISM_SIGMAS = 2.0
 """Standard deviations of optimism when the guided search proposes a config (about a 98%
-one-sided bound, as the stop rule's; study/guided): at one, a few trials' worth of small
+one-sided bound, as the stop rule's; study/search/guided): at one, a few trials' worth of small
 gains near the leader outbid a class or parallel layout never measured that the model ranks
 10% lower, which in worlds of structured error is where the best often lies
 (results/bench/search_worlds.md)."""
 
 STOP_RULE_SIGMAS = 2.0
 """Standard deviations the guided search's stop rule demands (about 98% one-sided):
-stopping is for good (study/guided)."""
+stopping is for good (study/search/guided)."""

@@ -24,17 +24,23 @@ from autotune.nodes.judge import NodeCheck
 from autotune.problem import Problem
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
-from autotune.study.noise import Spread, noise_kind, read_spread, remember_spread, save_spread
-from autotune.study.production import PRODUCTION, Production
-from autotune.study.reference import reference_plan
-from autotune.study.samplers import make_sampler
+from autotune.study.record.storage import default_study_name, masked_url, study_ref
+from autotune.study.record.trial_attrs import NODE_CHECK
+from autotune.study.search.production import PRODUCTION, Production
+from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import SearchSettings
-from autotune.study.slice import SliceSettings, check_trial_nodes
-from autotune.study.slice_confirm import say_slice, with_kept_error
-from autotune.study.storage import default_study_name, masked_url, study_ref
-from autotune.study.trial_attrs import NODE_CHECK
+from autotune.study.slice.confirm import say_slice, with_kept_error
+from autotune.study.slice.trials import SliceSettings, check_trial_nodes
 from autotune.study.trial_run import QuietProgress
-from autotune.study.verdict import decide
+from autotune.study.verdict.noise import (
+    Spread,
+    noise_kind,
+    read_spread,
+    remember_spread,
+    save_spread,
+)
+from autotune.study.verdict.reference import reference_plan
+from autotune.study.verdict.winner import decide
 from autotune.trial.spec import StepPlan
 
 

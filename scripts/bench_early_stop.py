@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 import yaml
 
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 
 REPO = Path(__file__).resolve().parents[1]
 SPACE = {

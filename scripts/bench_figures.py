@@ -10,7 +10,7 @@ step by step (2% jitter) under the worker's stopping rule; each repeat a launch 
 The study is the project's own (`run_study`: guided search and early stopping; then
 `confirm` and `repeat_winner` as the loop runs them), the user's own config measured first,
 and the figures those the summary, report, best.yaml and train.sh state
-(`study.figures.winner_figures`). Per noise level and effort (the default, `--thorough`):
+(`study.verdict.figures.winner_figures`). Per noise level and effort (the default, `--thorough`):
 the bias of the winner's reported throughput against its truth, how often its 95% interval
 and each ratio's (runner-up, your own config) cover the truth, and how often the winner is
 called faster than your own config when it is not. Writes results/bench/figures.md.
@@ -45,13 +45,13 @@ from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.estimate.ranking import memory_verdicts  # noqa: E402
 from autotune.problem import Problem, load_problem  # noqa: E402
 from autotune.space import TrainConfig, config_key  # noqa: E402
-from autotune.study.confirm import confirm, repeat_winner  # noqa: E402
-from autotune.study.effort import STANDARD, THOROUGH  # noqa: E402
-from autotune.study.figures import AFTER_CHOICE, Figures, winner_figures  # noqa: E402
 from autotune.study.loop import MIN_REPEATS, run_study
+from autotune.study.record.storage import StudyRef  # noqa: E402
+from autotune.study.record.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs  # noqa: E402
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
-from autotune.study.storage import StudyRef  # noqa: E402
-from autotune.study.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs  # noqa: E402
+from autotune.study.verdict.confirm import confirm, repeat_winner  # noqa: E402
+from autotune.study.verdict.effort import STANDARD, THOROUGH  # noqa: E402
+from autotune.study.verdict.figures import AFTER_CHOICE, Figures, winner_figures  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ("torch", "llama3-8b", "dgx-h100:2")

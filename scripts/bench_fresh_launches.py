@@ -27,7 +27,7 @@ import numpy
 import yaml
 
 from autotune.space import TrainConfig
-from autotune.study.effort import STANDARD
+from autotune.study.verdict.effort import STANDARD
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -43,14 +43,14 @@ from autotune.estimate.predict import Estimate
 from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.effort import THOROUGH, THOROUGH_TRIALS
 from autotune.study.loop import run_study
-from autotune.study.noise import NOISE_FLOOR
-from autotune.study.samplers import make_sampler
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import TrialAttrs
-from autotune.study.verdict import decide
+from autotune.study.verdict.effort import THOROUGH, THOROUGH_TRIALS
+from autotune.study.verdict.noise import NOISE_FLOOR
+from autotune.study.verdict.winner import decide
 
 PROBLEMS = [
     ("torch", "llama3-8b", "dgx-h100:4"),  # the leaders are compute-bound: NCCL cannot matter

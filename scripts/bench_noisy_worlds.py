@@ -45,13 +45,13 @@ from bench_search import World, _Quiet, simulated_world  # noqa: E402
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.space import config_key  # noqa: E402
-from autotune.study.confirm import Standing  # noqa: E402
-from autotune.study.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
 from autotune.study.loop import run_study
+from autotune.study.record.storage import StudyRef  # noqa: E402
+from autotune.study.record.trial_attrs import TrialAttrs  # noqa: E402
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
-from autotune.study.storage import StudyRef  # noqa: E402
-from autotune.study.trial_attrs import TrialAttrs  # noqa: E402
-from autotune.study.verdict import decide  # noqa: E402
+from autotune.study.verdict.confirm import Standing  # noqa: E402
+from autotune.study.verdict.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
+from autotune.study.verdict.winner import decide  # noqa: E402
 from autotune.trial.length import stopped_for  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402

@@ -44,9 +44,9 @@ from typing import Any
 import optuna
 import yaml
 
-from autotune.study import parity
-from autotune.study.parity_cause import FLAGGED
-from autotune.study.trial_attrs import PARITY_RESEED, TrialAttrs
+from autotune.study.record.trial_attrs import PARITY_RESEED, TrialAttrs
+from autotune.study.verdict import parity
+from autotune.study.verdict.parity_cause import FLAGGED
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts" / "parity_scripts"

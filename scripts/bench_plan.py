@@ -34,8 +34,8 @@ from autotune.problem import Problem, load_problem
 from autotune.space import config_key, first_violation
 from autotune.space.enumerate import build_config
 from autotune.space.pipeline import split_layers
-from autotune.study.guided import GuidedSearch
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.search.guided.search import GuidedSearch
 
 REPO = Path(__file__).resolve().parents[1]
 BLOOM = str(REPO / "tests/data/models/bloom-72l.yaml")

@@ -4,7 +4,7 @@ config it chose.
 
 Worlds are the search benchmark's `layouts` family (scripts/bench_search_worlds.py: each
 parallel layout off the model by its own error, minor knobs' values by shared effects,
-classes by biases; 128 to 512 H100s). A trial costs what `slice_cost` charges a simulated
+classes by biases; 128 to 512 H100s). A trial costs what `slice.cost` charges a simulated
 one (90 s of launch and start-up plus 30 steps at its true step time) on every GPU. The
 production run trains a fixed number of tokens: `days` at the model's first pick (no tuning:
 the config the plan would give for free), shorter at a faster config.
@@ -41,11 +41,11 @@ from bench_search_worlds import World, draw_layout_world  # noqa: E402
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.space import config_key  # noqa: E402
-from autotune.study.economics import expected_share, stop_reason  # noqa: E402
-from autotune.study.guided import GuidedSearch  # noqa: E402
-from autotune.study.production import PRODUCTION, Production  # noqa: E402
-from autotune.study.slice_cost import SIMULATED_STEPS, SIMULATED_TRIAL_S  # noqa: E402
-from autotune.study.trial_attrs import PROMISED, SOURCE, WALL  # noqa: E402
+from autotune.study.record.trial_attrs import PROMISED, SOURCE, WALL  # noqa: E402
+from autotune.study.search.economics import expected_share, stop_reason  # noqa: E402
+from autotune.study.search.guided.search import GuidedSearch  # noqa: E402
+from autotune.study.search.production import PRODUCTION, Production  # noqa: E402
+from autotune.study.slice.cost import SIMULATED_STEPS, SIMULATED_TRIAL_S  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results/bench/production_worlds.md"

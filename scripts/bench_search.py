@@ -37,10 +37,10 @@ from autotune.launchers.replay import ReplayLauncher
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
 from autotune.study.loop import run_study
-from autotune.study.samplers import make_sampler
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.result import Source, TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 

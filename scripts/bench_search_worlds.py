@@ -60,8 +60,8 @@ from autotune.space import config_key
 from autotune.space.config import KNOBS
 from autotune.space.table import NCCL_KNOBS
 from autotune.study.choices import StudySpace
-from autotune.study.guided import GuidedSearch
-from autotune.study.samplers import make_sampler
+from autotune.study.search.guided.search import GuidedSearch
+from autotune.study.search.samplers import make_sampler
 
 REPO = Path(__file__).resolve().parents[1]
 SPACES = (

@@ -14,7 +14,7 @@ pipeline, 1.20x with 128 chunks; published weak scaling keeps 52% of peak from 3
 GPUs with 64 stages, Narayanan et al. 2021 in shared/data, so no layout loses twice its
 speed to them); moderate and harsh settings of these (`SCALES`). Each study is the real
 study loop (guided search) on a launcher that answers with the truth at the trial's node
-count; a trial costs its nodes for 90 s plus 30 steps (`study.slice_cost`). Arms: the
+count; a trial costs its nodes for 90 s plus 30 steps (`study.slice.cost`). Arms: the
 plan's best config (no trial); full-size guided studies with the default 8 trials and until
 converged; slice studies on 8 and 16 nodes, which search until converged, run their scale
 probes (the best leaders on twice the slice, charged to every arm), search on under the
@@ -66,18 +66,18 @@ from autotune.estimate.steptime import StepTime  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.problem import Problem, load_problem  # noqa: E402
 from autotune.space import TrainConfig, config_key  # noqa: E402
-from autotune.study.confirm import Standing  # noqa: E402
 from autotune.study.loop import run_study
+from autotune.study.record.storage import StudyRef  # noqa: E402
+from autotune.study.record.trial_attrs import FULL_OF, RANKED_BY, SCALE_PROBE, TrialAttrs  # noqa: E402
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
-from autotune.study.slice import FULL_OF, RANKED_BY, SliceSettings, slice_view  # noqa: E402
-from autotune.study.slice_cost import (  # noqa: E402
+from autotune.study.slice.cost import (  # noqa: E402
     SIMULATED_STEPS,
     SIMULATED_TRIAL_S,
     trial_gpu_hours,
 )
-from autotune.study.storage import StudyRef  # noqa: E402
-from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
-from autotune.study.verdict import decide  # noqa: E402
+from autotune.study.slice.trials import SliceSettings, slice_view  # noqa: E402
+from autotune.study.verdict.confirm import Standing  # noqa: E402
+from autotune.study.verdict.winner import decide  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
 
@@ -355,7 +355,7 @@ def proxied(gpus: int, nodes: int) -> frozenset[str]:
 
 
 def _full_launch_hours(problem: Problem, tokens_per_s: float) -> float:
-    """GPU-hours of one simulated full-size trial at `tokens_per_s` (`study.slice_cost`)."""
+    """GPU-hours of one simulated full-size trial at `tokens_per_s` (`study.slice.cost`)."""
     step = problem.workload.tokens_per_step / tokens_per_s
     seconds = SIMULATED_TRIAL_S + SIMULATED_STEPS * step
     return seconds * problem.cluster.nodes * problem.cluster.devices_per_node / 3600

@@ -27,8 +27,8 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_slice as bench  # noqa: E402
 
-from autotune.study.slice import RANKED_BY  # noqa: E402
-from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
+from autotune.study.record.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
+from autotune.study.slice.trials import RANKED_BY  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = ((1024, 8), (1024, 16), (8192, 8), (8192, 16))

@@ -40,7 +40,7 @@ from autotune.launchers.local import LocalLauncher
 from autotune.problem import load_problem
 from autotune.runner import run as run_trial
 from autotune.space import TrainConfig, config_key
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.trial.spec import StepPlan
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 
 GIB = 2**30
 

@@ -19,7 +19,7 @@ import optuna
 import pandas as pd
 import yaml
 
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 
 REPO = Path(__file__).resolve().parents[1]
 SPACES = {

@@ -10,8 +10,8 @@ import optuna
 
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.space import TrainConfig, config_key
-from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
-from autotune.study.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE, USERS_CONFIG
+from autotune.study.record._schema import SCHEMA_ATTR, SCHEMA_VERSION
+from autotune.study.record.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE, USERS_CONFIG
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 

@@ -151,9 +151,9 @@ def test_the_python_api_example_runs_as_printed(tmp_path: Path) -> None:
 def test_the_troubleshooting_page_explains_every_outcome_kind(site: Path) -> None:
     """Each kind a trial can end with has its row: what happened, what autotune did, what to
     do; a kind added to the code without one fails here."""
-    from autotune.study.parity import DIFFERS
-    from autotune.study.storage import INTERRUPTED
+    from autotune.study.record.storage import INTERRUPTED
     from autotune.study.trial_run import AUTOTUNE_ERROR
+    from autotune.study.verdict.parity import DIFFERS
     from autotune.trial.spec import OUTCOMES
 
     page = (site / "troubleshooting" / "index.html").read_text()

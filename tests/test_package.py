@@ -141,6 +141,36 @@ def test_parts_import_only_what_the_design_lets_them(part: str, never: set[str])
     assert subpackage_graph()[part] & never == set()
 
 
+def study_rooms_graph() -> dict[str, set[str]]:
+    """study/'s rooms (record, verdict, search, slice) and its loop's own modules, each a node,
+    with the imports between them (its package facade, study/__init__, left out)."""
+    files = {module_name(p): p for p in (PACKAGE / "study").rglob("*.py")}
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+
+    def room(module: str) -> str:
+        return module.split(".")[2]
+
+    inside = {m for m in files if m != "autotune.study"}
+    graph: dict[str, set[str]] = {room(m): set() for m in inside}
+    for module in inside:
+        for target in every_import(files[module], modules) & inside:
+            if room(target) != room(module):
+                graph[room(module)].add(room(target))
+    return graph
+
+
+def test_the_studys_rooms_import_each_other_without_cycles() -> None:
+    """The stored record imports no other room; the verdict only the record; the search may
+    read the verdict and slices, never the loop that runs it."""
+    graph = study_rooms_graph()
+    assert {"record", "verdict", "search", "slice", "loop"} <= set(graph)
+    assert "record" in graph["verdict"] and "verdict" in graph["search"]  # it sees imports
+    assert cycles(graph) == []
+    assert graph["record"] == set()
+    assert graph["verdict"] == {"record"}
+    assert graph["search"] <= {"record", "verdict", "slice", "choices"}
+
+
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

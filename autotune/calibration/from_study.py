@@ -15,8 +15,8 @@ from autotune.errors import InputError
 from autotune.estimate.calibrate import Observation, fit, median_abs_pct_error
 from autotune.estimate.calibration import Calibration
 from autotune.space import config_key
-from autotune.study.storage import stored_specs
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.storage import stored_specs
+from autotune.study.record.trial_attrs import TrialAttrs
 
 MIN_TRIALS = 3
 

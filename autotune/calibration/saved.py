@@ -24,7 +24,7 @@ def calibration_path(results: Path, cluster: Cluster) -> Path:
 
 def noise_path(results: Path, cluster: Cluster, kind: str) -> Path:
     """Where the between-trial spread of the cluster's studies of one kind
-    (`study.noise.noise_kind`) is kept, beside its calibration."""
+    (`study.verdict.noise.noise_kind`) is kept, beside its calibration."""
     return calibration_path(results, cluster).with_suffix(f".noise.{kind}.json")
 
 

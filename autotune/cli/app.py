@@ -15,7 +15,7 @@ from autotune.errors import AutotuneError, InputError
 def _quiet_optuna() -> None:
     """autotune prints its own progress: Optuna's info log is noise here, as are its
     experimental-feature notices. The warnings autotune's own calls would raise are silenced
-    where it makes them (study.loop, study.storage, report.html), not here."""
+    where it makes them (study.loop, study.record.storage, report.html), not here."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

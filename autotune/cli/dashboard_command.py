@@ -34,8 +34,8 @@ def dashboard(
 
     from autotune.report.dashboard import check_host, check_port_free
     from autotune.study import load_existing_study
-    from autotune.study.optuna_private import storage_of, study_id_of
-    from autotune.study.storage import study_ref
+    from autotune.study.record.optuna_private import storage_of, study_id_of
+    from autotune.study.record.storage import study_ref
 
     check_host(host, expose)
     ref = study_ref(study_name, storage, results)

@@ -71,7 +71,7 @@ def launcher_names() -> list[str]:
 
 
 def sampler_names() -> list[str]:
-    from autotune.study.samplers import STRATEGIES
+    from autotune.study.search.samplers import STRATEGIES
 
     return list(STRATEGIES)
 

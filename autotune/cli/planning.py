@@ -230,7 +230,7 @@ def calibrate(
         return
     from autotune.calibration.from_study import calibrate_study
     from autotune.study import load_existing_study
-    from autotune.study.storage import study_ref
+    from autotune.study.record.storage import study_ref
 
     assert study_name is not None  # one of the two was given
     ref = study_ref(study_name, storage, results)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.cli.options import parse_duration, slurm_settings, step_plan
-from autotune.study.production import parse_production
+from autotune.study.search.production import parse_production
 
 if TYPE_CHECKING:
     from autotune.problem import Problem
@@ -55,7 +55,7 @@ class RunOptions:
 def tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
     """What `tune` takes, from the problem and `autotune run`'s options."""
     from autotune.launchers import LaunchSettings
-    from autotune.study.slice import SliceSettings
+    from autotune.study.slice.trials import SliceSettings
     from autotune.tune import TuneSettings
 
     return TuneSettings(
@@ -90,7 +90,7 @@ def tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
 def budget(options: RunOptions) -> Budget:
     """The study's budget from `autotune run`'s options."""
     from autotune.study import Budget
-    from autotune.study.effort import STANDARD, THOROUGH
+    from autotune.study.verdict.effort import STANDARD, THOROUGH
 
     per_trial_s = parse_duration(options.timeout_per_trial, "--timeout-per-trial")
     assert per_trial_s is not None  # the option has a default
@@ -111,7 +111,7 @@ def default_trials(thorough: bool, command: bool) -> int:
     """The trial budget without --trials: 8, or 4 for a user's command (each trial relaunches
     their job); a thorough study's `THOROUGH_TRIALS`, halved for a command."""
     from autotune.study import COMMAND_TRIALS, Budget
-    from autotune.study.effort import THOROUGH_TRIALS
+    from autotune.study.verdict.effort import THOROUGH_TRIALS
 
     if thorough:
         return THOROUGH_TRIALS // 2 if command else THOROUGH_TRIALS

@@ -1,4 +1,4 @@
-"""The summary `autotune run` ends with: the winner and its figures (`study.figures`), the
+"""The summary `autotune run` ends with: the winner and its figures (`study.verdict.figures`), the
 loss-parity verdict (`study.parity_verdict`), failures, where the time went, the files."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import optuna
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.study.verdict import Verdict
+from autotune.study.verdict.winner import Verdict
 from autotune.units import display_label
 
 
@@ -20,10 +20,10 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
     from autotune.nodes.judge import NodeCheck
     from autotune.report.cost import cost_line, study_cost
     from autotune.report.table import trial_table as table_of
-    from autotune.study.economics import study_lines
-    from autotune.study.storage import masked_url
-    from autotune.study.trial_attrs import NODE_CHECK, TrialAttrs
-    from autotune.study.verdict import decide
+    from autotune.study.record.storage import masked_url
+    from autotune.study.record.trial_attrs import NODE_CHECK, TrialAttrs
+    from autotune.study.search.economics import study_lines
+    from autotune.study.verdict.winner import decide
 
     frame = table_of(study)
     ok = frame[frame["status"] == "complete"]
@@ -71,9 +71,9 @@ def parity_lines(study: Any) -> list[str]:
     """The summary's loss-parity lines, for a study of the user's command that knows their
     config or says why not (`study.parity_verdict`)."""
     from autotune.export.best import exported_trial
-    from autotune.study.parity_verdict import study_parity
-    from autotune.study.storage import stored_job, stored_specs
-    from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG, TrialAttrs
+    from autotune.study.record.storage import stored_job, stored_specs
+    from autotune.study.record.trial_attrs import NO_REFERENCE, USERS_CONFIG, TrialAttrs
+    from autotune.study.verdict.parity_verdict import study_parity
 
     if stored_job(study) is None:
         return []
@@ -87,7 +87,7 @@ def parity_lines(study: Any) -> list[str]:
 def _winner(console: Console, ok: Any, verdict: Verdict) -> None:
     """The best config with its 95% interval, how far ahead of the runner-up, your own config
     and the median it is (between-trial noise included), and where its figures come from."""
-    from autotune.study.trial_attrs import TrialAttrs
+    from autotune.study.record.trial_attrs import TrialAttrs
 
     figures, best, basis = verdict.figures, verdict.winner, verdict.figures.basis
     row = ok[ok["number"] == best.trial.number].iloc[0]

@@ -238,7 +238,7 @@ def trials_command(
     from autotune.report import trial_table
     from autotune.report.configs import config_table
     from autotune.study import load_existing_study
-    from autotune.study.storage import study_ref
+    from autotune.study.record.storage import study_ref
 
     study = load_existing_study(study_ref(study_name, storage, results))
     by_launch = launches or fmt != "table"
@@ -268,7 +268,7 @@ def export(
     """Write the best config's launch files."""
     from autotune.export import export_best
     from autotune.study import load_existing_study
-    from autotune.study.storage import study_ref
+    from autotune.study.record.storage import study_ref
 
     ref = study_ref(study_name, storage, results)
     study = load_existing_study(ref)
@@ -292,7 +292,7 @@ def report(
     """Write the study's self-contained HTML report (an earlier one at --out is replaced)."""
     from autotune.report.html import write_report
     from autotune.study import load_existing_study
-    from autotune.study.storage import study_ref
+    from autotune.study.record.storage import study_ref
 
     ref = study_ref(study_name, storage, results)
     study = load_existing_study(ref)

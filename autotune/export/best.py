@@ -29,13 +29,13 @@ from autotune.engines import get_engine, get_framework
 from autotune.engines.base import Engine
 from autotune.errors import InputError
 from autotune.export.scripts import nccl_env_text, sbatch_script, simulated_banner, train_script
-from autotune.study.economics import account
-from autotune.study.noise import study_spread
-from autotune.study.parity_verdict import study_parity
-from autotune.study.slice_cost import slice_summary
-from autotune.study.storage import stored_job, stored_specs
-from autotune.study.trial_attrs import TrialAttrs
-from autotune.study.verdict import Verdict, decide
+from autotune.study.record.storage import stored_job, stored_specs
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.search.economics import account
+from autotune.study.slice.cost import slice_summary
+from autotune.study.verdict.noise import study_spread
+from autotune.study.verdict.parity_verdict import study_parity
+from autotune.study.verdict.winner import Verdict, decide
 from autotune.trial.spec import TRIAL_FILE, TrialSpec, nccl_environment
 from autotune.units import display_label, human_bytes, human_ms, knob_text
 
@@ -229,7 +229,7 @@ def _metrics(trial: optuna.trial.FrozenTrial, standing: dict[str, Any] | None) -
 
 def _standing(study: optuna.Study, verdict: Verdict) -> dict[str, Any]:
     """The exported config's throughput, its interval and ratios as the summary states them
-    (`study.figures`); for a config exported in the winner's place (NCCL's defaults kept),
+    (`study.verdict.figures`); for a config exported in the winner's place (NCCL's defaults kept),
     the mean of its trial and repeats."""
     if verdict.exported is verdict.winner:
         return verdict.figures.as_dict()

@@ -14,7 +14,7 @@ from autotune import shell
 from autotune.engines import get_framework
 from autotune.engines.base import Engine
 from autotune.launchers import torchrun
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 NVIDIA_CAUTION = (

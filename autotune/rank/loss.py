@@ -1,4 +1,5 @@
-"""The loss of each optimizer step, as a trial records it for loss parity (`study/parity.py`).
+"""The loss of each optimizer step, as a trial records it for loss parity
+(`study/verdict/parity.py`).
 
 A framework's hook hands over each micro-batch's loss as the engine's backward receives it,
 or the whole step's loss where the framework or the user's call to `autotune.step.done`

@@ -10,10 +10,10 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.confirm import standings
-from autotune.study.noise import study_spread
-from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
-from autotune.study.verdict import decide
+from autotune.study.record.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.confirm import standings
+from autotune.study.verdict.noise import study_spread
+from autotune.study.verdict.winner import decide
 
 COLUMNS = (
     "first",

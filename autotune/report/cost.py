@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.units import human_duration
 
 PHASE_NAMES = {

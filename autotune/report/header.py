@@ -1,5 +1,5 @@
 """The report's opening: what was tuned, the winner with the figures every output states
-(`study.figures`), leaders within noise in words, a slice study's confirmation and cost."""
+(`study.verdict.figures`), leaders within noise in words, a slice study's confirmation and cost."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from datetime import datetime
 import optuna
 import pandas as pd
 
-from autotune.study.economics import study_lines
-from autotune.study.slice_confirm import slice_lines
-from autotune.study.trial_attrs import TrialAttrs
-from autotune.study.verdict import decide
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.search.economics import study_lines
+from autotune.study.slice.confirm import slice_lines
+from autotune.study.verdict.winner import decide
 from autotune.units import display_label
 
 
@@ -63,8 +63,8 @@ def report_header(study: optuna.Study, frame: pd.DataFrame, source: str) -> str:
 def _parity_lines(study: optuna.Study) -> list[str]:
     """The study's loss-parity verdict for its winner, as the summary states it; none for a
     study of autotune's own worker."""
-    from autotune.study.parity_verdict import study_parity
-    from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG
+    from autotune.study.record.trial_attrs import NO_REFERENCE, USERS_CONFIG
+    from autotune.study.verdict.parity_verdict import study_parity
 
     if not {USERS_CONFIG, NO_REFERENCE} & set(study.user_attrs):
         return []

@@ -24,9 +24,9 @@ from autotune.report.cost import cost_line, study_cost
 from autotune.report.header import report_header
 from autotune.report.table import trial_table
 from autotune.study.choices import CHOICES_ATTR
-from autotune.study.optuna_private import storage_url_of
-from autotune.study.storage import sqlite_file
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.optuna_private import storage_url_of
+from autotune.study.record.storage import sqlite_file
+from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.trial.spec import write_atomically
 from autotune.units import column_text, display_label, knob_text
 

@@ -7,9 +7,17 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from autotune.study.choices import CHOICES_ATTR
-from autotune.study.confirm import Standing, standings
-from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES
-from autotune.study.trial_attrs import CHOSEN_FOR, USERS_CONFIG, Pruned, TrialAttrs, pruned_as
+from autotune.study.record.trial_attrs import (
+    CHOSEN_FOR,
+    FULL_OF,
+    RANKED_BY,
+    TRIAL_NODES,
+    USERS_CONFIG,
+    Pruned,
+    TrialAttrs,
+    pruned_as,
+)
+from autotune.study.verdict.confirm import Standing, standings
 
 COLUMNS = (
     "number",

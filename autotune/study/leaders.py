@@ -13,15 +13,16 @@ import optuna
 from autotune.launchers import Launcher
 from autotune.space import TrainConfig, config_key
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import Ranking, confirm, repeat_winner, standings
-from autotune.study.noise import measurements
 from autotune.study.parity_runs import ParityRuns
-from autotune.study.reference import reference_plan
+from autotune.study.record.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.record.verdicts import best_value
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.slice_confirm import slice_ranking, slice_standings
-from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.slice.confirm import slice_ranking
 from autotune.study.trial_run import Progress, StudyRun, run_one
-from autotune.study.verdicts import best_value
+from autotune.study.verdict.confirm import Ranking, confirm, repeat_winner, standings
+from autotune.study.verdict.noise import measurements
+from autotune.study.verdict.reference import reference_plan
+from autotune.study.verdict.slice_standings import slice_standings
 from autotune.trial.spec import ParityPlan
 
 MIN_REPEATS = 2
@@ -49,7 +50,7 @@ class Searching(Protocol):
 
 def winner_at_full(search: Searching) -> bool:
     """A slice study whose leaders run at full size: its winner is chosen there and
-    repeated there (`slice_confirm.repeat_full_winner`), not on the slice."""
+    repeated there (`slice.confirm.repeat_full_winner`), not on the slice."""
     s = search.settings.slice
     return search.study_run.slice is not None and s is not None and s.confirm_full > 0
 

@@ -21,39 +21,17 @@ from autotune.launchers import Launcher
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key, first_violation
 from autotune.space.table import ConfigTable
-from autotune.study import reference
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import best_step_time
-from autotune.study.guided import GuidedSearch
 from autotune.study.leaders import confirm_leaders
-from autotune.study.noise import (
-    early_stop_margin,
-    length_spread,
-    study_spread,
-    trial_precision,
-)
-from autotune.study.parity_cause import Causes, allowed_rows, read_causes
 from autotune.study.parity_runs import ParityRuns, users_config
-from autotune.study.proposals import Proposer
-from autotune.study.samplers import ENQUEUEING
-from autotune.study.settings import SearchSettings, StudyOutcome
-from autotune.study.slice_confirm import (
-    confirm_full,
-    learn_scale,
-    repeat_full_winner,
-    slice_run,
-    was_probed,
+from autotune.study.record.storage import (
+    StudyRef,
+    ask_held,
+    fail_abandoned_trials,
+    held_until_told,
 )
-from autotune.study.storage import StudyRef, ask_held, fail_abandoned_trials, held_until_told
-from autotune.study.trial_attrs import (
-    ONE_KNOB,
-    PREDICTED,
-    SEEDED_BY,
-    Prediction,
-    Pruned,
-)
-from autotune.study.trial_run import Progress, StudyRun, run_one, stop_after
-from autotune.study.verdicts import (
+from autotune.study.record.trial_attrs import ONE_KNOB, PREDICTED, SEEDED_BY, Prediction, Pruned
+from autotune.study.record.verdicts import (
     AWAIT_S,
     best_value,
     budget_taken,
@@ -62,6 +40,27 @@ from autotune.study.verdicts import (
     skip,
     verdicts,
 )
+from autotune.study.search.guided.search import GuidedSearch
+from autotune.study.search.proposals import Proposer
+from autotune.study.search.samplers import ENQUEUEING
+from autotune.study.settings import SearchSettings, StudyOutcome
+from autotune.study.slice.confirm import (
+    confirm_full,
+    learn_scale,
+    repeat_full_winner,
+    slice_run,
+    was_probed,
+)
+from autotune.study.trial_run import Progress, StudyRun, run_one, stop_after
+from autotune.study.verdict import reference
+from autotune.study.verdict.confirm import best_step_time
+from autotune.study.verdict.noise import (
+    early_stop_margin,
+    length_spread,
+    study_spread,
+    trial_precision,
+)
+from autotune.study.verdict.parity_cause import Causes, allowed_rows, read_causes
 from autotune.trial.spec import ParityPlan, StepPlan
 from autotune.units import human_duration, knob_text
 

@@ -16,15 +16,10 @@ from autotune import runner as trials
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
 from autotune.space.table import ConfigTable
-from autotune.study import reference
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import standings
-from autotune.study.noise import measurements
-from autotune.study.optuna_private import ask_enqueued
-from autotune.study.parity import study_band
-from autotune.study.parity_cause import Causes, read_causes
-from autotune.study.storage import fail_abandoned_trials
-from autotune.study.trial_attrs import (
+from autotune.study.record.optuna_private import ask_enqueued
+from autotune.study.record.storage import fail_abandoned_trials
+from autotune.study.record.trial_attrs import (
     AFTER_CHOICE,
     CONFIRMS,
     NO_REFERENCE,
@@ -35,7 +30,12 @@ from autotune.study.trial_attrs import (
     USERS_CONFIG_FROM,
     TrialAttrs,
 )
-from autotune.study.verdicts import AWAIT_S, verdicts
+from autotune.study.record.verdicts import AWAIT_S, verdicts
+from autotune.study.verdict import reference
+from autotune.study.verdict.confirm import standings
+from autotune.study.verdict.noise import measurements
+from autotune.study.verdict.parity import study_band
+from autotune.study.verdict.parity_cause import Causes, read_causes
 from autotune.trial.spec import ParityPlan, StepPlan
 
 Launch = Callable[[optuna.Trial, TrainConfig, str, StepPlan, ParityPlan], trials.TrialRecord]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autotune.estimate.calibration import Calibration
-from autotune.study.effort import STANDARD, Effort
-from autotune.study.production import Production
-from autotune.study.slice import SliceSettings
+from autotune.study.search.production import Production
+from autotune.study.slice.trials import SliceSettings
+from autotune.study.verdict.effort import STANDARD, Effort
 from autotune.trial.spec import StepPlan
 
 COMMAND_TRIALS = 4
@@ -47,7 +47,7 @@ class StudyOutcome:
     stop_reason: str
     resumed_failed: list[int] = field(default_factory=list)
     confirmations: list[int] = field(default_factory=list)
-    """Trials that re-measured the leaders (see study.confirm)."""
+    """Trials that re-measured the leaders (see study.verdict.confirm)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
@@ -18,20 +18,11 @@ from autotune.launchers import Launcher
 from autotune.nodes.check import keep_out
 from autotune.problem import Problem
 from autotune.space import TrainConfig
-from autotune.study import parity
-from autotune.study.dashboard_note import trial_note
-from autotune.study.optuna_private import with_heartbeat
-from autotune.study.owner import owner_tag
-from autotune.study.parity_cause import (
-    ALIKE,
-    REPEATED_FAILURES,
-    differs_note,
-    failure_gist,
-    moves_text,
-)
-from autotune.study.slice import RANKED_BY, TRIAL_NODES, SliceRun
-from autotune.study.storage import INTERRUPTED, StudyRef
-from autotune.study.trial_attrs import (
+from autotune.study.record.dashboard_note import trial_note
+from autotune.study.record.optuna_private import with_heartbeat
+from autotune.study.record.owner import owner_tag
+from autotune.study.record.storage import INTERRUPTED, StudyRef
+from autotune.study.record.trial_attrs import (
     COMMAND,
     CONFIG,
     CONFIG_KEY,
@@ -41,13 +32,26 @@ from autotune.study.trial_attrs import (
     LABEL,
     OWNER,
     QUEUE,
+    RANKED_BY,
     SOURCE,
     SWEPT,
+    TRIAL_NODES,
     USERS_CONFIG,
     WALL,
     TrialAttrs,
 )
+from autotune.study.verdict import parity
+from autotune.study.verdict.parity_cause import (
+    ALIKE,
+    REPEATED_FAILURES,
+    differs_note,
+    failure_gist,
+    moves_text,
+)
 from autotune.trial.spec import ParityPlan, StepPlan, TrialSpec
+
+if TYPE_CHECKING:
+    from autotune.study.slice.trials import SliceRun
 from autotune.units import human_duration
 
 
@@ -204,7 +208,7 @@ def _parity(
     run: StudyRun, trial: optuna.Trial, config: TrainConfig, record: trials.TrialRecord
 ) -> trials.TrialRecord:
     """A trial that ran, as `differs` when its loss curve leaves the user's config's
-    (`study.parity`); its outcome.json says so too."""
+    (`study.verdict.parity`); its outcome.json says so too."""
     if record.kind != "ok" or record.result is None or not record.result.losses:
         return record
     if TrialAttrs.of(trial).config_key == run.study.user_attrs.get(USERS_CONFIG):

@@ -101,7 +101,7 @@ class StepPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class ParityPlan:
-    """What a trial of a user's command does for loss parity (`study/parity.py`)."""
+    """What a trial of a user's command does for loss parity (`study/verdict/parity.py`)."""
 
     reseed: int | None = None
     """Seed torch's generators with this once the first optimizer step has ended: a run of the

@@ -21,7 +21,7 @@ from autotune.cli.trial_tables import config_table, trial_table
 from autotune.report.configs import config_table as configs_of
 from autotune.report.table import COLUMNS
 from autotune.report.table import trial_table as table_of
-from autotune.study.storage import study_ref
+from autotune.study.record.storage import study_ref
 from tests.conftest import autotune
 from tests.fakes import UNITS_CHOICES, units_study
 from tests.paths import GOLDEN
@@ -131,7 +131,7 @@ def test_a_summary_whose_leaders_are_within_noise_says_so_and_what_would_settle_
 
 def test_a_summary_whose_winner_is_your_own_config_says_so() -> None:
     from autotune.space import TrainConfig, config_key
-    from autotune.study.trial_attrs import USERS_CONFIG
+    from autotune.study.record.trial_attrs import USERS_CONFIG
     from tests.fakes import add_measured, new_study
 
     study = new_study(between=0.01)

@@ -15,7 +15,7 @@ from autotune.export.best import export_best
 from autotune.problem import load_problem
 from autotune.report.html import write_report
 from autotune.space import TrainConfig
-from autotune.study.storage import problem_attrs, study_ref
+from autotune.study.record.storage import problem_attrs, study_ref
 from tests.fakes import add_measured, new_study
 
 

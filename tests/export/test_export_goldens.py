@@ -94,7 +94,7 @@ def test_best_yaml_matches_its_golden_file(tmp_path: Path) -> None:
     from autotune.export.best import export_best
     from autotune.problem import load_problem
     from autotune.space import TrainConfig
-    from autotune.study.storage import problem_attrs
+    from autotune.study.record.storage import problem_attrs
     from tests.fakes import add_measured, new_study
 
     study = new_study(between=0.05)

@@ -14,7 +14,7 @@ from autotune.export.best import MARKER, export_best
 from autotune.problem import load_problem
 from autotune.report.html import write_report
 from autotune.space import TrainConfig
-from autotune.study.storage import problem_attrs
+from autotune.study.record.storage import problem_attrs
 from tests.fakes import measured_study, units_study
 
 

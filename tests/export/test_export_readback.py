@@ -17,7 +17,7 @@ import pytest
 from autotune.export.best import export_best
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
-from autotune.study.storage import problem_attrs
+from autotune.study.record.storage import problem_attrs
 from tests.fakes import measured_study
 from tests.paths import TESTS
 

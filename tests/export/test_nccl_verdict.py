@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 
 from autotune.space import TrainConfig
-from autotune.study.nccl_verdict import nccl_verdict
+from autotune.study.verdict._nccl_verdict import nccl_verdict
 from tests.fakes import add_measured, measured_study, new_study
 
 A = TrainConfig(dp=8)

@@ -22,9 +22,9 @@ from autotune.problem import load_problem
 from autotune.rank.measure import node_compute_s, profile_summary, profiler
 from autotune.space import TrainConfig
 from autotune.study.loop import run_study
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.verdicts import verdicts
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
-from autotune.study.verdicts import verdicts
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, StepPlan, TrialSpec
 from tests.fakes import Quiet, measured_outcome, new_study

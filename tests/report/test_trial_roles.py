@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from autotune.problem import load_problem
 from autotune.report.table import trial_table
-from autotune.study.slice import FULL_OF, RANKED_BY, TRIAL_NODES
-from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, SCALE_PROBE
+from autotune.study.record.trial_attrs import (
+    AFTER_CHOICE,
+    CONFIRMS,
+    FULL_OF,
+    RANKED_BY,
+    SCALE_PROBE,
+    TRIAL_NODES,
+)
 from tests.fakes import add_measured, new_study
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.storage import INTERRUPTED, fail_abandoned_trials
-from autotune.study.trial_attrs import CONFIG_KEY, OWNER, TrialAttrs
-from autotune.study.verdicts import verdicts
+from autotune.study.record.storage import INTERRUPTED, fail_abandoned_trials
+from autotune.study.record.trial_attrs import CONFIG_KEY, OWNER, TrialAttrs
+from autotune.study.record.verdicts import verdicts
 
 
 def _running_trial(storage: optuna.storages.BaseStorage, owner: str) -> optuna.Study:

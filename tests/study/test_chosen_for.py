@@ -10,9 +10,9 @@ from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import load_problem
 from autotune.report.table import trial_role
 from autotune.space import TrainConfig
-from autotune.study.chosen_for import chosen_for
-from autotune.study.guided import GuidedSearch
-from autotune.study.model_errors import PARALLEL
+from autotune.study.search._chosen_for import chosen_for
+from autotune.study.search._model_errors import PARALLEL
+from autotune.study.search.guided.search import GuidedSearch
 from tests.study.test_guided import CAL, search
 
 A = TrainConfig(dp=8, tp=2, mbs=2)

@@ -8,8 +8,8 @@ import datetime
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.trial_attrs import CLAIM, PRUNED_AS, Pruned
-from autotune.study.verdicts import collisions
+from autotune.study.record.trial_attrs import CLAIM, PRUNED_AS, Pruned
+from autotune.study.record.verdicts import collisions
 
 
 def gave_way(study: optuna.Study, key: str, as_: Pruned = Pruned.CLAIMED) -> int:

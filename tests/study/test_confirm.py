@@ -9,11 +9,11 @@ import optuna
 import pandas as pd
 
 from autotune.space import TrainConfig, config_key
-from autotune.study.confirm import confirm, contenders, standings
-from autotune.study.effort import STANDARD, THOROUGH, Effort
-from autotune.study.noise import study_spread
-from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
-from autotune.study.verdict import decide
+from autotune.study.record.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.confirm import confirm, contenders, standings
+from autotune.study.verdict.effort import STANDARD, THOROUGH, Effort
+from autotune.study.verdict.noise import study_spread
+from autotune.study.verdict.winner import decide
 from tests.fakes import add_measured, measured_attrs, new_study
 from tests.paths import TESTS
 

@@ -17,13 +17,13 @@ from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.economics import MIN_TRIALS, account, account_lines, expected_share
-from autotune.study.figures import winner_figures
 from autotune.study.loop import run_study
-from autotune.study.production import PRODUCTION, Production, parse_production
+from autotune.study.record.storage import StudyRef, problem_attrs
+from autotune.study.record.trial_attrs import CONFIG_KEY, USERS_CONFIG, WALL
+from autotune.study.search.economics import MIN_TRIALS, account, account_lines, expected_share
+from autotune.study.search.production import PRODUCTION, Production, parse_production
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef, problem_attrs
-from autotune.study.trial_attrs import CONFIG_KEY, USERS_CONFIG, WALL
+from autotune.study.verdict.figures import winner_figures
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 from tests.fakes import Quiet, add_measured, new_study

@@ -8,10 +8,10 @@ import statistics
 import optuna
 
 from autotune.space import TrainConfig, config_key
-from autotune.study.confirm import confirm, repeat_winner, standings
-from autotune.study.effort import STANDARD
-from autotune.study.figures import AFTER_CHOICE, winner_figures
-from autotune.study.trial_attrs import USERS_CONFIG
+from autotune.study.record.trial_attrs import USERS_CONFIG
+from autotune.study.verdict.confirm import confirm, repeat_winner, standings
+from autotune.study.verdict.effort import STANDARD
+from autotune.study.verdict.figures import AFTER_CHOICE, winner_figures
 from tests.fakes import add_measured, measured_attrs, new_study
 
 TRUTH = 100.0

@@ -18,13 +18,13 @@ from autotune.launchers.simulate import SimulateLauncher
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key, nccl_default
 from autotune.space.table import BUCKET_KNOBS, ConfigTable
-from autotune.study.effort import THOROUGH
-from autotune.study.guided import TIE, GuidedSearch
 from autotune.study.loop import run_study
-from autotune.study.noise import NOISE_FLOOR
-from autotune.study.samplers import make_sampler
+from autotune.study.record.storage import StudyRef
+from autotune.study.search.guided.search import TIE, GuidedSearch
+from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
+from autotune.study.verdict.effort import THOROUGH
+from autotune.study.verdict.noise import NOISE_FLOOR
 from tests.fakes import Quiet
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

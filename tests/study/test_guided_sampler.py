@@ -18,7 +18,7 @@ from autotune.estimate.predict import predict
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
 from autotune.space.table import ConfigTable
-from autotune.study.guided_sampler import GuidedSampler
+from autotune.study.search.guided import GuidedSampler
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 SEEDS = (0, 1, 2)

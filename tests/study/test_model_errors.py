@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from autotune.study.model_errors import OWN_SPREADS, Shared, believe, widened
+from autotune.study.search._model_errors import OWN_SPREADS, Shared, believe, widened
 
 VALUES = 0.08**2 * 4
 """Prior variance of the knob values' errors of configs that share all four of theirs."""

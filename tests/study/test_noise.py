@@ -7,8 +7,8 @@ from pathlib import Path
 from autotune.calibration.saved import noise_path
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.study.confirm import contenders
-from autotune.study.noise import (
+from autotune.study.verdict.confirm import contenders
+from autotune.study.verdict.noise import (
     noise_kind,
     prior_note,
     read_spread,

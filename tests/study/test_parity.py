@@ -16,10 +16,10 @@ import yaml
 
 from autotune.space import TrainConfig, config_key
 from autotune.specs.loading import load_cluster, load_workload
-from autotune.study import parity
-from autotune.study.parity_cause import differs_note, moves_text
-from autotune.study.parity_verdict import study_parity
-from autotune.study.trial_attrs import ERROR, KIND, USERS_CONFIG, USERS_CONFIG_FROM
+from autotune.study.record.trial_attrs import ERROR, KIND, USERS_CONFIG, USERS_CONFIG_FROM
+from autotune.study.verdict import parity
+from autotune.study.verdict.parity_cause import differs_note, moves_text
+from autotune.study.verdict.parity_verdict import study_parity
 from tests.conftest import REPO, autotune
 from tests.fakes import add_measured, measured_attrs, new_study
 

@@ -17,14 +17,14 @@ from optuna.trial import TrialState
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.confirm import standings
 from autotune.study.loop import run_study
-from autotune.study.parity import DIFFERS, study_band
-from autotune.study.parity_cause import read_causes
-from autotune.study.parity_verdict import study_parity
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import NO_REFERENCE, PARITY_RESEED, USERS_CONFIG, TrialAttrs
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import NO_REFERENCE, PARITY_RESEED, USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.confirm import standings
+from autotune.study.verdict.parity import DIFFERS, study_band
+from autotune.study.verdict.parity_cause import read_causes
+from autotune.study.verdict.parity_verdict import study_parity
 from tests.fakes import LossWorld, Quiet, new_study
 from tests.paths import REPO
 

@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs
 from tests.conftest import REPO, spawn_autotune
 
 pytestmark = pytest.mark.slow

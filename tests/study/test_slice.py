@@ -20,28 +20,31 @@ from autotune.problem import Problem, load_problem
 from autotune.runner import named_nodes, write_config_yaml
 from autotune.space import TrainConfig
 from autotune.study import Budget
-from autotune.study.confirm import standings
-from autotune.study.effort import STANDARD
-from autotune.study.figures import AFTER_CHOICE as FROM_AFTER_CHOICE
-from autotune.study.figures import EXTRAPOLATED, FULL_WITH_CHOICE, winner_figures
 from autotune.study.loop import run_study
-from autotune.study.noise import measurements
-from autotune.study.settings import SearchSettings
-from autotune.study.slice import (
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import (
+    AFTER_CHOICE,
     FULL_OF,
     PROXY,
     RANKED_BY,
+    SCALE_PROBE,
     SLICE_STUDY,
     TRIAL_NODES,
+)
+from autotune.study.settings import SearchSettings
+from autotune.study.slice.cost import study_cost, trial_gpu_hours
+from autotune.study.slice.trials import (
     SliceRun,
     SliceSettings,
     check_trial_nodes,
     observed_as,
     slice_view,
 )
-from autotune.study.slice_cost import study_cost, trial_gpu_hours
-from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import AFTER_CHOICE, SCALE_PROBE
+from autotune.study.verdict.confirm import standings
+from autotune.study.verdict.effort import STANDARD
+from autotune.study.verdict.figures import AFTER_CHOICE as FROM_AFTER_CHOICE
+from autotune.study.verdict.figures import EXTRAPOLATED, FULL_WITH_CHOICE, winner_figures
+from autotune.study.verdict.noise import measurements
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, StepPlan, TrialSpec
 from autotune.tune import TuneSettings, tune

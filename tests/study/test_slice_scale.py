@@ -1,4 +1,4 @@
-"""The slice study's scale probes and the miss it learns from them (`study.slice_scale`)."""
+"""The slice study's scale probes and the miss it learns from them (`study.slice.scale`)."""
 
 from __future__ import annotations
 
@@ -24,23 +24,33 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig
 from autotune.specs import Cluster, Workload
-from autotune.study import Budget, slice_claims
-from autotune.study.confirm import standings
-from autotune.study.guided import GuidedSearch
+from autotune.study import Budget
 from autotune.study.loop import run_study
-from autotune.study.optuna_private import ask_enqueued
+from autotune.study.record.optuna_private import ask_enqueued
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import (
+    CONFIRMS,
+    FULL_OF,
+    OWNER,
+    RANKED_BY,
+    SCALE_PROBE,
+    SLICE_TOKENS,
+    TRIAL_NODES,
+    TrialAttrs,
+)
+from autotune.study.search.guided.search import GuidedSearch
 from autotune.study.settings import SearchSettings
-from autotune.study.slice import FULL_OF, RANKED_BY, SLICE_TOKENS, TRIAL_NODES, SliceSettings
-from autotune.study.slice_claims import gave_way
-from autotune.study.slice_scale import (
+from autotune.study.slice import _claims as slice_claims
+from autotune.study.slice._claims import gave_way
+from autotune.study.slice.scale import (
     ScaleView,
     fit_scale,
     probe_nodes,
     probes_slope,
     traffic_share,
 )
-from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import CONFIRMS, OWNER, SCALE_PROBE, TrialAttrs
+from autotune.study.slice.trials import SliceSettings
+from autotune.study.verdict.confirm import standings
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 from tests.fakes import Quiet, add_measured, new_study

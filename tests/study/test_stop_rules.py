@@ -12,8 +12,8 @@ from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import load_problem
 from autotune.study.loop import run_study
+from autotune.study.record.storage import StudyRef
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
 from tests.fakes import Quiet, new_study
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -11,8 +11,8 @@ import pytest
 from autotune.errors import InputError
 from autotune.problem import load_problem
 from autotune.space import TrainConfig, config_key
-from autotune.study.schema import SCHEMA_ATTR, SCHEMA_VERSION
-from autotune.study.storage import (
+from autotune.study.record._schema import SCHEMA_ATTR, SCHEMA_VERSION
+from autotune.study.record.storage import (
     StudyRef,
     load_existing_study,
     masked_url,

@@ -14,10 +14,10 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import load_problem
 from autotune.space import config_key
 from autotune.study.loop import run_study
-from autotune.study.noise import UNKNOWN_BETWEEN
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import AFTER_CHOICE, CONFIRMS
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef
-from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS
+from autotune.study.verdict.noise import UNKNOWN_BETWEEN
 from autotune.trial.spec import TRIAL_FILE, StepPlan, TrialSpec
 from tests.fakes import Quiet, measured_outcome, new_study
 

@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.report.table import trial_table
-from autotune.study.trial_attrs import CONFIG, CONFIG_KEY, PRUNED_AS, Pruned, pruned_as
+from autotune.study.record.trial_attrs import CONFIG, CONFIG_KEY, PRUNED_AS, Pruned, pruned_as
 from tests.study.test_guided import search
 
 

@@ -19,9 +19,9 @@ from autotune.model_probe import read_model
 from autotune.problem import Problem, load_problem
 from autotune.specs import load_workload
 from autotune.study.loop import run_study
+from autotune.study.record.storage import StudyRef, study_ref
+from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.storage import StudyRef, study_ref
-from autotune.study.trial_attrs import TrialAttrs
 from autotune.trial.spec import StepPlan
 from tests.cli.test_display import printed
 from tests.fakes import Quiet, new_study

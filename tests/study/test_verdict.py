@@ -20,13 +20,13 @@ from autotune.export.best import export_best
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.problem import Problem, load_problem
 from autotune.report.html import write_report
-from autotune.study.effort import STANDARD, THOROUGH, Effort
 from autotune.study.loop import run_study
+from autotune.study.record.storage import StudyRef, problem_attrs, study_ref
+from autotune.study.record.trial_attrs import AFTER_CHOICE
 from autotune.study.settings import Budget, SearchSettings
-from autotune.study.slice import SliceSettings
-from autotune.study.storage import StudyRef, problem_attrs, study_ref
-from autotune.study.trial_attrs import AFTER_CHOICE
-from autotune.study.verdict import decide, trials_text
+from autotune.study.slice.trials import SliceSettings
+from autotune.study.verdict.effort import STANDARD, THOROUGH, Effort
+from autotune.study.verdict.winner import decide, trials_text
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 from tests.fakes import Quiet, measured_outcome, new_study
 

@@ -10,8 +10,8 @@ import torch
 
 from autotune.rank.measure import StepMeter
 from autotune.space import TrainConfig
-from autotune.study.confirm import best_step_time
-from autotune.study.noise import (
+from autotune.study.verdict.confirm import best_step_time
+from autotune.study.verdict.noise import (
     UNKNOWN_BETWEEN,
     Spread,
     early_stop_margin,

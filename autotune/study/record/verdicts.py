@@ -8,8 +8,8 @@ import datetime
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.storage import NO_VERDICT
-from autotune.study.trial_attrs import CLAIM, PRUNED_AS, PRUNED_REASON, Pruned, TrialAttrs
+from autotune.study.record.storage import NO_VERDICT
+from autotune.study.record.trial_attrs import CLAIM, PRUNED_AS, PRUNED_REASON, Pruned, TrialAttrs
 
 AWAIT_S = 2.0
 """How often a worker that waits on other workers' running trials looks again."""

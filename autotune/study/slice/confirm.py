@@ -20,35 +20,28 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
 from autotune.study.choices import StudySpace
-from autotune.study.confirm import Ranking, Standing, repeat_winner, standings
-from autotune.study.noise import measurements
-from autotune.study.slice import (
+from autotune.study.record.storage import stored_specs
+from autotune.study.record.trial_attrs import (
     FULL_OF,
     RANKED_BY,
+    SCALE_PROBE,
     SLICE_STUDY,
     TRIAL_NODES,
-    SliceRun,
-    SliceSettings,
-    full_size,
-    is_slice_study,
+    TrialAttrs,
 )
-from autotune.study.slice_claims import (
-    TimeLeft,
-    any_interrupted,
-    await_trials,
-    marked,
-    take,
-)
-from autotune.study.slice_cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
-from autotune.study.slice_scale import ScaleView, apart_in_share, probe_nodes
-from autotune.study.storage import stored_specs
-from autotune.study.trial_attrs import SCALE_PROBE, TrialAttrs
+from autotune.study.record.verdicts import best_value
+from autotune.study.slice._claims import TimeLeft, any_interrupted, await_trials, marked, take
+from autotune.study.slice.cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
+from autotune.study.slice.scale import ScaleView, apart_in_share, probe_nodes
+from autotune.study.slice.trials import SliceRun, SliceSettings
 from autotune.study.trial_run import StudyRun, run_one
-from autotune.study.verdicts import best_value
+from autotune.study.verdict.confirm import Ranking, Standing, repeat_winner, standings
+from autotune.study.verdict.noise import measurements
+from autotune.study.verdict.slice_standings import full_size, full_standings, is_slice_study
 from autotune.trial.spec import read_json, write_atomically
 
 if TYPE_CHECKING:
-    from autotune.study.guided import GuidedSearch
+    from autotune.study.search.guided.search import GuidedSearch
     from autotune.study.settings import SearchSettings
 
 SLICE_ERROR = SLICE_ERROR_ATTR
@@ -75,7 +68,7 @@ def confirm_full(
 ) -> list[int]:
     """The slice's leaders measured once at full size, `confirm_full` of them in all (a
     resumed study counts those it has), each the best of the rest as the extrapolation's miss
-    learnt so far ranks them (`slice_scale`): first from scale probes, then from each
+    learnt so far ranks them (`slice.scale`): first from scale probes, then from each
     confirmation, while `time_left()`; the trial numbers of the probes and confirmations.
     A launch another worker took at once is awaited; one interrupted (its tuner stopped or
     died) counts for nothing and is made again. Records the slice-to-full error."""
@@ -213,20 +206,6 @@ def _run_full(
     steps = dataclasses.replace(settings.steps, best_s=None)
     record = run_one(run, trial, config, config_key(config), steps)
     run.progress.finished(trial.number, label, record, best_value(run.study))
-
-
-def full_standings(study: optuna.Study) -> list[Standing]:
-    """The standings of configs measured at full size, best first: a confirmed slice
-    study's winner is chosen from them, its slice trials (extrapolated) standing apart."""
-    return full_size(standings(study))
-
-
-def slice_standings(study: optuna.Study) -> list[Standing]:
-    """The standings of configs measured on the slice (or ranked by the model), best
-    first: the leaders repeated there, which a config's full-size launches never join;
-    ranked as measured, as a study that names its winner on the slice ranks them."""
-    full = full_size(ranked := standings(study))
-    return [s for s in ranked if s not in full]
 
 
 def slice_ranking(run: StudyRun) -> Ranking:

@@ -12,10 +12,10 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.optuna_private import ask_enqueued, fail_trial
-from autotune.study.storage import INTERRUPTED, fail_abandoned_trials
-from autotune.study.trial_attrs import ERROR, KIND, Pruned, TrialAttrs
-from autotune.study.verdicts import AWAIT_S, skip
+from autotune.study.record.optuna_private import ask_enqueued, fail_trial
+from autotune.study.record.storage import INTERRUPTED, fail_abandoned_trials
+from autotune.study.record.trial_attrs import ERROR, KIND, Pruned, TrialAttrs
+from autotune.study.record.verdicts import AWAIT_S, skip
 
 TimeLeft = Callable[[], bool]
 """Whether the study's `--max-time` leaves time for another trial."""

@@ -15,12 +15,12 @@ import optuna
 from autotune.estimate.ranking import Ranked
 from autotune.space import TrainConfig, config_key
 from autotune.specs import Cluster
-from autotune.study.chosen_for import chosen_for
-from autotune.study.confirm import best_mean, best_step_time
-from autotune.study.economics import expected_share, stop_reason
-from autotune.study.guided import GuidedSearch
-from autotune.study.trial_attrs import CHOSEN_FOR, PROMISED
-from autotune.study.verdicts import collisions, running_keys
+from autotune.study.record.trial_attrs import CHOSEN_FOR, PROMISED
+from autotune.study.record.verdicts import collisions, running_keys
+from autotune.study.search._chosen_for import chosen_for
+from autotune.study.search.economics import expected_share, stop_reason
+from autotune.study.search.guided.search import GuidedSearch
+from autotune.study.verdict.confirm import best_mean, best_step_time
 
 RETRY_WINDOW_S = 60.0
 """How long after a collision the other workers leave its config to the one that retries it:

@@ -12,11 +12,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.specs import Cluster
-from autotune.study.slice import RANKED_BY, SLICE_STUDY, TRIAL_NODES
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import RANKED_BY, SLICE_STUDY, TRIAL_NODES, TrialAttrs
 
 SLICE_ERROR_ATTR = "slice_to_full_error"
-"""On the study: the slice-to-full error its full-size trials measured (`slice_confirm`)."""
+"""On the study: the slice-to-full error its full-size trials measured (`slice.confirm`)."""
 SIMULATED_TRIAL_S = 90.0
 """Launch, imports and initialisation of a real large-model trial (scripts/bench_search.py)."""
 SIMULATED_STEPS = 30

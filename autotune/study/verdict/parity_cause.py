@@ -30,8 +30,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig
 from autotune.space.table import ConfigTable
-from autotune.study.parity import DIFFERS, Parity, pct, study_band
-from autotune.study.trial_attrs import ONE_KNOB, USERS_CONFIG, TrialAttrs
+from autotune.study.record.trial_attrs import ONE_KNOB, USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.parity import DIFFERS, Parity, pct, study_band
 from autotune.units import knob_text
 
 FLAGGED = (DIFFERS, "config_ignored")

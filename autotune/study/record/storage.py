@@ -24,10 +24,10 @@ from pydantic import TypeAdapter, ValidationError
 from autotune.errors import InputError
 from autotune.problem import Problem
 from autotune.specs import Cluster, Workload
-from autotune.study.optuna_private import HEARTBEAT_S, fail_stale_trials, fail_trial
-from autotune.study.owner import owner_is_dead, owner_tag
-from autotune.study.schema import bring_to_current
-from autotune.study.trial_attrs import ERROR, KIND, OWNER, TrialAttrs
+from autotune.study.record._schema import bring_to_current
+from autotune.study.record.optuna_private import HEARTBEAT_S, fail_stale_trials, fail_trial
+from autotune.study.record.owner import owner_is_dead, owner_tag
+from autotune.study.record.trial_attrs import ERROR, KIND, OWNER, TrialAttrs
 from autotune.trial.spec import UserJob
 
 CREATE_ATTEMPTS = 5

@@ -2,7 +2,7 @@
 over the production run it tunes for (`--production 14d`, or `250000 steps`).
 
 The stop rule: before each trial, the next trial's cost (the median GPU-hours of the trials
-so far, as `slice_cost` charges them) against its expected saving: the production run's
+so far, as `slice.cost` charges them) against its expected saving: the production run's
 GPU-hours times the expected share of them that the guided search's most promising open
 config would save, E[max(0, 1 - best/new)] under its belief (the expected improvement of
 Bayesian optimisation, in the units users budget in), taken down by how much of what it
@@ -27,11 +27,11 @@ from scipy import special
 
 from autotune.errors import InputError
 from autotune.specs import Cluster
-from autotune.study.figures import Figures
-from autotune.study.production import Production
-from autotune.study.slice_cost import study_cost, trial_gpu_hours
-from autotune.study.storage import stored_specs
-from autotune.study.trial_attrs import PROMISED
+from autotune.study.record.storage import stored_specs
+from autotune.study.record.trial_attrs import PROMISED
+from autotune.study.search.production import Production
+from autotune.study.slice.cost import study_cost, trial_gpu_hours
+from autotune.study.verdict.figures import Figures
 from autotune.units import human_duration
 
 PROMISE_PRIOR = 0.03

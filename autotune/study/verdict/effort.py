@@ -29,7 +29,7 @@ class Effort:
     """Repeats allowed per trial the search ran (a user's command relaunches for each)."""
     after_choice: int
     """Repeats of the winner once it is chosen, from which its figures are stated: the
-    measurements that chose it read high (`study.figures`)."""
+    measurements that chose it read high (`study.verdict.figures`)."""
     indifference: float | None
     """A runner-up leaves the contenders once it is surely (one-sided, as a verdict) not
     faster than the best by this share: a smaller gap would not change what the user should

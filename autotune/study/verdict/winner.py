@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.study.confirm import Standing, standings
-from autotune.study.figures import Figures, winner_figures
-from autotune.study.nccl_verdict import nccl_verdict
+from autotune.study.verdict._nccl_verdict import nccl_verdict
+from autotune.study.verdict.confirm import Standing, standings
+from autotune.study.verdict.figures import Figures, winner_figures
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from optuna.trial import FrozenTrial
 
 from autotune.confidence import NCCL_KEEP_ONE_SIDED_PROBABILITY
 from autotune.space import nccl_default
-from autotune.study.confirm import (
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.verdict.confirm import (
     Standing,
     nccl_baseline,
     on_repeats_after_choice,
@@ -19,8 +20,7 @@ from autotune.study.confirm import (
     standings,
     unselected,
 )
-from autotune.study.noise import study_spread
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.verdict.noise import study_spread
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.space import TrainConfig
-from autotune.study.trial_attrs import Prediction
+from autotune.study.record.trial_attrs import Prediction
 from autotune.trial.result import TrialResult
 from autotune.units import display_label
 

@@ -17,8 +17,8 @@ from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.owner import owner_tag
-from autotune.study.trial_attrs import OWNER
+from autotune.study.record.owner import owner_tag
+from autotune.study.record.trial_attrs import OWNER
 
 HEARTBEAT_S = 10
 """How often a running trial's heartbeat is recorded (Optuna's grace period is 60 s)."""

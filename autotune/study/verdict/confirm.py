@@ -20,8 +20,11 @@ from scipy import stats
 
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
 from autotune.space import TrainConfig, config_key, nccl_default
-from autotune.study.effort import STANDARD, Effort
-from autotune.study.noise import (
+from autotune.study.record.optuna_private import ask_enqueued
+from autotune.study.record.storage import NO_VERDICT
+from autotune.study.record.trial_attrs import AFTER_CHOICE, CONFIRMS, USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.effort import STANDARD, Effort
+from autotune.study.verdict.noise import (
     NOISE_FLOOR,
     UNKNOWN_BETWEEN,
     Spread,
@@ -29,11 +32,8 @@ from autotune.study.noise import (
     spread,
     study_spread,
 )
-from autotune.study.optuna_private import ask_enqueued
-from autotune.study.parity import differing_now
-from autotune.study.parity_cause import read_causes
-from autotune.study.storage import NO_VERDICT
-from autotune.study.trial_attrs import AFTER_CHOICE, CONFIRMS, USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.parity import differing_now
+from autotune.study.verdict.parity_cause import read_causes
 
 EQUIVALENT = NOISE_FLOOR
 """Two configs whose throughputs surely differ by less than this are as good as each other:

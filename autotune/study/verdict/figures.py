@@ -24,17 +24,16 @@ from typing import Any
 import optuna
 
 from autotune.confidence import INTERVAL_TWO_SIDED_PROBABILITY, WINNER_ONE_SIDED_PROBABILITY
-from autotune.study.confirm import (
+from autotune.study.record.trial_attrs import FULL_OF, USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.confirm import (
     Standing,
     on_repeats_after_choice,
     ratio_interval,
     standings,
     unselected,
 )
-from autotune.study.noise import Spread, prior_note, study_spread
-from autotune.study.slice import FULL_OF, full_size, is_slice_study
-from autotune.study.slice_confirm import full_standings
-from autotune.study.trial_attrs import USERS_CONFIG, TrialAttrs
+from autotune.study.verdict.noise import Spread, prior_note, study_spread
+from autotune.study.verdict.slice_standings import full_size, full_standings, is_slice_study
 
 AFTER_CHOICE = "repeats taken after it was chosen"
 WITH_CHOICE = "all its trials, those that chose it included (they read high)"

@@ -1,5 +1,5 @@
 """The user's own config as the reference: run first, run again when its run failed, then run
-once more reseeded (`study.parity`), before any other config is measured, judged or ranked.
+once more reseeded (`study.verdict.parity`), before any other config is measured, judged or ranked.
 
 A study of the user's command knows their config (`USERS_CONFIG`: read from their config file
 by the framework, or stated with `--users-config` or the space file's `yours:`). Until a run
@@ -21,8 +21,8 @@ from typing import Literal
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.storage import INTERRUPTED
-from autotune.study.trial_attrs import NO_REFERENCE, PARITY_RESEED, USERS_CONFIG, TrialAttrs
+from autotune.study.record.storage import INTERRUPTED
+from autotune.study.record.trial_attrs import NO_REFERENCE, PARITY_RESEED, USERS_CONFIG, TrialAttrs
 from autotune.trial.spec import StepPlan
 
 MAX_TRIES = 3

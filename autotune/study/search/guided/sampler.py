@@ -32,8 +32,8 @@ from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import Problem
 from autotune.space import TrainConfig, config_key
 from autotune.study.choices import StudySpace
-from autotune.study.guided import GuidedSearch
-from autotune.study.trial_attrs import CONFIG, SOURCE
+from autotune.study.record.trial_attrs import CONFIG, SOURCE
+from autotune.study.search.guided.search import GuidedSearch
 
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING)
 

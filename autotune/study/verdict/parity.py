@@ -26,7 +26,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.trial_attrs import PARITY_RESEED, USERS_CONFIG, TrialAttrs
+from autotune.study.record.trial_attrs import PARITY_RESEED, USERS_CONFIG, TrialAttrs
 from autotune.trial.spec import ParityPlan, relative_difference
 
 DIFFERS = "differs"

@@ -53,7 +53,7 @@ def check_stored_trials(study: optuna.Study) -> None:
     """Each trial's stored config a mapping of knobs with values of their types, as input is
     checked: one that is not is named in one line, before anything reads it."""
     from autotune.space.config import KNOBS, coerce_knob
-    from autotune.study.trial_attrs import CONFIG
+    from autotune.study.record.trial_attrs import CONFIG
 
     for trial in study.get_trials(deepcopy=False):
         stored = trial.user_attrs.get(CONFIG)

@@ -30,10 +30,10 @@ from autotune.estimate.calibration import Calibration
 from autotune.estimate.predict import estimate
 from autotune.problem import Problem
 from autotune.space import TrainConfig
-from autotune.study.confirm import Standing, standings
-from autotune.study.noise import NOISE_FLOOR, assumed_between, measurements, study_spread
-from autotune.study.slice import FULL_OF, GUESSED, RANKED_BY, SLICE_TOKENS, observed_as
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import FULL_OF, GUESSED, RANKED_BY, SLICE_TOKENS, TrialAttrs
+from autotune.study.slice.trials import observed_as
+from autotune.study.verdict.confirm import Standing, standings
+from autotune.study.verdict.noise import NOISE_FLOOR, assumed_between, measurements, study_spread
 
 MIN_SHARE_SPREAD = 0.02
 """Leaders whose traffic shares differ by less cannot tell a slope from noise."""

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
-
 from autotune import runner as trials
 from autotune.errors import InputError
 from autotune.estimate.calibration import Calibration
@@ -31,29 +29,14 @@ from autotune.launchers.simulate import predicted_result
 from autotune.problem import Problem
 from autotune.space import TrainConfig, first_violation
 from autotune.specs import Cluster, Workload
+from autotune.study.record.trial_attrs import (
+    PROXY,
+    RANKED_BY,
+    RANKED_WHY,
+    SLICE_TOKENS,
+    TRIAL_NODES,
+)
 from autotune.trial.spec import StepPlan, TrialSpec
-
-TRIAL_NODES = "trial_nodes"
-"""On a trial: the nodes it ran on (the slice's, or the cluster's at full size; 0 for one
-the model ranked, which ran nowhere)."""
-RANKED_BY = "ranked_by"
-"""On a trial of a slice study: `slice` (measured on the slice, extrapolated), `proxy`
-(measured on the slice with fewer layers per stage), `model` (ranked by the model alone) or
-`full` (measured at full size)."""
-GUESSED = ("slice", "proxy", "model")
-"""The `RANKED_BY` values of a trial whose tokens/s is a guess at full size: extrapolated from
-the slice or a proxy, or the model's own; the rest (`full`) were measured there."""
-PROXY = "proxy"
-"""On a proxy trial: the proxy it measured ({"pp": stages, "layers": layers})."""
-RANKED_WHY = "ranked_why"
-"""On a model-ranked trial: why the slice could not measure it; on a proxy trial: what
-stood in."""
-SLICE_TOKENS = "slice_tokens_per_s"
-"""On a slice trial: the tokens/s the slice measured (its value is the extrapolation)."""
-SLICE_STUDY = "trial_nodes"
-"""On the study: the slice's node count."""
-FULL_OF = "full_size_of"
-"""On a full-size confirmation: the number of the trial it measures at full size."""
 
 
 def check_trial_nodes(nodes: int | None, cluster: Cluster) -> None:
@@ -83,7 +66,7 @@ class SliceSettings:
     probes: int = 4
     """Leaders measured again on twice the slice's nodes when the search would first stop
     (where it confirms at full size), to learn how the extrapolation misses as the nodes
-    grow (`study.slice_scale`); 0: none."""
+    grow (`study.slice.scale`); 0: none."""
     error: float = 0.0
     """log(full / extrapolated) tokens/s measured on this cluster before: the extrapolation
     is moved by it."""
@@ -279,19 +262,3 @@ def proxies(layers: int, config: TrainConfig, devices: int) -> list[Proxy]:
             if pp * config.vpp * k < layers
         ]
     return found
-
-
-def full_size(ranked: list[Any]) -> list[Any]:
-    """The standings measured at full size (a slice study's confirmed leaders)."""
-    return [s for s in ranked if s.trial.user_attrs.get(RANKED_BY) == "full"]
-
-
-def full_first(ranked: list[Any]) -> list[Any]:
-    """Standings with the configs measured at full size first (a slice study's confirmed
-    leaders): the winner is one the whole cluster ran, when any did."""
-    full = full_size(ranked)
-    return full + [s for s in ranked if s not in full] if full else ranked
-
-
-def is_slice_study(study: optuna.Study) -> bool:
-    return study.user_attrs.get(SLICE_STUDY) is not None

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autotune.space import TrainConfig
-from autotune.study.config_codes import REFINING
-from autotune.study.model_errors import PARALLEL, STRUCTURAL
-from autotune.study.parity_cause import moves, moves_text
+from autotune.study.search._config_codes import REFINING
+from autotune.study.search._model_errors import PARALLEL, STRUCTURAL
+from autotune.study.verdict.parity_cause import moves, moves_text
 from autotune.units import knob_text
 
 CLASS_KNOBS = sorted(STRUCTURAL - set(PARALLEL))

@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.confidence import EARLY_STOP_SIGMAS
 from autotune.errors import InputError
 from autotune.specs import Workload
-from autotune.study.trial_attrs import NOISE_PRIOR, TrialAttrs
+from autotune.study.record.trial_attrs import NOISE_PRIOR, TrialAttrs
 
 NOISE_FLOOR = 0.02
 """Differences under 2% are noise on any shared machine, whatever the trials' own spread."""

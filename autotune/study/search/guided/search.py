@@ -36,8 +36,9 @@ from autotune.problem import Problem
 from autotune.space import TrainConfig
 from autotune.space.config import KNOBS
 from autotune.space.table import ConfigTable
-from autotune.study.config_codes import Codes, Scored
-from autotune.study.model_errors import (
+from autotune.study.record.trial_attrs import GUESSED, RANKED_BY, TrialAttrs
+from autotune.study.search._config_codes import Codes, Scored
+from autotune.study.search._model_errors import (
     LEVEL_SPREAD,
     PARALLEL,
     PARALLEL_SPREAD,
@@ -51,11 +52,10 @@ from autotune.study.model_errors import (
     value_variances,
     widened,
 )
-from autotune.study.noise import NOISE_FLOOR
-from autotune.study.parity import DIFFERS
-from autotune.study.slice import GUESSED, RANKED_BY, observed_as
-from autotune.study.slice_scale import leader_under_miss
-from autotune.study.trial_attrs import TrialAttrs
+from autotune.study.slice.scale import leader_under_miss
+from autotune.study.slice.trials import observed_as
+from autotune.study.verdict.noise import NOISE_FLOOR
+from autotune.study.verdict.parity import DIFFERS
 
 TIE = 0.002
 """Scores closer than this (log throughput: 0.2%, far below a trial's noise) are equals."""
@@ -99,7 +99,7 @@ class GuidedSearch:
     scale_slope: float = 0.0
     """In a slice study, how far each candidate's full-size prediction is taken down per unit
     of its data-parallel traffic share: what the scale probes learnt the model misses as the
-    nodes grow (`slice_scale.ScaleFit.traffic`); 0 elsewhere."""
+    nodes grow (`slice.scale.ScaleFit.traffic`); 0 elsewhere."""
     _table: ConfigTable = field(init=False, repr=False)
     _predictor: Predictor = field(init=False, repr=False)
     """The model of every candidate, computed once: a refit predicts them in a few array

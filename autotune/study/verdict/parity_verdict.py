@@ -12,9 +12,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study import parity
-from autotune.study.parity_cause import FLAGGED, read_causes
-from autotune.study.trial_attrs import NO_REFERENCE, USERS_CONFIG, USERS_CONFIG_FROM, TrialAttrs
+from autotune.study.record.trial_attrs import (
+    NO_REFERENCE,
+    USERS_CONFIG,
+    USERS_CONFIG_FROM,
+    TrialAttrs,
+)
+from autotune.study.verdict import parity
+from autotune.study.verdict.parity_cause import FLAGGED, read_causes
 from autotune.units import display_label, knob_text
 
 NOT_CHECKED = "not_checked"

@@ -22,7 +22,7 @@ CLAIM = "claim"
 """The config a running trial holds, so two workers never measure it both."""
 KIND = "kind"
 """The outcome kind: ok, oom, crash, ... (`trial.spec.OUTCOMES`), interrupted, or differs (a
-config that trains another model than the user's: `study/parity.py`)."""
+config that trains another model than the user's: `study/verdict/parity.py`)."""
 ERROR = "error"
 COMMAND = "command"
 """The command line the trial launched."""
@@ -32,11 +32,11 @@ CONFIRMS = "confirms"
 """On a confirmation: the number of the trial it re-measures for longer."""
 AFTER_CHOICE = "after_choice"
 """On a repeat of the chosen winner taken once the choice was made: it states the winner's
-figures and takes no part in choosing (`study.figures`)."""
+figures and takes no part in choosing (`study.verdict.figures`)."""
 SCALE_PROBE = "scale_probe_of"
 """On a slice study's scale probe: the number of the slice trial whose config it measures
 again on twice the slice's nodes. It tells how the extrapolation misses as the nodes grow
-(`study.slice_scale`) and stands for no config of its own."""
+(`study.slice.scale`) and stands for no config of its own."""
 SOURCE = "source"
 """measured, simulated or replayed."""
 LABEL = "label"
@@ -70,7 +70,8 @@ NO_REFERENCE = "no_reference"
 known, not in the space, or failed every time it ran); nothing is then judged."""
 PARITY_RESEED = "parity_reseed"
 """On a run of the user's config: the seed its ranks took after the first optimizer step
-(`study/parity.py`: the second reference run, whose drift from the first sets the floor)."""
+(`study/verdict/parity.py`: the second reference run, whose drift from the first sets the
+floor)."""
 ONE_KNOB = "one_knob"
 """On a trial that moves one knob of the user's config alone, to tell which move breaks
 parity (`study/parity_cause.py`): that knob's name."""
@@ -278,3 +279,27 @@ def pruned_as(trial: FrozenTrial) -> Pruned | None:
     if attrs.pruned_as is not None:
         return attrs.pruned_as
     return Pruned.STOPPED_EARLY if attrs.config_key is not None else Pruned.REJECTED
+
+
+# A slice study's (`autotune run --trial-nodes N`, `study/slice/`).
+TRIAL_NODES = "trial_nodes"
+"""On a trial: the nodes it ran on (the slice's, or the cluster's at full size; 0 for one
+the model ranked, which ran nowhere)."""
+RANKED_BY = "ranked_by"
+"""On a trial of a slice study: `slice` (measured on the slice, extrapolated), `proxy`
+(measured on the slice with fewer layers per stage), `model` (ranked by the model alone) or
+`full` (measured at full size)."""
+GUESSED = ("slice", "proxy", "model")
+"""The `RANKED_BY` values of a trial whose tokens/s is a guess at full size: extrapolated from
+the slice or a proxy, or the model's own; the rest (`full`) were measured there."""
+PROXY = "proxy"
+"""On a proxy trial: the proxy it measured ({"pp": stages, "layers": layers})."""
+RANKED_WHY = "ranked_why"
+"""On a model-ranked trial: why the slice could not measure it; on a proxy trial: what
+stood in."""
+SLICE_TOKENS = "slice_tokens_per_s"
+"""On a slice trial: the tokens/s the slice measured (its value is the extrapolation)."""
+SLICE_STUDY = "trial_nodes"
+"""On the study: the slice's node count."""
+FULL_OF = "full_size_of"
+"""On a full-size confirmation: the number of the trial it measures at full size."""
