@@ -17,6 +17,7 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import optuna
 import yaml
@@ -30,7 +31,7 @@ SPACE = {
 }
 
 
-def study_run(workdir: Path, early: bool, trials: int) -> dict[str, object]:
+def study_run(workdir: Path, early: bool, trials: int) -> dict[str, Any]:
     space = workdir / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE))
     name = "early" if early else "full"
@@ -61,7 +62,7 @@ def study_run(workdir: Path, early: bool, trials: int) -> dict[str, object]:
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / name / 'study.db'}")
     ran = [t for t in study.get_trials() if TrialAttrs.of(t).config_key is not None]
     attrs = [TrialAttrs.of(t) for t in ran]
-    best = max((t for t in ran if t.value), key=lambda t: t.value)
+    best = max((t for t in ran if t.value), key=lambda t: t.value or 0.0)
     return {
         "seconds": sum(a.wall_s or 0.0 for a in attrs),
         "trials": len(ran),

@@ -45,7 +45,8 @@ from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.estimate.ranking import memory_verdicts  # noqa: E402
 from autotune.problem import Problem, load_problem  # noqa: E402
 from autotune.space import TrainConfig, config_key  # noqa: E402
-from autotune.study.loop import MIN_REPEATS, run_study
+from autotune.study.leaders import MIN_REPEATS
+from autotune.study.loop import run_study
 from autotune.study.record.storage import StudyRef  # noqa: E402
 from autotune.study.record.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs  # noqa: E402
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
@@ -113,7 +114,7 @@ def structured_world(seed: int, flat: bool) -> tuple[World, TrainConfig]:
             truth[key] = truth[order[0]]
     rng = random.Random(seed)
     yours = rng.choice(order[:FLAT_TOP] if rng.random() < 0.5 else order)
-    world = World("structured", problem, truth, {}, lambda: None)
+    world = World("structured", problem, truth, {}, lambda: StepwiseLauncher(world, 0.0, seed))
     return world, configs[yours]
 
 

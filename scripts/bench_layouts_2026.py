@@ -42,7 +42,14 @@ RECIPES = {
         f"tp=8,pp=4,vpp=5,cp=2,sp=true,tp_comm_overlap=true,recompute=full,{OVERLAPS}",
     ),
 }
-PARTS = ("compute_s", "recompute_s", "tp_comm_s", "pp_bubble_s", "pp_p2p_s", "cp_comm_s")
+PARTS: tuple[str, ...] = (
+    "compute_s",
+    "recompute_s",
+    "tp_comm_s",
+    "pp_bubble_s",
+    "pp_p2p_s",
+    "cp_comm_s",
+)
 PARTS += ("ep_comm_s", "dp_exposed_s")
 
 

@@ -25,6 +25,7 @@ import statistics
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import optuna
 from bench_search import (
@@ -80,7 +81,8 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
     by_layout: dict[str, list[Estimate]] = {}
     for e in ranked:
         by_layout.setdefault(config_key(nccl_default(e.config)), []).append(e)
-    truth, wall = {}, {}
+    truth: dict[str, float | None] = {}
+    wall: dict[str, float] = {}
     for layout, variants in by_layout.items():
         default = next(e for e in variants if config_key(e.config) == layout).step
         runner_up = min(
@@ -99,8 +101,9 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
             truth[key] = problem.workload.tokens_per_step / step
             wall[key] = TRIAL_OVERHEAD_S + TRIAL_STEPS * step
     name = f"{problem_names[1]} on {problem_names[2]}, {kind}"
-    world = World(name, problem, truth, wall, lambda: None, noise=noise, seed=seed)
-    world.launcher_factory = lambda: PerturbedLauncher(world)
+    world = World(
+        name, problem, truth, wall, lambda: PerturbedLauncher(world), noise=noise, seed=seed
+    )
     return world
 
 
@@ -128,7 +131,7 @@ def nccl_label(config: TrainConfig) -> str:
     )
 
 
-def outcome(world: World, study: optuna.Study) -> dict[str, object]:
+def outcome(world: World, study: optuna.Study) -> dict[str, Any]:
     done = [
         t
         for t in study.trials

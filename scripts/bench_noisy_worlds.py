@@ -165,6 +165,7 @@ def run(
     assert standing is not None
     named = TrialAttrs.of(standing.trial).config_key
     single = TrialAttrs.of(max(search, key=lambda t: t.value or 0.0)).config_key
+    assert named is not None and single is not None  # search trials name their configs
     best_key = max(world.truth, key=lambda k: world.truth[k] or 0.0)
     best_trials = launcher.stopped.get(best_key, [])
     per_trial = launcher.seconds / max(1, len(done))

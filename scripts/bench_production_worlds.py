@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
@@ -175,7 +176,7 @@ def main() -> None:
     write(rows, args.worlds)
 
 
-def write(rows: list[dict[str, object]], worlds: int) -> None:
+def write(rows: list[dict[str, Any]], worlds: int) -> None:
     n = len(rows)
     within = sum(float(r["vs_best_fixed"]) <= WITHIN for r in rows)
     no_worse = sum(bool(r["no_worse"]) for r in rows)
@@ -199,13 +200,13 @@ def write(rows: list[dict[str, object]], worlds: int) -> None:
     ]
     for days in DAYS:
         mine = [r for r in rows if r["days"] == days]
-        trials = [int(r["trials"]) for r in mine]  # type: ignore[call-overload]
-        vs = [float(r["vs_best_fixed"]) for r in mine]  # type: ignore[arg-type]
+        trials = [int(r["trials"]) for r in mine]
+        vs = [float(r["vs_best_fixed"]) for r in mine]
         lines.append(
             f"| {days} | {statistics.median(trials):g} ({min(trials)}-{max(trials)}) | "
             f"{statistics.median(vs):+.2%}, {max(vs):+.2%} | "
-            f"{statistics.median(float(r['vs_none']) for r in mine):+.2%} | "  # type: ignore[arg-type]
-            f"{statistics.median(float(r['tuning_share']) for r in mine):.2%} |"  # type: ignore[arg-type]
+            f"{statistics.median(float(r['vs_none']) for r in mine):+.2%} | "
+            f"{statistics.median(float(r['tuning_share']) for r in mine):.2%} |"
         )
     lines += [
         "",

@@ -15,6 +15,7 @@ budget. Writes results/bench/search.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -81,12 +82,13 @@ class PerturbedLauncher(Launcher):
     """The model's prediction times a seeded, config-dependent error: a world to search."""
 
     name = "perturbed"
-    source = "simulated"
 
     def __init__(self, world: World) -> None:
         self.world = world
-        if world.noise:  # a noisy world stands for a measured cluster (see `run`)
-            self.source = "measured"
+
+    @property
+    def source(self) -> str:  # type: ignore[override]  # a noisy world stands for a measured one
+        return "measured" if self.world.noise else "simulated"
 
     def command(self, request: LaunchRequest) -> list[str]:
         return ["echo", "simulated world"]
@@ -142,7 +144,8 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
     )
     rng = random.Random(seed)
     compute_bias, comm_bias = math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.3))
-    truth, wall = {}, {}
+    truth: dict[str, float | None] = {}
+    wall: dict[str, float] = {}
     for e in ranked:
         s = e.step
         comm = s.exposed_comm_s
@@ -151,9 +154,14 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
         key = config_key(e.config)
         truth[key] = problem.workload.tokens_per_step / step
         wall[key] = TRIAL_OVERHEAD_S + TRIAL_STEPS * step
-    world = World(f"{model} on {cluster} (simulated)", problem, truth, wall, lambda: None)
-    world.launcher_factory = lambda: PerturbedLauncher(world)
+    name = f"{model} on {cluster} (simulated)"
+    world = World(name, problem, truth, wall, lambda: PerturbedLauncher(world))
     return world
+
+
+def _replayed(engine: str, table: Path, _seed: int) -> World:
+    """The replayed world, the same for every seed."""
+    return replayed_world(engine, table)
 
 
 def replayed_world(engine: str, table: Path) -> World:
@@ -333,9 +341,9 @@ def main() -> None:
     for engine in ("deepspeed", "torch"):
         table = REPO / "results/benchmarks" / f"sweep_{engine}.csv"
         if table.exists():
-            worlds.append(lambda _s, e=engine, t=table: replayed_world(e, t))
-    for spec in SIMULATED:
-        worlds.append(lambda s, spec=spec: simulated_world(*spec, seed=s))
+            worlds.append(functools.partial(_replayed, engine, table))
+    for engine, model, cluster in SIMULATED:
+        worlds.append(functools.partial(simulated_world, engine, model, cluster))
     rows = []
     for make in worlds:
         scores: dict[str, list[Score]] = {s: [] for s in (*LOOP_STRATEGIES, *BASELINES)}

@@ -26,17 +26,17 @@ OPTIONAL_IMPORTS = {"regex", "six", "sentencepiece", "tiktoken", "nltk", "wandb"
 
 
 class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, name, path, target=None):
         if name.split(".")[0] in OPTIONAL_IMPORTS:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
-    def create_module(self, spec):  # type: ignore[no-untyped-def]
+    def create_module(self, spec):
         module = mock.MagicMock()
         module.__path__, module.__spec__ = [], spec
         return module
 
-    def exec_module(self, module):  # type: ignore[no-untyped-def]
+    def exec_module(self, module):
         pass
 
 

@@ -35,6 +35,7 @@ def main() -> None:
     for m in PLATEAUS + LATENCIES:
         value, choice = predicted(m)
         measured = m.busbw_gbps or m.latency_us
+        assert measured, m.row  # each row states one or the other
         unit = "GB/s busbw" if m.busbw_gbps else "us"
         error = value / measured - 1
         lines.append(

@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/costmodel_validation.md")
     args = parser.parse_args()
-    rows, skipped = [], {}
+    rows, skipped = [], dict[str, int]()
     observations: dict[str, list[tuple[str, str, Observation]]] = {}
     total = 0
     for c in cases(args.data):
@@ -208,7 +208,7 @@ def moe_cp_report() -> str:
     with Megatron's default calibration, fitted to the dense runs of the same pages and to
     none of these, its MoE host time refitted without the run's release; beside them the
     generation's default, without Megatron's own overrides."""
-    runs, skipped = [], {}
+    runs, skipped = [], dict[object, int]()
     for c in published_moe_cp.cases():
         if isinstance(c, MoeCpCase):
             runs.append(c)

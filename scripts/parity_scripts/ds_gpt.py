@@ -55,7 +55,9 @@ def main() -> None:
     )
     data = tokens()
     dataset = TensorDataset(data[:, :-1], data[:, 1:])
-    sampler = DistributedSampler(dataset, seed=sampler_seed(args.broken, mbs), drop_last=True)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        dataset, seed=sampler_seed(args.broken, mbs), drop_last=True
+    )
     loader = DataLoader(dataset, batch_size=mbs, sampler=sampler, drop_last=True)
     fixed = next(iter(loader)) if args.broken == "fixed" else None
     loss_fn = nn.CrossEntropyLoss()

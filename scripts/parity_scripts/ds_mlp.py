@@ -48,7 +48,8 @@ def main() -> None:
     )
     x, y = features()
     dataset = TensorDataset(x, y)
-    sampler = DistributedSampler(dataset, shuffle=False)  # the script shuffles itself:
+    # the script shuffles itself, in an order its seed draws:
+    sampler: DistributedSampler[int] = DistributedSampler(dataset, shuffle=False)
     order = torch.Generator().manual_seed(sampler_seed(args.broken, mbs))
     loss_fn = nn.CrossEntropyLoss()
     micro_steps, done = args.steps * engine.gradient_accumulation_steps(), 0

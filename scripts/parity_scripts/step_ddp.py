@@ -47,7 +47,9 @@ def main() -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     data = tokens()
     dataset = TensorDataset(data[:, :-1], data[:, 1:])
-    sampler = DistributedSampler(dataset, seed=sampler_seed(args.broken, mbs), drop_last=True)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        dataset, seed=sampler_seed(args.broken, mbs), drop_last=True
+    )
     loader = DataLoader(dataset, batch_size=mbs, sampler=sampler, drop_last=True)
     batches, epoch = iter(loader), 0
     fixed = next(iter(loader)) if args.broken == "fixed" else None
