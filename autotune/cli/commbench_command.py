@@ -9,13 +9,16 @@ import click
 
 from autotune.cli import commbench_display
 from autotune.cli.app import cli
+from autotune.cli.help import completing, lowered
 from autotune.cli.options import (
     console,
+    measuring_launcher_names,
     results_option,
     slurm_options,
     slurm_settings,
 )
 from autotune.commbench.bench import OPS as COLLECTIVES
+from autotune.errors import InputError
 
 
 @cli.command()
@@ -43,10 +46,12 @@ from autotune.commbench.bench import OPS as COLLECTIVES
 )
 @click.option(
     "--launcher",
-    type=click.Choice(["local", "slurm"]),
     default="local",
     show_default=True,
-    help="local (torchrun on this host) or slurm (a job, or a step of this allocation).",
+    callback=lowered,
+    shell_complete=completing(measuring_launcher_names),
+    help="A launcher that measures: local (torchrun on this host) or slurm (a job, or a step "
+    "of this allocation).",
 )
 @slurm_options
 @results_option
@@ -68,9 +73,16 @@ def commbench(
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
     from autotune.commbench.bench import parse_groups, parse_ops, parse_sizes, run_commbench
-    from autotune.launchers import LaunchSettings, get_launcher
+    from autotune.launchers import LAUNCHERS, LaunchSettings, get_launcher
     from autotune.specs import load_cluster
 
+    if launcher not in (measuring := measuring_launcher_names()):
+        if launcher not in LAUNCHERS:
+            get_launcher(launcher)  # refused there, with the closest name known
+        raise InputError(
+            f"commbench times collectives on real processes; launcher {launcher!r} does not "
+            f"run them (launchers that do: {', '.join(measuring)})"
+        )
     spec = load_cluster(cluster)
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
     shapes = tuple(parse_groups(groups, spec))

@@ -70,6 +70,13 @@ def launcher_names() -> list[str]:
     return list(LAUNCHERS)
 
 
+def measuring_launcher_names() -> list[str]:
+    """The registered launchers that measure on real processes (not simulate or replay)."""
+    from autotune.launchers import LAUNCHERS
+
+    return [name for name, launcher in LAUNCHERS.items() if launcher.source == "measured"]
+
+
 def sampler_names() -> list[str]:
     from autotune.study.search.samplers import STRATEGIES
 

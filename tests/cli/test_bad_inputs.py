@@ -345,6 +345,9 @@ def _path_cases() -> list[Case]:
         Case("calibrate-missing", ["calibrate", "--commbench", "nope.json"]),
         Case("calibrate-dir", ["calibrate", "--commbench", "."]),
         Case("calibrate-not-json", ["calibrate", "--commbench", "afile"], file),
+        Case("commbench-simulated", ["commbench", "--launcher", "simulate"], says="local, slurm"),
+        Case("commbench-replayed", ["commbench", "--launcher", "replay"], says="local, slurm"),
+        Case("commbench-launcher-typo", ["commbench", "--launcher", "slrum"], says="slurm"),
         *(
             Case(
                 f"commbench-{flag[2:]}-{value}", ["commbench", "--cluster", "local:2", flag, value]
