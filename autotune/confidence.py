@@ -16,7 +16,7 @@ it (study/nccl_verdict). Stricter than naming a winner: NCCL's default adapts to
 and version, a forced setting is a liability wherever it is not a gain, and the winner's
 repeats are themselves the ones that made it lead the confirmation; a laxer level lets
 simulated studies export a setting that only ties the default
-(scripts/bench_nccl_refinement.py counts how often)."""
+(benchmarks/nccl_refinement.py counts how often)."""
 
 SLOWER_ONE_SIDED_PROBABILITY = 0.9975
 """How sure a trial must be that it is slower than the step time to beat before it stops

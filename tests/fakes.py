@@ -12,6 +12,7 @@ from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.space import TrainConfig, config_key
 from autotune.study.record._schema import SCHEMA_ATTR, SCHEMA_VERSION
 from autotune.study.record.trial_attrs import CONFIG, CONFIRMS, NOISE_PRIOR, SOURCE, USERS_CONFIG
+from autotune.study.trial_run import QuietProgress
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
@@ -68,15 +69,8 @@ def measured_study(
     return study
 
 
-class Quiet:
-    """A study's progress that prints nothing."""
-
-    def started(self, *args: object) -> None:
-        pass
-
-    def finished(self, *args: object) -> None:
-        pass
-
+Quiet = QuietProgress
+"""A study's progress that prints nothing."""
 
 UNITS_CHOICES: dict[str, list[Any]] = {
     "tp": [1],

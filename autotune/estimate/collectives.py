@@ -349,3 +349,10 @@ def bus_factor(op: str, n: int) -> float:
 def bus_bandwidth(op: Op, per_rank_bytes: float, seconds: float, n: int) -> float:
     """nccl-tests busbw in GB/s: algbw (size/time) times the op's bus factor."""
     return nccl_bytes(op, per_rank_bytes, n) / seconds / 1e9 * bus_factor(op, n)
+
+
+def clear_caches() -> None:
+    """Forget every collective's cached candidates and choices: a cold start, as a benchmark
+    of planning time measures it."""
+    for cached in (candidate, _choices, _offered):
+        cached.cache_clear()

@@ -15,7 +15,7 @@ with a few early ones (buckets with overlap, recompute depth with recompute) are
 again under every layout. The valid configs come out as blocks that numpy expands. So a space
 of hundreds of millions of combinations costs about what its valid configs and distinct
 subtrees cost, not what building and checking every combination would
-(scripts/bench_plan.py times both).
+(benchmarks/plan.py times both).
 """
 
 from __future__ import annotations

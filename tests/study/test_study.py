@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 STUDY = "tiny-local_2-deepspeed"
 # Exact trial counts: enumeration order (the guided search may stop on its own before the
 # budget), no confirmation trials, no trial stopped early. Those are tested on their own:
-# tests/study/test_guided.py, test_confirm.py, test_trial_length.py, scripts/bench_*.py.
+# tests/study/test_guided.py, test_confirm.py, test_trial_length.py, benchmarks/.
 RUN = (
     "run",
     "--cluster",

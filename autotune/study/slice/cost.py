@@ -17,7 +17,7 @@ from autotune.study.record.trial_attrs import RANKED_BY, SLICE_STUDY, TRIAL_NODE
 SLICE_ERROR_ATTR = "slice_to_full_error"
 """On the study: the slice-to-full error its full-size trials measured (`slice.confirm`)."""
 SIMULATED_TRIAL_S = 90.0
-"""Launch, imports and initialisation of a real large-model trial (scripts/bench_search.py)."""
+"""Launch, imports and initialisation of a real large-model trial (benchmarks/search.py)."""
 SIMULATED_STEPS = 30
 """Warm-up and measured steps of a real trial."""
 

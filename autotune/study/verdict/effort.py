@@ -45,7 +45,7 @@ STANDARD = Effort(
     after_choice=2,
     indifference=0.05,
 )
-"""Caps tuned on simulated noisy worlds (scripts/bench_noisy_worlds.py, 10% noise, searched
+"""Caps tuned on simulated noisy worlds (benchmarks/noisy_worlds.py, 10% noise, searched
 to convergence; results/bench/noisy_worlds.md): fewer contenders, or fewer repeats per search
 trial, name the best less often; four launches cannot part configs 5% apart in 10% noise,
 seven mostly can. A quiet cluster settles its leaders long before the caps."""

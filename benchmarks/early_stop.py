@@ -5,7 +5,7 @@ strategy so both runs try the same configs in the same order), once with early s
 once without, and writes results/bench/early_stop.md: total trial seconds, trials stopped
 early, and the winners.
 
-    .venv/bin/python scripts/bench_early_stop.py [--trials 12]
+    .venv/bin/python -m benchmarks.early_stop [--trials 12]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> None:
         "# Early stopping on a real local study",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        f"`.venv/bin/python scripts/bench_early_stop.py --trials {args.trials}`: the tiny "
+        f"`.venv/bin/python -m benchmarks.early_stop --trials {args.trials}`: the tiny "
         "workload, deepspeed on 2 gloo processes, the same configs in the same (grid) order; "
         "default margin 10%, or what two launches differ by where more "
         "(noise.early_stop_margin); a trial stops as slower once its median and a one-sided "

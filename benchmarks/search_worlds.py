@@ -32,7 +32,7 @@ Optuna's version are the same (`--rerun` runs them afresh). GP's asks run withou
 `torch.device("cpu")` guard, which only redirects a default device this CPU-only torch does
 not have and doubles the ask's time in torch's Python dispatch (same proposals, checked).
 
-    .venv/bin/python scripts/bench_search_worlds.py [--worlds 30] [--first-seed 0]
+    .venv/bin/python -m benchmarks.search_worlds [--worlds 30] [--first-seed 0]
 """
 
 from __future__ import annotations
@@ -490,7 +490,7 @@ def report(
     took: float,
 ) -> str:
     command = (
-        f"`.venv/bin/python scripts/bench_search_worlds.py --worlds {args.worlds} "
+        f"`.venv/bin/python -m benchmarks.search_worlds --worlds {args.worlds} "
         f"--first-seed {args.first_seed}"
         + (f" --family {args.family}" if args.family != "classes" else "")
         + (f" --strategies {args.strategies}" if args.strategies != ",".join(STRATEGIES) else "")

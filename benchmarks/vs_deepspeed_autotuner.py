@@ -323,7 +323,7 @@ def report(
             "# autotune beside DeepSpeed's autotuner",
             "",
             f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-            "`scripts/bench_vs_deepspeed_autotuner.py`: the same unmodified DeepSpeed "
+            "`benchmarks/vs_deepspeed_autotuner.py`: the same unmodified DeepSpeed "
             "script (`tests/data/user_scripts/ds_train.py`, a GPT of width 256, 4 layers, "
             "vocabulary 8192, 128 tokens; global batch 32) on 2 gloo ranks of this 2-core "
             "machine, tuned by `deepspeed --autotuning tune` (fast mode, "

@@ -3,7 +3,7 @@ DeepSpeed, 2 gloo processes) tuned for production runs of several lengths, each 
 scratch, interleaved: the trials it ran, why it stopped, and what the summary says tuning
 cost.
 
-    .venv/bin/python scripts/bench_production_stop.py [--production 10m 2h 30d] [--runs 1]
+    .venv/bin/python -m benchmarks.production_stop [--production 10m 2h 30d] [--runs 1]
 
 Writes results/bench/production_stop.md. Runs for several minutes.
 """
@@ -75,7 +75,7 @@ def main() -> None:
                 "",
                 *table,
                 "",
-                f"Command: `.venv/bin/python scripts/bench_production_stop.py --production "
+                f"Command: `.venv/bin/python -m benchmarks.production_stop --production "
                 f"{' '.join(args.production)} --runs {args.runs}`",
                 "",
             ]

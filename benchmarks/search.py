@@ -9,7 +9,7 @@ re-implemented baselines: DeepSpeed's autotuner "fast" mode (ZeRO stage ladder w
 micro-batch search, other knobs at defaults) and a NeMo-style tp/pp/mbs grid truncated at the
 budget. Writes results/bench/search.md.
 
-    .venv/bin/python scripts/bench_search.py [--seeds 20] [--budget 30]
+    .venv/bin/python -m benchmarks.search [--seeds 20] [--budget 30]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from autotune.study.record.storage import StudyRef
 from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import Budget, SearchSettings
+from autotune.study.trial_run import QuietProgress
 from autotune.trial.result import Source, TrialResult
 from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
@@ -116,7 +117,8 @@ class PerturbedLauncher(Launcher):
         return LaunchOutcome(kind="ok", error=None, wall_s=self.world.wall[key], result=result)
 
 
-def _noise(key: str, seed: int) -> float:
+def config_error(key: str, seed: int) -> float:
+    """A config's own log-error in a world: seeded by its key and the world's seed, spread 10%."""
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return random.Random(digest).gauss(0.0, 0.10)
 
@@ -150,7 +152,7 @@ def simulated_world(engine: str, model: str, cluster: str, seed: int) -> World:
         s = e.step
         comm = s.exposed_comm_s
         step = (s.total_s - comm) * compute_bias + comm * comm_bias
-        step *= math.exp(_noise(config_key(e.config), seed))
+        step *= math.exp(config_error(config_key(e.config), seed))
         key = config_key(e.config)
         truth[key] = problem.workload.tokens_per_step / step
         wall[key] = TRIAL_OVERHEAD_S + TRIAL_STEPS * step
@@ -189,7 +191,7 @@ def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
             study,
             ref=ref,
             launcher=world.launcher_factory(),
-            progress=_Quiet(),
+            progress=QuietProgress(),
             settings=SearchSettings(
                 budget=Budget(trials=budget),
                 seed=seed,
@@ -205,14 +207,6 @@ def run_loop(world: World, strategy: str, seed: int, budget: int) -> list[str]:
     ]
     keys = [TrialAttrs.of(t).config_key for t in sorted(ran, key=lambda t: t.number)]
     return [key for key in keys if key is not None]
-
-
-class _Quiet:
-    def started(self, number: int, label: str) -> None:
-        pass
-
-    def finished(self, *args: object) -> None:
-        pass
 
 
 def _fitting(world: World) -> list[TrainConfig]:
@@ -384,7 +378,7 @@ def report(rows: list[tuple[str, int, dict[str, list[Score]]]], args: argparse.N
         "# Search strategies: trials to a config within 2% of the best",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        f"`.venv/bin/python scripts/bench_search.py --seeds {args.seeds} --budget "
+        f"`.venv/bin/python -m benchmarks.search --seeds {args.seeds} --budget "
         f"{args.budget} --gp-seeds {args.gp_seeds}` (Optuna's GP sampler runs on the first "
         f"{args.gp_seeds} seeds only: it takes ~30 s a run on this machine). Medians over "
         f"seeds; 'never' when the median run did not get "

@@ -6,7 +6,7 @@ SIMULATED: the studies' trials are the model's predictions, not measurements, so
 where the model's ranking puts the recipes, not that the recipes are slower. Writes
 results/bench/layouts_2026.md.
 
-    .venv/bin/python scripts/bench_layouts_2026.py
+    .venv/bin/python -m benchmarks.layouts_2026
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
-from peak_memory import run_measured
 
 from autotune.engines import get_engine
 from autotune.estimate.calibration import default_calibration
@@ -26,6 +25,7 @@ from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.space.config import parse_overrides
 from autotune.specs import Cluster, Workload
+from benchmarks.peak_memory import run_measured
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER, ENGINE, TRIALS = "dgx-h100:8", "megatron", 16
@@ -120,7 +120,7 @@ def main() -> None:
         "# 2026 layouts: expert and context parallel studies beside the recipes (SIMULATED)",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        "`.venv/bin/python scripts/bench_layouts_2026.py` on this machine (2 cores): "
+        "`.venv/bin/python -m benchmarks.layouts_2026` on this machine (2 cores): "
         f"`autotune run --engine {ENGINE} --model M --cluster {CLUSTER} --launcher simulate "
         f"--trials {TRIALS} --space scripts/spaces/megatron_2026.yaml` (the default space with "
         "`tp_comm_overlap` and `ep_comm_overlap`), then `autotune estimate` of its winner and "

@@ -12,7 +12,7 @@ steps, the profiled step, and teardown (result gathering, process exit or the po
 answer). A pool's first trial pays launch and imports like a cold one; it opens each pool and
 is shown apart. Writes results/bench/trial_overhead.md.
 
-    .venv/bin/python scripts/bench_trial_overhead.py [--repeats 3]
+    .venv/bin/python -m benchmarks.trial_overhead [--repeats 3]
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def report(
         "# Trial overhead (tiny workload, 2 gloo processes): cold launches against pools",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        f"`.venv/bin/python scripts/bench_trial_overhead.py --repeats {repeats}`; "
+        f"`.venv/bin/python -m benchmarks.trial_overhead --repeats {repeats}`; "
         "medians over the repeats, seconds, cold and pooled trials of each config interleaved "
         "(the order alternating per repeat). Default step plan: warm-up until a step is no "
         "longer more than 10% faster than the one before (2 to 12 steps, at most 15 s; the "

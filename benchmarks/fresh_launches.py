@@ -6,7 +6,7 @@ times. Goal (issue 39): the reported throughput within 5% of the fresh launches'
 that median inside the reported 95% interval. Measured, not simulated. Writes
 results/bench/fresh_launches.md.
 
-    .venv/bin/python scripts/bench_fresh_launches.py [--runs 3] [--launches 4]
+    .venv/bin/python -m benchmarks.fresh_launches [--runs 3] [--launches 4]
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def main() -> None:
             fresh = tuple(fresh_launch(work, label, n) for n in range(args.launches))
             runs.append(Run(label, reported, interval, wall, fresh))
             print(f"run {i}: {label} reported {reported:,.0f} fresh {fresh}", flush=True)
-    command = f".venv/bin/python scripts/bench_fresh_launches.py --runs {args.runs} " + (
+    command = f".venv/bin/python -m benchmarks.fresh_launches --runs {args.runs} " + (
         f"--launches {args.launches}"
     )
     args.out.write_text(report(runs, command))

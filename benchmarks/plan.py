@@ -8,7 +8,7 @@ checked against every rule), and the table model beside predicting one config at
 (`estimate`, the same model on a table of one, on a sample), on the same space in the same
 run, as ratios. Writes results/bench/plan_speed.md.
 
-    .venv/bin/python scripts/bench_plan.py
+    .venv/bin/python -m benchmarks.plan
 """
 
 from __future__ import annotations
@@ -22,12 +22,9 @@ from datetime import datetime
 from pathlib import Path
 
 import optuna
-from peak_memory import run_measured
 
 from autotune.estimate.calibration import default_calibration
-from autotune.estimate.collectives import _choices as choices
-from autotune.estimate.collectives import _offered as offered
-from autotune.estimate.collectives import candidate
+from autotune.estimate.collectives import clear_caches
 from autotune.estimate.predict import Estimate, estimate
 from autotune.estimate.ranking import memory_verdicts
 from autotune.problem import Problem, load_problem
@@ -36,6 +33,7 @@ from autotune.space.enumerate import build_config
 from autotune.space.pipeline import split_layers
 from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.study.search.guided.search import GuidedSearch
+from benchmarks.peak_memory import run_measured
 
 REPO = Path(__file__).resolve().parents[1]
 BLOOM = str(REPO / "tests/data/models/bloom-72l.yaml")
@@ -64,8 +62,8 @@ FLAT_LIMIT = 15_000_000
 
 def cold_caches() -> None:
     """Forget what an earlier repeat computed: each repeat pays what a fresh plan pays."""
-    for cached in (candidate, offered, choices, split_layers):
-        cached.cache_clear()
+    clear_caches()
+    split_layers.cache_clear()
 
 
 def flat_enumeration(problem: Problem) -> int:
@@ -183,7 +181,7 @@ def main() -> None:
         "# plan speed",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        "`.venv/bin/python scripts/bench_plan.py` on this machine (2 cores). Seconds; "
+        "`.venv/bin/python -m benchmarks.plan` on this machine (2 cores). Seconds; "
         f"in-process parts best of {REPEATS} (`in-process`: their sum; `median`: the median of "
         "the repeats' totals), each repeat with the model's caches empty. `flat` is "
         "the enumeration the walk replaced (every combination built and checked), timed in "

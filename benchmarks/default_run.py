@@ -5,7 +5,7 @@ winners re-measured by the same harness, interleaved.
 The earlier revision runs from a git worktree with PYTHONPATH pointing at it, so the CLI and
 every trial's worker import that revision's code (with this checkout's packages).
 
-    .venv/bin/python scripts/bench_default_run.py [--base 4b9f294] [--runs 3] [--repeats 3]
+    .venv/bin/python -m benchmarks.default_run [--base 4b9f294] [--runs 3] [--repeats 3]
 
 Writes results/bench/default_run.md. Runs for several minutes.
 """
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_deepspeed_autotuner import span  # noqa: E402
+from benchmarks.vs_deepspeed_autotuner import span
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results/bench/default_run.md"
@@ -146,7 +145,7 @@ def write(
             "# The default `autotune run`, before and after",
             "",
             f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-            f"`.venv/bin/python scripts/bench_default_run.py --base {args.base} --runs "
+            f"`.venv/bin/python -m benchmarks.default_run --base {args.base} --runs "
             f"{args.runs} --repeats {args.repeats}`: the README's first command (tiny "
             "workload, DeepSpeed, 2 gloo processes, default budget) at each revision, "
             f"{args.runs} runs each (the revisions in turn), then every winner re-measured by "

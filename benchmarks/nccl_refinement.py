@@ -2,7 +2,7 @@
 trials, and whether the export keeps a setting only when it truly wins, under between-trial
 noise.
 
-Simulated worlds as in scripts/bench_search.py (the model's prediction with a seeded error per
+Simulated worlds as in benchmarks/search.py (the model's prediction with a seeded error per
 layout, so the guided sampler's model is not the truth), with NCCL_ALGO x NCCL_PROTO in the
 space. Three kinds of world: in `NCCL's default best` the truth is the model's own NCCL
 behaviour, where NCCL's default is its argmin; in `a variant ties NCCL's default` the setting
@@ -12,7 +12,7 @@ collective time, so it wins where communication is a large share of the step. Ea
 measures its config's truth times exp(N(0, noise)), drawn afresh per trial (noise 0 is the
 noiseless world). Writes results/bench/nccl_refinement.md.
 
-    .venv/bin/python scripts/bench_nccl_refinement.py [--seeds 20] [--budget 30] \
+    .venv/bin/python -m benchmarks.nccl_refinement [--seeds 20] [--budget 30] \
         [--noise 0,0.05,0.1,0.2]
 """
 
@@ -28,16 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from bench_search import (
-    LAYOUT_SPACE,
-    REPO,
-    TRIAL_OVERHEAD_S,
-    TRIAL_STEPS,
-    PerturbedLauncher,
-    World,
-    _noise,
-    _Quiet,
-)
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION
 from autotune.estimate.predict import Estimate
@@ -49,9 +39,19 @@ from autotune.study.record.storage import StudyRef
 from autotune.study.record.trial_attrs import TrialAttrs
 from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import Budget, SearchSettings
+from autotune.study.trial_run import QuietProgress
 from autotune.study.verdict.effort import THOROUGH, THOROUGH_TRIALS
 from autotune.study.verdict.noise import NOISE_FLOOR
 from autotune.study.verdict.winner import decide
+from benchmarks.search import (
+    LAYOUT_SPACE,
+    REPO,
+    TRIAL_OVERHEAD_S,
+    TRIAL_STEPS,
+    PerturbedLauncher,
+    World,
+    config_error,
+)
 
 PROBLEMS = [
     ("torch", "llama3-8b", "dgx-h100:4"),  # the leaders are compute-bound: NCCL cannot matter
@@ -96,7 +96,7 @@ def nccl_world(problem_names: tuple[str, str, str], seed: int, kind: str, noise:
                 step = default.total_s - FAVOURED_GAIN * default.exposed_comm_s
             elif e is runner_up and kind == KINDS[1]:
                 step = default.total_s
-            step *= math.exp(_noise(layout, seed))
+            step *= math.exp(config_error(layout, seed))
             key = config_key(e.config)
             truth[key] = problem.workload.tokens_per_step / step
             wall[key] = TRIAL_OVERHEAD_S + TRIAL_STEPS * step
@@ -119,8 +119,8 @@ def run_guided(world: World, seed: int, budget: int, thorough: bool) -> optuna.S
         )
         settings = SearchSettings(budget=limits, seed=seed, calibration=cal)
         run_study(
-            world.problem, study, ref=ref, launcher=world.launcher_factory(), progress=_Quiet(),
-            settings=settings,
+            world.problem, study, ref=ref, launcher=world.launcher_factory(),
+            progress=QuietProgress(), settings=settings,
         )  # fmt: skip
     return study
 
@@ -173,7 +173,7 @@ def main() -> None:
         "# NCCL refinement in simulated worlds (predicted, not measured)",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"scripts/bench_nccl_refinement.py --seeds {args.seeds} --budget {args.budget} "
+        f"benchmarks/nccl_refinement.py --seeds {args.seeds} --budget {args.budget} "
         f"--noise {args.noise}{' --thorough' * args.thorough}`: the guided study (torch "
         f"engine{', `--thorough`: its stop rule and caps, 200 trials at most' * args.thorough}) "
         "with NCCL_ALGO x NCCL_PROTO "

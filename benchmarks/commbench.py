@@ -1,7 +1,7 @@
 """Collectives on this machine's gloo backend (two processes, 1 KiB to 256 MiB) against a
 plain memory copy timed in the same run; writes results/bench/commbench_gloo.md.
 
-    .venv/bin/python scripts/bench_commbench.py
+    .venv/bin/python -m benchmarks.commbench
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def main() -> None:
     lines = [
         "# commbench on gloo, 2 processes (measured)",
         "",
-        "Made by `scripts/bench_commbench.py` (`autotune commbench --cluster local:2`). "
+        "Made by `benchmarks/commbench.py` (`autotune commbench --cluster local:2`). "
         "busbw follows nccl-tests. The memory copy is one `copy_` of the largest message on "
         f"rank 0 in the same run: **{memcpy:.2f} GB/s**.",
         "",

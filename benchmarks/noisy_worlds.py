@@ -1,6 +1,6 @@
 """Do the study's verdicts hold when launches of one config differ by 0, 5, 10 or 20%?
 
-Simulated worlds (scripts/bench_search.py: the model's prediction moved by a seeded,
+Simulated worlds (benchmarks/search.py: the model's prediction moved by a seeded,
 config-dependent error and a compute/communication bias, so the search's model is not the
 truth), measured step by step: each trial draws its launch's level (the config's truth times
 exp(N(0, noise)), afresh per trial) and then step times around it (2% jitter), and measures
@@ -20,7 +20,7 @@ guarantee costs stands beside what the default spends; with --thorough, also the
 `autotune run --thorough` (study/effort.py), whose settings are tuned on seeds 0-39, so
 --first-seed 40 reports it on seeds it is not tuned on. Writes results/bench/noisy_worlds.md.
 
-    .venv/bin/python scripts/bench_noisy_worlds.py [--seeds 20] [--first-seed 0]
+    .venv/bin/python -m benchmarks.noisy_worlds [--seeds 20] [--first-seed 0]
         [--noise 0,0.05,0.1,0.2] [--trials 8,0] [--thorough]
 """
 
@@ -30,7 +30,6 @@ import argparse
 import math
 import random
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -39,9 +38,6 @@ from pathlib import Path
 
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search import World, _Quiet, simulated_world  # noqa: E402
-
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
 from autotune.space import config_key  # noqa: E402
@@ -49,12 +45,14 @@ from autotune.study.loop import run_study
 from autotune.study.record.storage import StudyRef  # noqa: E402
 from autotune.study.record.trial_attrs import TrialAttrs  # noqa: E402
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
+from autotune.study.trial_run import QuietProgress
 from autotune.study.verdict.confirm import Standing  # noqa: E402
 from autotune.study.verdict.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
 from autotune.study.verdict.winner import decide  # noqa: E402
 from autotune.trial.length import stopped_for  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+from benchmarks.search import World, simulated_world
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ("torch", "llama3-8b", "dgx-h100:4")
@@ -151,7 +149,7 @@ def run(
             study,
             ref=StudyRef(name="bench", storage_url="memory", folder=Path(tmp)),
             launcher=launcher,
-            progress=_Quiet(),
+            progress=QuietProgress(),
             settings=SearchSettings(
                 budget=Budget(trials=trials, effort=effort),
                 seed=seed,
@@ -216,10 +214,10 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
         "# Verdicts in noisy worlds",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"scripts/bench_noisy_worlds.py --seeds {args.seeds} --first-seed {args.first_seed} "
+        f"benchmarks/noisy_worlds.py --seeds {args.seeds} --first-seed {args.first_seed} "
         f"--noise {args.noise} --trials {args.trials}{' --thorough' * args.thorough}` in "
         f"{took:.0f} s. Simulated, not measured: the {WORLD[1]} on {WORLD[2]} world of "
-        f"bench_search.py ({WORLD[0]} engine, its truth the model moved by a seeded "
+        f"benchmarks/search.py ({WORLD[0]} engine, its truth the model moved by a seeded "
         "config-dependent error and a compute/communication bias), each trial a launch whose "
         f"level is its config's truth times exp(N(0, noise)), measured step by step ({WITHIN:.0%} "
         "jitter) under the worker's stopping rule. The default study (guided search, leaders "

@@ -7,7 +7,7 @@ study's own trial timestamps (a simulated trial takes no time, so the gap from o
 end to the next one's start is the proposal: refit, predict, choose). SIMULATED: the trials
 are the model's predictions, not measurements. Writes results/bench/scale_study.md.
 
-    .venv/bin/python scripts/bench_scale_study.py
+    .venv/bin/python -m benchmarks.scale_study
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import optuna
 import yaml
-from peak_memory import run_measured
+
+from benchmarks.peak_memory import run_measured
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL, ENGINE, TRIALS = "llama3.1-405b", "megatron", 12
@@ -63,7 +64,7 @@ def main() -> None:
         "# simulated studies at scale (SIMULATED trials)",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        "`.venv/bin/python scripts/bench_scale_study.py` on this machine (2 cores): "
+        "`.venv/bin/python -m benchmarks.scale_study` on this machine (2 cores): "
         f"`autotune run --engine {ENGINE} --model {MODEL} --cluster dgx-h100:N --launcher "
         f"simulate --trials {TRIALS}`, one fresh process per study. Seconds. `plan` is the "
         "time from the command's start to its first trial; a proposal is the gap between "

@@ -15,7 +15,7 @@ the bias of the winner's reported throughput against its truth, how often its 95
 and each ratio's (runner-up, your own config) cover the truth, and how often the winner is
 called faster than your own config when it is not. Writes results/bench/figures.md.
 
-    nice -n 10 .venv/bin/python scripts/bench_figures.py [--studies 100] [--noise 0.03,0.1,0.2]
+    nice -n 10 .venv/bin/python -m benchmarks.figures [--studies 100] [--noise 0.03,0.1,0.2]
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import multiprocessing
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,10 +35,6 @@ from datetime import datetime
 from pathlib import Path
 
 import optuna
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_noisy_worlds import WITHIN, StepwiseLauncher, _Quiet  # noqa: E402
-from bench_search import World  # noqa: E402
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.estimate.ranking import memory_verdicts  # noqa: E402
@@ -50,9 +45,12 @@ from autotune.study.loop import run_study
 from autotune.study.record.storage import StudyRef  # noqa: E402
 from autotune.study.record.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs  # noqa: E402
 from autotune.study.settings import Budget, SearchSettings  # noqa: E402
+from autotune.study.trial_run import QuietProgress
 from autotune.study.verdict.confirm import confirm, repeat_winner  # noqa: E402
 from autotune.study.verdict.effort import STANDARD, THOROUGH  # noqa: E402
 from autotune.study.verdict.figures import AFTER_CHOICE, Figures, winner_figures  # noqa: E402
+from benchmarks.noisy_worlds import WITHIN, StepwiseLauncher
+from benchmarks.search import World
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = ("torch", "llama3-8b", "dgx-h100:2")
@@ -174,7 +172,7 @@ def run(seed: int, noise: float, effort: str, flat: bool) -> Outcome:
             study,
             ref=StudyRef(name="bench", storage_url="memory", folder=Path(tmp)),
             launcher=StepwiseLauncher(world, noise, seed),
-            progress=_Quiet(),
+            progress=QuietProgress(),
             settings=SearchSettings(
                 budget=Budget(trials=trials, effort=level, confirm=False),
                 seed=seed,
@@ -243,7 +241,7 @@ def main() -> None:
 
 def report(lines: list[str], args: argparse.Namespace, took: float) -> str:
     command = (
-        f"nice -n 10 .venv/bin/python scripts/bench_figures.py --studies {args.studies} "
+        f"nice -n 10 .venv/bin/python -m benchmarks.figures --studies {args.studies} "
         f"--noise {args.noise} --effort {args.effort}"
     )
     return "\n".join(

@@ -10,7 +10,7 @@ round, the order rotated), 20 measured steps each, in one warm pool: their sprea
 rounds is this machine's between-trial noise, and their medians say how far apart the
 winners really are. Writes results/bench/repeatability.md.
 
-    .venv/bin/python scripts/bench_repeatability.py [--runs 5] [--rounds 5]
+    .venv/bin/python -m benchmarks.repeatability [--runs 5] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def report(runs: list[Run], again: dict[str, list[float]], args: argparse.Namesp
         "# Repeatability of the default `autotune run`",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by "
-        f"`.venv/bin/python scripts/bench_repeatability.py --runs {args.runs} --rounds "
+        f"`.venv/bin/python -m benchmarks.repeatability --runs {args.runs} --rounds "
         f"{args.rounds}`: the README's first command {args.runs} times from scratch "
         "(measured, not simulated), then each winner re-measured in "
         f"{args.rounds} interleaved rounds of 20 measured steps.",

@@ -1,11 +1,11 @@
-"""What a slice study mismeasures, in bench_slice.py's simulated worlds: for each config a
+"""What a slice study mismeasures, in benchmarks/slice.py's simulated worlds: for each config a
 slice study measured (on the slice, or on a shallower proxy), its extrapolated tokens/s over
 its true tokens/s at full size, by the job's pipeline chunks (PP·VPP), and how well the
 extrapolation orders the configs (Spearman's rank correlation with the truth). A uniform
 overestimate does no harm (the confirmations measure it); one that grows with a layout
 knob ranks that knob's deep end first. Writes results/benchmarks/slice_extrapolation.md.
 
-    .venv/bin/python scripts/bench_slice_errors.py [--seeds 4] [--scale moderate]
+    .venv/bin/python -m benchmarks.slice_errors [--seeds 4] [--scale moderate]
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import argparse
 import math
 import random
 import statistics
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -24,11 +23,9 @@ from pathlib import Path
 from optuna.trial import TrialState
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_slice as bench  # noqa: E402
-
 from autotune.study.record.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
 from autotune.study.slice.trials import RANKED_BY  # noqa: E402
+from benchmarks import slice as bench
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = ((1024, 8), (1024, 16), (8192, 8), (8192, 16))
@@ -111,7 +108,7 @@ def main() -> None:
         "# What a slice study mismeasures (SIMULATED worlds)",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"scripts/bench_slice_errors.py --seeds {args.seeds} --scale {args.scale}` in "
+        f"benchmarks/slice_errors.py --seeds {args.seeds} --scale {args.scale}` in "
         f"{time.monotonic() - started:.0f} s on a shared 2-core machine. "
         + " ".join(__doc__.split("\n\n")[0].split()),
         "",

@@ -2,7 +2,7 @@
 and against no tuning, in total GPU-hours: the tuning's trials plus the production run at the
 config it chose.
 
-Worlds are the search benchmark's `layouts` family (scripts/bench_search_worlds.py: each
+Worlds are the search benchmark's `layouts` family (benchmarks/search_worlds.py: each
 parallel layout off the model by its own error, minor knobs' values by shared effects,
 classes by biases; 128 to 512 H100s). A trial costs what `slice.cost` charges a simulated
 one (90 s of launch and start-up plus 30 steps at its true step time) on every GPU. The
@@ -18,7 +18,7 @@ refitted after each trial), up to `CAP` trials. Its arms are prefixes of that ru
   trials' costs and the production length), or the search's own rule, or `CAP`;
 - no tuning: the production run at the first pick, no trial.
 
-    .venv/bin/python scripts/bench_production_worlds.py [--worlds 30]
+    .venv/bin/python -m benchmarks.production_worlds [--worlds 30]
 
 Writes results/bench/production_worlds.md.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,9 +36,6 @@ from typing import Any
 import numpy as np
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search_worlds import World, draw_layout_world  # noqa: E402
-
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.space import config_key  # noqa: E402
 from autotune.study.record.trial_attrs import PROMISED, SOURCE, WALL  # noqa: E402
@@ -47,6 +43,7 @@ from autotune.study.search.economics import expected_share, stop_reason  # noqa:
 from autotune.study.search.guided.search import GuidedSearch  # noqa: E402
 from autotune.study.search.production import PRODUCTION, Production  # noqa: E402
 from autotune.study.slice.cost import SIMULATED_STEPS, SIMULATED_TRIAL_S  # noqa: E402
+from benchmarks.search_worlds import World, draw_layout_world
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results/bench/production_worlds.md"
@@ -210,7 +207,7 @@ def write(rows: list[dict[str, Any]], worlds: int) -> None:
         )
     lines += [
         "",
-        f"Command: `.venv/bin/python scripts/bench_production_worlds.py --worlds {worlds}`",
+        f"Command: `.venv/bin/python -m benchmarks.production_worlds --worlds {worlds}`",
         "",
     ]
     OUT.write_text("\n".join(lines))

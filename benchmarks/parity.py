@@ -19,11 +19,11 @@ flag, at most 2 may move the micro-batch again while at least 3 tune other knobs
 user's. Writes results/bench/parity.md and every study to results/benchmarks/parity_studies.json
 (kept: `--only` runs some studies again, `--report-only` rewrites the report).
 
-    .venv/bin/python scripts/bench_parity.py                   # every study (about 2 h here)
-    .venv/bin/python scripts/bench_parity.py --only ds_gpt      # one script's studies
-    .venv/bin/python scripts/bench_parity.py --smoke            # one short study, no files
-    .venv/bin/python scripts/bench_parity.py --resume          # those not in the JSON yet
-    .venv/bin/python scripts/bench_parity.py --report-only
+    .venv/bin/python -m benchmarks.parity                   # every study (about 2 h here)
+    .venv/bin/python -m benchmarks.parity --only ds_gpt      # one script's studies
+    .venv/bin/python -m benchmarks.parity --smoke            # one short study, no files
+    .venv/bin/python -m benchmarks.parity --resume          # those not in the JSON yet
+    .venv/bin/python -m benchmarks.parity --report-only
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "# Loss parity on real studies of scripts written for it",
         "",
-        f"`scripts/bench_parity.py`, report of {datetime.now():%Y-%m-%d %H:%M} (studies run "
+        f"`benchmarks/parity.py`, report of {datetime.now():%Y-%m-%d %H:%M} (studies run "
         f"{', '.join(sorted({str(r.get('run')) for r in ok}))}): `autotune run` on local:2 "
         "(gloo, a shared 2-core machine), 8 trials a study, guided, `--no-confirm`. "
         f"{len({r['script'] for r in ok})} scripts (two DeepSpeed, two Trainer, two "

@@ -33,7 +33,7 @@ of seeds, at what share of that study's GPU-hours. Regret is against the converg
 study's winner (negative: better than it) and against the world's best config; GPU-hours
 against that study's. Writes results/benchmarks/slice.md.
 
-    .venv/bin/python scripts/bench_slice.py [--seeds 20] [--worlds 1024,8192]
+    .venv/bin/python -m benchmarks.slice [--seeds 20] [--worlds 1024,8192]
         [--scales moderate,harsh] [--confirm-full 2]
 """
 
@@ -46,7 +46,6 @@ import json
 import math
 import random
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -55,9 +54,6 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search import _Quiet  # noqa: E402
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
 from autotune.estimate.predict import estimate  # noqa: E402
@@ -76,6 +72,7 @@ from autotune.study.slice.cost import (  # noqa: E402
     trial_gpu_hours,
 )
 from autotune.study.slice.trials import SliceSettings, slice_view  # noqa: E402
+from autotune.study.trial_run import QuietProgress
 from autotune.study.verdict.confirm import Standing  # noqa: E402
 from autotune.study.verdict.winner import decide  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
@@ -239,7 +236,7 @@ def study(world: World, trials: int | None, nodes: int | None, confirm: int = 2)
             s,
             ref=StudyRef(name="bench", storage_url="memory", folder=Path(tmp)),
             launcher=TruthLauncher(world),
-            progress=_Quiet(),
+            progress=QuietProgress(),
             settings=SearchSettings(
                 budget=Budget(trials=trials),
                 seed=world.seed,
@@ -466,7 +463,7 @@ def _head(args: argparse.Namespace, started: float) -> list[str]:
         "# Tuning on a slice (SIMULATED worlds)",
         "",
         f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"scripts/bench_slice.py --seeds {args.seeds} --worlds {args.worlds} --scales "
+        f"benchmarks/slice.py --seeds {args.seeds} --worlds {args.worlds} --scales "
         f"{args.scales} --confirm-full {args.confirm_full}` in "
         f"{time.monotonic() - started:.0f} s on a shared 2-core machine. "
         + " ".join(__doc__.split("\n\n")[0].split())
