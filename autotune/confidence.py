@@ -12,8 +12,8 @@ repeating them (study/verdict/confirm)."""
 
 NCCL_KEEP_ONE_SIDED_PROBABILITY = 0.99
 """How sure a forced NCCL setting must be to beat NCCL's own choice before the export keeps
-it (study/nccl_verdict). Stricter than naming a winner: NCCL's default adapts to every size
-and version, a forced setting is a liability wherever it is not a gain, and the winner's
+it (study/verdict/_nccl_verdict). Stricter than naming a winner: NCCL's default adapts to
+every size and version, a forced setting is a liability wherever it is not a gain, and the winner's
 repeats are themselves the ones that made it lead the confirmation; a laxer level lets
 simulated studies export a setting that only ties the default
 (benchmarks/nccl_refinement.py counts how often)."""

@@ -36,19 +36,19 @@ from pathlib import Path
 
 import optuna
 
-from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
-from autotune.estimate.ranking import memory_verdicts  # noqa: E402
-from autotune.problem import Problem, load_problem  # noqa: E402
-from autotune.space import TrainConfig, config_key  # noqa: E402
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
+from autotune.estimate.ranking import memory_verdicts
+from autotune.problem import Problem, load_problem
+from autotune.space import TrainConfig, config_key
 from autotune.study.leaders import MIN_REPEATS
 from autotune.study.loop import run_study
-from autotune.study.record.storage import StudyRef  # noqa: E402
-from autotune.study.record.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs  # noqa: E402
-from autotune.study.settings import Budget, SearchSettings  # noqa: E402
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import CONFIG, CONFIG_KEY, LABEL, SOURCE, TrialAttrs
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.trial_run import QuietProgress
-from autotune.study.verdict.confirm import confirm, repeat_winner  # noqa: E402
-from autotune.study.verdict.effort import STANDARD, THOROUGH  # noqa: E402
-from autotune.study.verdict.figures import AFTER_CHOICE, Figures, winner_figures  # noqa: E402
+from autotune.study.verdict.confirm import confirm, repeat_winner
+from autotune.study.verdict.effort import STANDARD, THOROUGH
+from autotune.study.verdict.figures import AFTER_CHOICE, Figures, winner_figures
 from benchmarks.noisy_worlds import WITHIN, StepwiseLauncher
 from benchmarks.search import World
 

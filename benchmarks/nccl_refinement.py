@@ -172,8 +172,8 @@ def main() -> None:
     lines = [
         "# NCCL refinement in simulated worlds (predicted, not measured)",
         "",
-        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"benchmarks/nccl_refinement.py --seeds {args.seeds} --budget {args.budget} "
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python -m "
+        f"benchmarks.nccl_refinement --seeds {args.seeds} --budget {args.budget} "
         f"--noise {args.noise}{' --thorough' * args.thorough}`: the guided study (torch "
         f"engine{', `--thorough`: its stop rule and caps, 200 trials at most' * args.thorough}) "
         "with NCCL_ALGO x NCCL_PROTO "

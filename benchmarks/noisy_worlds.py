@@ -17,7 +17,7 @@ the study's noise-aware margin (`noise.early_stop_margin`) and, on the same step
 a fixed 10% margin; and the trials each verdict costs. Each with the default budget (8 search
 trials) and with none (`--trials 0`: the search runs until it has converged), so that what a
 guarantee costs stands beside what the default spends; with --thorough, also the effort of
-`autotune run --thorough` (study/effort.py), whose settings are tuned on seeds 0-39, so
+`autotune run --thorough` (study/verdict/effort.py), whose settings are tuned on seeds 0-39, so
 --first-seed 40 reports it on seeds it is not tuned on. Writes results/bench/noisy_worlds.md.
 
     .venv/bin/python -m benchmarks.noisy_worlds [--seeds 20] [--first-seed 0]
@@ -38,20 +38,20 @@ from pathlib import Path
 
 import optuna
 
-from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
-from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
-from autotune.space import config_key  # noqa: E402
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.space import config_key
 from autotune.study.loop import run_study
-from autotune.study.record.storage import StudyRef  # noqa: E402
-from autotune.study.record.trial_attrs import TrialAttrs  # noqa: E402
-from autotune.study.settings import Budget, SearchSettings  # noqa: E402
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.settings import Budget, SearchSettings
 from autotune.study.trial_run import QuietProgress
-from autotune.study.verdict.confirm import Standing  # noqa: E402
-from autotune.study.verdict.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort  # noqa: E402
-from autotune.study.verdict.winner import decide  # noqa: E402
-from autotune.trial.length import stopped_for  # noqa: E402
-from autotune.trial.result import TrialResult  # noqa: E402
-from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+from autotune.study.verdict.confirm import Standing
+from autotune.study.verdict.effort import STANDARD, THOROUGH, THOROUGH_TRIALS, Effort
+from autotune.study.verdict.winner import decide
+from autotune.trial.length import stopped_for
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
 from benchmarks.search import World, simulated_world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ FIXED_MARGIN = 0.10
 """A fixed early-stopping margin that ignores the between-trial noise, for comparison."""
 WARMUP_STEPS = 5
 OVERHEAD_S = 90.0
-"""Launch, imports and initialisation of a real large-model trial (as bench_search)."""
+"""Launch, imports and initialisation of a real large-model trial (as benchmarks/search.py)."""
 EFFORTS = {"standard": STANDARD, "thorough": THOROUGH}
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -213,8 +213,8 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
     lines = [
         "# Verdicts in noisy worlds",
         "",
-        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"benchmarks/noisy_worlds.py --seeds {args.seeds} --first-seed {args.first_seed} "
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python -m "
+        f"benchmarks.noisy_worlds --seeds {args.seeds} --first-seed {args.first_seed} "
         f"--noise {args.noise} --trials {args.trials}{' --thorough' * args.thorough}` in "
         f"{took:.0f} s. Simulated, not measured: the {WORLD[1]} on {WORLD[2]} world of "
         f"benchmarks/search.py ({WORLD[0]} engine, its truth the model moved by a seeded "
@@ -225,7 +225,7 @@ def report(rows: list[Row], args: argparse.Namespace, took: float) -> str:
         "with no trial budget: the search then stops when it has converged (no config left "
         "that its model says could beat the best). "
         + (
-            "'thorough' is `autotune run --thorough` (study/effort.py: the search stops "
+            "'thorough' is `autotune run --thorough` (study/verdict/effort.py: the search stops "
             "once the expected number of configs left that beat the best by 2% is at most "
             f"{THOROUGH.stop_risk}, and up to {THOROUGH.contenders} leaders are repeated up "
             f"to {THOROUGH.repeats} times each, {THOROUGH.repeats_per_trial} repeats per "

@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 import optuna
 
-from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
-from autotune.space import config_key  # noqa: E402
-from autotune.study.record.trial_attrs import PROMISED, SOURCE, WALL  # noqa: E402
-from autotune.study.search.economics import expected_share, stop_reason  # noqa: E402
-from autotune.study.search.guided.search import GuidedSearch  # noqa: E402
-from autotune.study.search.production import PRODUCTION, Production  # noqa: E402
-from autotune.study.slice.cost import SIMULATED_STEPS, SIMULATED_TRIAL_S  # noqa: E402
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
+from autotune.space import config_key
+from autotune.study.record.trial_attrs import PROMISED, SOURCE, WALL
+from autotune.study.search.economics import expected_share, stop_reason
+from autotune.study.search.guided.search import GuidedSearch
+from autotune.study.search.production import PRODUCTION, Production
+from autotune.study.slice.cost import SIMULATED_STEPS, SIMULATED_TRIAL_S
 from benchmarks.search_worlds import World, draw_layout_world
 
 REPO = Path(__file__).resolve().parents[1]

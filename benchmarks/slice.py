@@ -55,28 +55,28 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotune.estimate.calibration import DEFAULT_CALIBRATION  # noqa: E402
-from autotune.estimate.predict import estimate  # noqa: E402
-from autotune.estimate.ranking import Ranked, memory_verdicts  # noqa: E402
-from autotune.estimate.steptime import StepTime  # noqa: E402
-from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest  # noqa: E402
-from autotune.problem import Problem, load_problem  # noqa: E402
-from autotune.space import TrainConfig, config_key  # noqa: E402
+from autotune.estimate.calibration import DEFAULT_CALIBRATION
+from autotune.estimate.predict import estimate
+from autotune.estimate.ranking import Ranked, memory_verdicts
+from autotune.estimate.steptime import StepTime
+from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
+from autotune.problem import Problem, load_problem
+from autotune.space import TrainConfig, config_key
 from autotune.study.loop import run_study
-from autotune.study.record.storage import StudyRef  # noqa: E402
-from autotune.study.record.trial_attrs import FULL_OF, RANKED_BY, SCALE_PROBE, TrialAttrs  # noqa: E402
-from autotune.study.settings import Budget, SearchSettings  # noqa: E402
-from autotune.study.slice.cost import (  # noqa: E402
+from autotune.study.record.storage import StudyRef
+from autotune.study.record.trial_attrs import FULL_OF, RANKED_BY, SCALE_PROBE, TrialAttrs
+from autotune.study.settings import Budget, SearchSettings
+from autotune.study.slice.cost import (
     SIMULATED_STEPS,
     SIMULATED_TRIAL_S,
     trial_gpu_hours,
 )
-from autotune.study.slice.trials import SliceSettings, slice_view  # noqa: E402
+from autotune.study.slice.trials import SliceSettings, slice_view
 from autotune.study.trial_run import QuietProgress
-from autotune.study.verdict.confirm import Standing  # noqa: E402
-from autotune.study.verdict.winner import decide  # noqa: E402
-from autotune.trial.result import TrialResult  # noqa: E402
-from autotune.trial.spec import TRIAL_FILE, TrialSpec  # noqa: E402
+from autotune.study.verdict.confirm import Standing
+from autotune.study.verdict.winner import decide
+from autotune.trial.result import TrialResult
+from autotune.trial.spec import TRIAL_FILE, TrialSpec
 
 REPO = Path(__file__).resolve().parents[1]
 WORLDS = {
@@ -462,8 +462,8 @@ def _head(args: argparse.Namespace, started: float) -> list[str]:
     return [
         "# Tuning on a slice (SIMULATED worlds)",
         "",
-        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"benchmarks/slice.py --seeds {args.seeds} --worlds {args.worlds} --scales "
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python -m "
+        f"benchmarks.slice --seeds {args.seeds} --worlds {args.worlds} --scales "
         f"{args.scales} --confirm-full {args.confirm_full}` in "
         f"{time.monotonic() - started:.0f} s on a shared 2-core machine. "
         + " ".join(__doc__.split("\n\n")[0].split())

@@ -23,8 +23,8 @@ from pathlib import Path
 from optuna.trial import TrialState
 from scipy import stats
 
-from autotune.study.record.trial_attrs import SCALE_PROBE, TrialAttrs  # noqa: E402
-from autotune.study.slice.trials import RANKED_BY  # noqa: E402
+from autotune.study.record.trial_attrs import SCALE_PROBE, TrialAttrs
+from autotune.study.slice.trials import RANKED_BY
 from benchmarks import slice as bench
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,8 +107,8 @@ def main() -> None:
     head = [
         "# What a slice study mismeasures (SIMULATED worlds)",
         "",
-        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python "
-        f"benchmarks/slice_errors.py --seeds {args.seeds} --scale {args.scale}` in "
+        f"Generated {datetime.now().isoformat(timespec='seconds')} by `.venv/bin/python -m "
+        f"benchmarks.slice_errors --seeds {args.seeds} --scale {args.scale}` in "
         f"{time.monotonic() - started:.0f} s on a shared 2-core machine. "
         + " ".join(__doc__.split("\n\n")[0].split()),
         "",

@@ -1,5 +1,5 @@
 """The summary `autotune run` ends with: the winner and its figures (`study.verdict.figures`), the
-loss-parity verdict (`study.parity_verdict`), failures, where the time went, the files."""
+loss-parity verdict (`study.verdict.parity_verdict`), failures, where the time went, the files."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def study_summary(console: Console, study: optuna.Study, ref: Any, exported: lis
 
 def parity_lines(study: Any) -> list[str]:
     """The summary's loss-parity lines, for a study of the user's command that knows their
-    config or says why not (`study.parity_verdict`)."""
+    config or says why not (`study.verdict.parity_verdict`)."""
     from autotune.export.best import exported_trial
     from autotune.study.record.storage import stored_job, stored_specs
     from autotune.study.record.trial_attrs import NO_REFERENCE, USERS_CONFIG, TrialAttrs

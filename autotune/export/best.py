@@ -246,7 +246,7 @@ def _parity(
     study: optuna.Study, trial: optuna.trial.FrozenTrial, spec: TrialSpec
 ) -> dict[str, Any]:
     """The exported config's longest run against the user's config's, with the study's count
-    of configs that train another model and why (`study.parity_verdict`)."""
+    of configs that train another model and why (`study.verdict.parity_verdict`)."""
     key = TrialAttrs.of(trial).config_key
     return study_parity(study, key, spec.workload.precision).as_dict()
 

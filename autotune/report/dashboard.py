@@ -1,5 +1,5 @@
 """The live view of a study: optuna-dashboard on its storage, served to loopback unless the
-user asks for more (each trial's note there is the study's, `study/dashboard_note.py`)."""
+user asks for more (each trial's note there is the study's, `study/record/dashboard_note.py`)."""
 
 from __future__ import annotations
 

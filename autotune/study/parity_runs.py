@@ -1,6 +1,6 @@
 """The trials loss parity asks of a study of the user's command, beside the search's: the
 user's config as the reference (run first, again after a failure, once reseeded:
-`study.reference`), the one-knob trial that tells which move breaks parity
+`study.verdict.reference`), the one-knob trial that tells which move breaks parity
 (`parity_cause`), and the winner's check run over the whole band before it is exported."""
 
 from __future__ import annotations

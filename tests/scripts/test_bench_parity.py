@@ -15,7 +15,7 @@ from tests.paths import REPO
 @pytest.mark.slow
 def test_the_parity_benchmark_runs_one_study_and_judges_it() -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "benchmarks/parity.py"), "--smoke"],
+        [sys.executable, "-m", "benchmarks.parity", "--smoke"],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""What the model gets wrong, learned from measured configs (study/model_errors.py)."""
+"""What the model gets wrong, learned from measured configs (study/search/_model_errors.py)."""
 
 import numpy as np
 

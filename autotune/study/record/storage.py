@@ -163,7 +163,7 @@ def _lost_table_race(exc: Exception) -> bool:
 
 def problem_attrs(problem: Problem) -> dict[str, Any]:
     """What the study remembers of its problem (as Optuna study user attributes, in the form
-    of `schema.SCHEMA_VERSION`)."""
+    of `_schema.SCHEMA_VERSION`)."""
     return {  # "job" first: a study that has "engine" has its "job"
         "job": dataclasses.asdict(problem.job) if problem.job else None,
         "engine": problem.engine.name,

@@ -1,7 +1,7 @@
-"""What one worker proposes next (once the user's own config has run: `study.reference`): the
-guided search's or the grid's choice, away from configs with a verdict, running on another
-worker, collided on lately (left to the worker that retries them), or that change the
-training (`parity_cause`)."""
+"""What one worker proposes next (once the user's own config has run:
+`study.verdict.reference`): the guided search's or the grid's choice, away from configs with
+a verdict, running on another worker, collided on lately (left to the worker that retries
+them), or that change the training (`parity_cause`)."""
 
 from __future__ import annotations
 

@@ -25,13 +25,14 @@ from autotune.study.record.trial_attrs import (
     FULL_OF,
     RANKED_BY,
     SCALE_PROBE,
+    SLICE_ERROR,
     SLICE_STUDY,
     TRIAL_NODES,
     TrialAttrs,
 )
 from autotune.study.record.verdicts import best_value
 from autotune.study.slice._claims import TimeLeft, any_interrupted, await_trials, marked, take
-from autotune.study.slice.cost import SLICE_ERROR_ATTR, cost_line, ranked_line, study_cost
+from autotune.study.slice.cost import cost_line, ranked_line, study_cost
 from autotune.study.slice.scale import ScaleView, apart_in_share, probe_nodes
 from autotune.study.slice.trials import SliceRun, SliceSettings
 from autotune.study.trial_run import StudyRun, run_one
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from autotune.study.search.guided.search import GuidedSearch
     from autotune.study.settings import SearchSettings
 
-SLICE_ERROR = SLICE_ERROR_ATTR
 """On the study: {"error": mean log(full / extrapolated), "configs": [[label, full,
 extrapolated], ...]} over its leaders measured at full size."""
 

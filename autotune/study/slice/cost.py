@@ -12,10 +12,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.specs import Cluster
-from autotune.study.record.trial_attrs import RANKED_BY, SLICE_STUDY, TRIAL_NODES, TrialAttrs
+from autotune.study.record.trial_attrs import (
+    RANKED_BY,
+    SLICE_ERROR,
+    SLICE_STUDY,
+    TRIAL_NODES,
+    TrialAttrs,
+)
 
-SLICE_ERROR_ATTR = "slice_to_full_error"
-"""On the study: the slice-to-full error its full-size trials measured (`slice.confirm`)."""
 SIMULATED_TRIAL_S = 90.0
 """Launch, imports and initialisation of a real large-model trial (benchmarks/search.py)."""
 SIMULATED_STEPS = 30
@@ -111,6 +115,6 @@ def slice_summary(study: optuna.Study, cluster: Cluster) -> dict[str, object]:
             "gpu_hours": round(cost.gpu_hours, 3),
             "node_hours": round(cost.node_hours, 3),
             "full_size_gpu_hours": round(cost.full_gpu_hours, 3),
-            "slice_to_full_error": study.user_attrs.get(SLICE_ERROR_ATTR),
+            "slice_to_full_error": study.user_attrs.get(SLICE_ERROR),
         }
     }

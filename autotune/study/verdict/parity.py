@@ -2,8 +2,8 @@
 
 Every trial of a user's command records the loss of each optimizer step from the first
 (`TrialResult.losses`), from the same seed and data. The reference is the user's own config,
-always (`study/reference.py`): it runs first, and once more with torch's generators reseeded
-after its first optimizer step, so that its dropout and any later draw come out otherwise.
+always (`study/verdict/reference.py`): it runs first, and once more with torch's generators
+reseeded after its first optimizer step, so that its dropout and any later draw come out otherwise.
 How far those runs drift apart, step by step, is what a change that keeps the training does
 (a micro-batch regroups dropout's draws; another ZeRO stage or bucket sums in another order):
 the parts stay close until the training's own chaos amplifies the difference.

@@ -8,7 +8,7 @@ predicted tokens/s, moved by its expected error, plus `PROPOSAL_OPTIMISM_SIGMAS`
 error's spread, so a value never measured stays worth a trial while the model's margin
 against it is within its error. Configs within `TIE` are equals (the simplest of them, then
 the seed, chooses); the first trial is the seed's among those within `NEAR_TIE`. NCCL
-settings and bucket sizes (`config_codes.REFINING`) refine the measured leader once no
+settings and bucket sizes (`_config_codes.REFINING`) refine the measured leader once no
 layout left could beat it by the threshold at the stop rule's confidence. Nothing
 predicted to need as much memory as a config that ran out of it is proposed again. The search
 has converged when no config's optimistic throughput beats the best measured one by the
@@ -68,7 +68,7 @@ collective time (forcing an algorithm or protocol moves busbw by tens of percent
 sizes): a variant's uncertainty is this times its communication share."""
 FULL_FIT_AFTER = 8
 """Measured trials before the model's parameters are refitted. Until then the errors model's
-level (`model_errors.LEVEL_SPREAD`) takes up the model's overall error, so that a few slow
+level (`_model_errors.LEVEL_SPREAD`) takes up the model's overall error, so that a few slow
 configs of one class are not explained away as a slower machine."""
 LEVEL_OFF = 3 * LEVEL_SPREAD
 """Before `FULL_FIT_AFTER`, a mean error beyond this is the machine, not a class (a CPU
@@ -389,5 +389,5 @@ class GuidedSearch:
         return believe(to_measured, between, errors, prior)
 
     def _parallel_number(self, config: TrainConfig) -> int:
-        """The config's parallel layout (`model_errors.PARALLEL`) as a number."""
+        """The config's parallel layout (`_model_errors.PARALLEL`) as a number."""
         return int(self._parallel_weights @ self._coded.encode(config).astype(np.int64))
