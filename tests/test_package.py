@@ -100,22 +100,27 @@ def every_import(path: Path, modules: set[str]) -> set[str]:
     return imported([n for n in ast.walk(tree) if id(n) not in typing_only], modules)
 
 
-def part_of(module: str) -> str:
-    """The subpackage a module belongs to (`autotune.study.loop` -> `study`), or the
-    top-level module itself (`autotune.problem` -> `problem`)."""
-    return module.split(".")[1] if "." in module else module
+def parts_graph(package: str) -> dict[str, set[str]]:
+    """The modules under `package` grouped by the part each belongs to (its subpackage there,
+    or the module itself: `autotune.study.loop` is `study` in `autotune`, `loop` in
+    `autotune.study`), with the imports between parts; the package's own __init__ left out."""
+    everything = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    inside = {m: p for m, p in everything.items() if m.startswith(f"{package}.")}
+    depth = package.count(".") + 1
+
+    def part(module: str) -> str:
+        return module.split(".")[depth]
+
+    graph: dict[str, set[str]] = {part(m): set() for m in inside}
+    for module, path in inside.items():
+        for target in every_import(path, set(everything)):
+            if target in inside and part(target) != part(module):
+                graph[part(module)].add(part(target))
+    return graph
 
 
 def subpackage_graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {part_of(m): set() for m in files if m != "autotune"}
-    for module, path in files.items():
-        if module == "autotune":
-            continue
-        for target in every_import(path, set(files)) - {"autotune"}:
-            if part_of(target) != part_of(module):
-                graph[part_of(module)].add(part_of(target))
-    return graph
+    return parts_graph("autotune")
 
 
 def test_subpackages_import_each_other_without_cycles() -> None:
@@ -141,28 +146,10 @@ def test_parts_import_only_what_the_design_lets_them(part: str, never: set[str])
     assert subpackage_graph()[part] & never == set()
 
 
-def study_rooms_graph() -> dict[str, set[str]]:
-    """study/'s rooms (record, verdict, search, slice) and its loop's own modules, each a node,
-    with the imports between them (its package facade, study/__init__, left out)."""
-    files = {module_name(p): p for p in (PACKAGE / "study").rglob("*.py")}
-    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
-
-    def room(module: str) -> str:
-        return module.split(".")[2]
-
-    inside = {m for m in files if m != "autotune.study"}
-    graph: dict[str, set[str]] = {room(m): set() for m in inside}
-    for module in inside:
-        for target in every_import(files[module], modules) & inside:
-            if room(target) != room(module):
-                graph[room(module)].add(room(target))
-    return graph
-
-
 def test_the_studys_rooms_import_each_other_without_cycles() -> None:
     """The stored record imports no other room; the verdict only the record; the search may
     read the verdict and slices, never the loop that runs it."""
-    graph = study_rooms_graph()
+    graph = parts_graph("autotune.study")  # its rooms and the loop's own modules
     assert {"record", "verdict", "search", "slice", "loop"} <= set(graph)
     assert "record" in graph["verdict"] and "verdict" in graph["search"]  # it sees imports
     assert cycles(graph) == []
