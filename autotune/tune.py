@@ -15,7 +15,7 @@ from rich.markup import escape
 from autotune.calibration.saved import calibration_path, load_calibration, noise_path
 from autotune.errors import InputError
 from autotune.export import export_best
-from autotune.launchers import LaunchSettings, get_launcher
+from autotune.launchers import LaunchSettings, check_sections, get_launcher
 from autotune.launchers.base import Launcher
 from autotune.launchers.slurm import SlurmLauncher
 from autotune.model_probe import ModelRead, read_model
@@ -25,7 +25,7 @@ from autotune.problem import Problem
 from autotune.study import Budget, StudyOutcome, StudyRef, open_study, run_study
 from autotune.study.loop import Progress
 from autotune.study.record.storage import default_study_name, masked_url, study_ref
-from autotune.study.record.trial_attrs import NODE_CHECK
+from autotune.study.record.trial_attrs import NODE_CHECK, launched_through
 from autotune.study.search.production import PRODUCTION, Production
 from autotune.study.search.samplers import make_sampler
 from autotune.study.settings import SearchSettings
@@ -106,15 +106,14 @@ def tune(
         problem = read.problem
     noise_file = noise_path(settings.results, problem.cluster, study_kind(problem))
     prior = read_spread(noise_file) if launcher.source == "measured" else None
-    trials_from = launcher.source
-    if launcher.source == "replayed" and launch.table is not None:
-        trials_from = f"replayed {launch.table.resolve()}"
-    study = open_study(ref, problem, make_sampler(settings.sampler, settings.seed), trials_from)
+    sampler = make_sampler(settings.sampler, settings.seed)
+    study = open_study(ref, problem, sampler, launcher.trials_from())
     say(
         f"study [bold]{ref.name}[/] ({masked_url(ref.storage_url)}): {problem.engine.name} on "
         f"{problem.workload.name} / {problem.cluster.name}"
     )
     _remember(study, prior, nodes, settings.budget.production)
+    launched_through(study, launcher.name)
     search = SearchSettings(
         budget=settings.budget,
         steps=settings.steps,
@@ -195,8 +194,12 @@ def _checked_launcher(
             "local or slurm"
         )
     calibration, _ = load_calibration(settings.results, problem.cluster, problem.engine.name)
+    check_sections(problem.cluster)
     launch = dataclasses.replace(
-        settings.launch, calibration=calibration, traits=problem.engine.traits
+        settings.launch,
+        calibration=calibration,
+        traits=problem.engine.traits,
+        cluster=problem.cluster,
     )
     launcher = get_launcher(settings.launcher, launch)
     problem = launcher.narrow(problem)

@@ -32,9 +32,8 @@ import optuna
 
 from autotune.estimate.calibration import DEFAULT_CALIBRATION, Calibration
 from autotune.estimate.ranking import memory_verdicts
-from autotune.launchers import LaunchSettings
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
-from autotune.launchers.replay import ReplayLauncher
+from autotune.launchers.replay import ReplayLauncher, load_table
 from autotune.problem import Problem, load_problem
 from autotune.space import TrainConfig, config_key
 from autotune.study.loop import run_study
@@ -167,7 +166,7 @@ def _replayed(engine: str, table: Path, _seed: int) -> World:
 
 
 def replayed_world(engine: str, table: Path) -> World:
-    launcher = ReplayLauncher.build(LaunchSettings(table=table))
+    launcher = ReplayLauncher(load_table(table))
     problem = launcher.narrow(load_problem(engine, "tiny", "local:2"))
     truth, wall = {}, {}
     for key, row in launcher.table.rows.items():

@@ -8,6 +8,8 @@ from typing import Any
 
 import optuna
 
+from autotune.export.scripts import simulated_banner
+from autotune.launchers import ExportContext, exported_files
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest
 from autotune.space import TrainConfig, config_key
 from autotune.study.record._schema import SCHEMA_ATTR, SCHEMA_VERSION
@@ -248,3 +250,15 @@ def sample_study() -> optuna.Study:
         add_measured(study, tokens, config, label=True, config_key=key, **extra)
     study.set_user_attr(USERS_CONFIG, config_key(yours))
     return study
+
+
+def sbatch_text(spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str) -> str:
+    """train.sbatch as the export writes it for a study on SLURM whose winner is `trial`,
+    where the spec's cluster file says (its `slurm:` section)."""
+    context = ExportContext(
+        spec=spec,
+        study_name=study_name,
+        name=f"trial {trial.number}",
+        banner=tuple(simulated_banner(trial)),
+    )
+    return exported_files(["slurm"], context)["train.sbatch"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,11 +12,12 @@ from autotune.cli import commbench_display
 from autotune.cli.app import cli
 from autotune.cli.help import completing, lowered
 from autotune.cli.options import (
+    checked_cluster,
     console,
+    launcher_flags,
+    launcher_options,
     measuring_launcher_names,
     results_option,
-    slurm_options,
-    slurm_settings,
 )
 from autotune.commbench.bench import OPS as COLLECTIVES
 from autotune.errors import InputError
@@ -53,7 +55,7 @@ from autotune.errors import InputError
     help="A launcher that measures: local (torchrun on this host) or slurm (a job, or a step "
     "of this allocation).",
 )
-@slurm_options
+@launcher_options(measuring_launcher_names)
 @results_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def commbench(
@@ -63,12 +65,9 @@ def commbench(
     groups: str,
     sweep: bool,
     launcher: str,
-    partition: str | None,
-    account: str | None,
-    qos: str | None,
-    sbatch_options: tuple[str, ...],
     results: Path,
     as_json: bool,
+    **flags: Any,
 ) -> None:
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
@@ -83,11 +82,17 @@ def commbench(
             f"commbench times collectives on real processes; launcher {launcher!r} does not "
             f"run them (launchers that do: {', '.join(measuring)})"
         )
-    spec = load_cluster(cluster)
+    spec = checked_cluster(load_cluster(cluster))
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
     shapes = tuple(parse_groups(groups, spec))
-    slurm = slurm_settings(spec, partition, account, qos, sbatch_options)
-    runner = get_launcher(launcher, LaunchSettings(slurm=slurm, gpus=spec.backend == "nccl"))
+    runner = get_launcher(
+        launcher,
+        LaunchSettings(
+            gpus=spec.backend == "nccl",
+            cluster=spec,
+            flags=launcher_flags(flags, measuring),
+        ),
+    )
     out = results / "commbench"
     report = run_commbench(spec, chosen_ops, chosen_sizes, out, shapes, sweep, runner)
     if as_json:

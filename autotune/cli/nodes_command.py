@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
 from autotune.cli.app import cli
-from autotune.cli.options import console, results_option, slurm_options, slurm_settings
+from autotune.cli.options import (
+    checked_cluster,
+    console,
+    launcher_flags,
+    launcher_options,
+    results_option,
+)
 from autotune.errors import InputError
 
 
@@ -21,18 +28,10 @@ from autotune.errors import InputError
     help="A preset or cluster file: its devices per node and backend (each node's GPUs with "
     "NCCL, or gloo processes).",
 )
-@slurm_options
+@launcher_options(lambda: ["slurm"])
 @results_option
 @click.option("--json", "as_json", is_flag=True, help="Print the readings and verdict as JSON.")
-def nodes(
-    cluster: str,
-    partition: str | None,
-    account: str | None,
-    qos: str | None,
-    sbatch_options: tuple[str, ...],
-    results: Path,
-    as_json: bool,
-) -> None:
+def nodes(cluster: str, results: Path, as_json: bool, **flags: Any) -> None:
     """Time compute, memory bandwidth and links on every node a study's trials may land on
     (the allocation's, or the partition's nodes that are up) and name any node well outside
     its peers; `autotune run --launcher slurm` does the same before a study."""
@@ -41,9 +40,12 @@ def nodes(
     from autotune.nodes.check import candidate_nodes, confirmed_check
     from autotune.specs import load_cluster
 
-    spec = load_cluster(cluster)
-    slurm = slurm_settings(spec, partition, account, qos, sbatch_options)
-    launcher = SlurmLauncher.build(LaunchSettings(slurm=slurm, gpus=spec.backend == "nccl"))
+    spec = checked_cluster(load_cluster(cluster))
+    launcher = SlurmLauncher.build(
+        LaunchSettings(
+            gpus=spec.backend == "nccl", cluster=spec, flags=launcher_flags(flags, ["slurm"])
+        )
+    )
     found = candidate_nodes(launcher)
     if not found:
         raise InputError("SLURM lists no node that is up in this partition")

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from autotune.cli.help import completing, lowered
 from autotune.errors import InputError
-from autotune.specs.cluster import Cluster, SlurmSettings
+from autotune.launchers import LAUNCHERS, check_sections, options_of
+from autotune.problem import Problem
+from autotune.specs.cluster import Cluster
 from autotune.trial.spec import StepPlan
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Tables stay readable when output goes to a file or pipe (80 columns otherwise).
 console = Console(soft_wrap=True, width=shutil.get_terminal_size((140, 40)).columns)
@@ -65,15 +68,11 @@ def engine_names() -> list[str]:
 
 
 def launcher_names() -> list[str]:
-    from autotune.launchers import LAUNCHERS
-
     return list(LAUNCHERS)
 
 
 def measuring_launcher_names() -> list[str]:
     """The registered launchers that measure on real processes (not simulate or replay)."""
-    from autotune.launchers import LAUNCHERS
-
     return [name for name, launcher in LAUNCHERS.items() if launcher.source == "measured"]
 
 
@@ -151,22 +150,51 @@ def step_plan(measured_steps: int | None, precision: float) -> StepPlan:
     return StepPlan(measured_steps=measured_steps, precision=precision)
 
 
-def slurm_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--partition, --account, --qos and --sbatch-option: where the slurm launcher's jobs go."""
-    options = [
-        click.option("--partition", default=None, help="slurm: partition of the jobs."),
-        click.option("--account", default=None, help="slurm: account charged for the jobs."),
-        click.option("--qos", default=None, help="slurm: quality of service of the jobs."),
-        click.option(
-            "--sbatch-option",
-            "sbatch_options",
-            multiple=True,
-            help="slurm: a further sbatch option for every job, e.g. --sbatch-option=--exclusive.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+def launcher_options(names: Callable[[], Iterable[str]]) -> Callable[[F], F]:
+    """The flags of these launchers (each launcher's `options`: --partition for slurm)."""
+
+    def decorate(func: F) -> F:
+        for launcher, options in reversed(options_of(names()).items()):
+            for option in reversed(options):
+                func = click.option(
+                    option.flag,
+                    option.param(launcher),
+                    type=click.Path(path_type=Path, dir_okay=False) if option.file else None,
+                    multiple=option.multiple,
+                    default=None,
+                    help=option.help,
+                )(func)
+        return func
+
+    return decorate
+
+
+def launcher_flags(given: dict[str, Any], names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each launcher's flags, taken out of a command's parameters, by settings field."""
+    return {
+        launcher: {o.field: given.pop(o.param(launcher)) for o in options}
+        for launcher, options in options_of(names).items()
+    }
+
+
+def checked_cluster(cluster: Cluster) -> Cluster:
+    """The cluster, once its file's launcher sections are found readable (before any run)."""
+    check_sections(cluster)
+    return cluster
+
+
+def checked_problem(problem: Problem) -> Problem:
+    """The problem, once its cluster file's launcher sections are found readable."""
+    check_sections(problem.cluster)
+    return problem
+
+
+def launcher_groups(names: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The launchers' flags as `--help` groups them: one group a launcher."""
+    return tuple(
+        (f"The {launcher} launcher", tuple(o.param(launcher) for o in options))
+        for launcher, options in options_of(names).items()
+    )
 
 
 storage_option = click.option(
@@ -186,24 +214,6 @@ def study_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def slurm_settings(
-    cluster: Cluster,
-    partition: str | None,
-    account: str | None,
-    qos: str | None,
-    sbatch_options: tuple[str, ...],
-) -> SlurmSettings:
-    """The cluster file's `slurm:` section, overridden by the flags given."""
-    flags = {"partition": partition, "account": account, "qos": qos}
-    chosen: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
-    for name, value in [*chosen.items(), *(("sbatch-option", v) for v in sbatch_options)]:
-        if not value.isprintable():  # a line break would start another #SBATCH line
-            raise InputError(f"--{name}: control characters are not allowed: {value!r}")
-    if sbatch_options:
-        chosen["extra_sbatch"] = cluster.slurm.extra_sbatch + tuple(sbatch_options)
-    return dataclasses.replace(cluster.slurm, **chosen)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

@@ -13,6 +13,7 @@ from autotune.cli import commbench_display, display
 from autotune.cli.app import cli
 from autotune.cli.options import (
     check_writable_folder,
+    checked_problem,
     console,
     length_options,
     problem_options,
@@ -34,7 +35,7 @@ def space(
     engine: str, model: str, cluster: str, space: str | None, sample: int, as_json: bool
 ) -> None:
     """Count and explain the valid configs of a search space."""
-    problem = load_problem(engine, model, cluster, space)
+    problem = checked_problem(load_problem(engine, model, cluster, space))
     found = problem.enumerate().require_some()
     if as_json:
         click.echo(
@@ -87,7 +88,7 @@ def trial(
     from autotune import runner as trials
     from autotune.launchers import get_launcher
 
-    problem = load_problem(engine, model, cluster, space)
+    problem = checked_problem(load_problem(engine, model, cluster, space))
     problem.engine.check_runnable(problem.cluster)
     config = problem.config(parse_overrides(config_text))
     spec = problem.trial_spec(config, step_plan(measured_steps, precision))
@@ -148,7 +149,7 @@ def estimate_command(
     if trial_file is not None:
         problem, config = problem_from_trial_file(trial_file)
     else:
-        problem = load_problem(engine, model, cluster, space)
+        problem = checked_problem(load_problem(engine, model, cluster, space))
         config = problem.config(parse_overrides(config_text))
     cal, which = load_calibration(results, problem.cluster, problem.engine.name)
     e = estimate(problem.workload, config, problem.cluster, problem.engine.traits, cal)
@@ -176,7 +177,7 @@ def plan(
     from autotune.calibration.saved import load_calibration
     from autotune.estimate.ranking import memory_verdicts
 
-    problem = load_problem(engine, model, cluster, space)
+    problem = checked_problem(load_problem(engine, model, cluster, space))
     found = problem.enumerate().require_some()
     cal, which = load_calibration(results, problem.cluster, problem.engine.name)
     ranked = memory_verdicts(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from autotune.cli.options import parse_duration, slurm_settings, step_plan
+from autotune.cli.options import parse_duration, step_plan
 from autotune.study.search.production import parse_production
 
 if TYPE_CHECKING:
@@ -24,11 +25,6 @@ class RunOptions:
     cluster: str
     space: str | None
     launcher: str
-    partition: str | None
-    account: str | None
-    qos: str | None
-    sbatch_options: tuple[str, ...]
-    table: Path | None
     n_trials: int | None
     max_time: str | None
     production: str | None
@@ -50,6 +46,8 @@ class RunOptions:
     users_config: str
     node_check: bool
     command: tuple[str, ...]
+    launcher_flags: Mapping[str, Mapping[str, Any]]
+    """Each launcher's own flags (`--partition` for slurm, `--table` for replay)."""
 
 
 def tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
@@ -62,15 +60,9 @@ def tune_settings(problem: Problem, options: RunOptions) -> TuneSettings:
         budget=budget(options),
         launcher=options.launcher,
         launch=LaunchSettings(
-            slurm=slurm_settings(
-                problem.cluster,
-                options.partition,
-                options.account,
-                options.qos,
-                options.sbatch_options,
-            ),
             gpus=problem.cluster.backend == "nccl",
-            table=options.table,
+            cluster=problem.cluster,
+            flags=options.launcher_flags,
         ),
         steps=step_plan(options.measured_steps, options.precision),
         study_name=options.study_name,

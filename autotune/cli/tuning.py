@@ -14,13 +14,16 @@ from autotune.cli.help import GroupedCommand, completing, lowered
 from autotune.cli.options import (
     FiniteFloatRange,
     check_writable_folder,
+    checked_problem,
     console,
+    launcher_flags,
+    launcher_groups,
     launcher_names,
+    launcher_options,
     length_options,
     problem_options,
     results_option,
     sampler_names,
-    slurm_options,
     storage_option,
     study_options,
 )
@@ -32,13 +35,23 @@ if TYPE_CHECKING:
 
 
 RUN_GROUPS = (
-    ("The job", ("engine", "model", "cluster", "space", "users_config", "launcher", "table")),
+    ("The job", ("engine", "model", "cluster", "space", "users_config", "launcher")),
     ("Budget", ("n_trials", "max_time", "production", "timeout_per_trial", "thorough")),
     ("Search", ("sampler", "seed")),
-    ("Measurement", ("measured_steps", "precision", "early_stop", "early_stop_margin", "confirm")),
+    (
+        "Measurement",
+        (
+            "measured_steps",
+            "precision",
+            "early_stop",
+            "early_stop_margin",
+            "confirm",
+            "node_check",
+        ),
+    ),
     ("The study and its files", ("study_name", "storage", "results")),
-    ("SLURM", ("partition", "account", "qos", "sbatch_options", "node_check")),
     ("Tuning on a slice of the cluster", ("trial_nodes", "confirm_full", "scale_probes")),
+    *launcher_groups(launcher_names()),
 )
 """`autotune run`'s options as its help and the CLI reference group them."""
 
@@ -54,13 +67,7 @@ RUN_GROUPS = (
     help="local (torchrun), slurm (sbatch jobs, or srun steps inside an allocation), "
     "simulate (the model's predictions) or replay (a recorded sweep).",
 )
-@slurm_options
-@click.option(
-    "--table",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="The recorded sweep (CSV) that --launcher replay replays.",
-)
+@launcher_options(launcher_names)
 @click.option(
     "--trials",
     "n_trials",
@@ -190,14 +197,17 @@ def run(**options: Any) -> None:
     """
     from autotune.tune import tune
 
-    run_options = RunOptions(**options)
-    problem = load_problem(
-        run_options.engine,
-        run_options.model,
-        run_options.cluster,
-        run_options.space,
-        run_options.command,
-        run_options.users_config,
+    flags = launcher_flags(options, launcher_names())
+    run_options = RunOptions(**options, launcher_flags=flags)
+    problem = checked_problem(
+        load_problem(
+            run_options.engine,
+            run_options.model,
+            run_options.cluster,
+            run_options.space,
+            run_options.command,
+            run_options.users_config,
+        )
     )
     settings = tune_settings(problem, run_options)
     check_writable_folder(run_options.results, "--results")

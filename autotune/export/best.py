@@ -28,9 +28,10 @@ import yaml
 from autotune.engines import get_engine, get_framework
 from autotune.engines.base import Engine
 from autotune.errors import InputError
-from autotune.export.scripts import nccl_env_text, sbatch_script, simulated_banner, train_script
+from autotune.export.scripts import nccl_env_text, simulated_banner, train_script
+from autotune.launchers import ExportContext, exported_files
 from autotune.study.record.storage import stored_job, stored_specs
-from autotune.study.record.trial_attrs import TrialAttrs
+from autotune.study.record.trial_attrs import TrialAttrs, launchers_of
 from autotune.study.search.economics import account
 from autotune.study.slice.cost import slice_summary
 from autotune.study.verdict.noise import study_spread
@@ -153,13 +154,16 @@ def _write_all(
     chosen = verdict.exported.first
     (folder / "nccl.env").write_text(nccl_env_text(env, spec, trial, verdict.nccl_note, chosen))
     job_config = files[0].name if files else ""
-    for file, text in (
-        (
-            "train.sh",
-            train_script(engine, spec, trial, study.study_name, job_config, standing, name),
+    context = ExportContext(
+        spec=spec, study_name=study.study_name, name=name, banner=tuple(simulated_banner(trial))
+    )
+    scripts = {
+        "train.sh": train_script(
+            engine, spec, trial, study.study_name, job_config, standing, name
         ),
-        ("train.sbatch", sbatch_script(spec, trial, study.study_name, name)),
-    ):
+        **exported_files(launchers_of(study), context),
+    }
+    for file, text in scripts.items():
         (folder / file).write_text(text)
         (folder / file).chmod(0o755)
     (folder / "best.yaml").write_text(

@@ -1,11 +1,11 @@
 """The texts of best/'s launch files: train.sh (torchrun with autotune's worker or the
-user's own command), train.sbatch (one task per node, rendezvous on the first), nccl.env;
-each says where its figures come from, and a simulated export says so first."""
+user's own command) and nccl.env; each says where its figures come from, and a simulated
+export says so first. A launcher's own files (SLURM's train.sbatch) are its own
+(`Launcher.export_files`)."""
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import optuna
@@ -65,50 +65,8 @@ RENDEZVOUS = torchrun.Rendezvous(
     endpoint='"${RDZV_ENDPOINT:?set RDZV_ENDPOINT to host:port}"',
     node_rank='"${NODE_RANK:?set NODE_RANK}"',
 )
-"""train.sh on one node of several: where they meet and which node this is, set by
-train.sbatch or by hand."""
-
-
-def sbatch_script(
-    spec: TrialSpec, trial: optuna.trial.FrozenTrial, study_name: str, name: str | None = None
-) -> str:
-    """A SLURM job for the best config: one task per node, each running train.sh with the
-    rendezvous on the job's first node. Submit it from this folder: `sbatch train.sbatch`.
-    `name`: the config as the study's verdict names it (`study.verdict`)."""
-    cluster = spec.cluster
-    devices = (
-        f"--gpus-per-node={cluster.devices_per_node}"
-        if cluster.backend == "nccl"
-        else f"--cpus-per-task={cluster.devices_per_node}"
-    )
-    options = [
-        f"--job-name=autotune-{re.sub(r'[^A-Za-z0-9_.-]', '_', study_name)}",
-        f"--nodes={cluster.nodes}",
-        "--ntasks-per-node=1",
-        devices,
-        "--output=train-%j.log",
-        *cluster.slurm.options(),
-    ]
-    return "\n".join(
-        [
-            "#!/usr/bin/env bash",
-            *(shell.sbatch_line(option) for option in options),
-            *simulated_banner(trial),
-            shell.comment(
-                f"autotune: best config of study {study_name!r}, "
-                f"{name or f'trial {trial.number}'}, on "
-                f"{cluster.name}. Add --time for your run; submit from this folder."
-            ),
-            "set -euo pipefail",
-            'cd "${SLURM_SUBMIT_DIR:-.}"',
-            torchrun.NODE_ADDRESS,
-            'head=$(node_addr "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)")',
-            f'export RDZV_ENDPOINT="$head:{torchrun.RDZV_PORT}"',
-            "exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
-            "bash -c 'NODE_RANK=$SLURM_NODEID exec ./train.sh'",
-            "",
-        ]
-    )
+"""train.sh on one node of several: where they meet and which node this is, set by a
+launcher's exported job (SLURM's train.sbatch) or by hand."""
 
 
 def train_script(

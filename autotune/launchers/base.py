@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.launchers.exits import RankExit, root_cause
 from autotune.launchers.log_limit import read_bounded
-from autotune.specs.cluster import Cluster, SlurmSettings
+from autotune.launchers.settings import LauncherOption, read_settings
+from autotune.specs.cluster import Cluster
 from autotune.trial.result import TrialResult
-from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, Outcome, PoolKind, read_json
+from autotune.trial.spec import RESULT_FILE, TRIAL_FILE, Outcome, PoolKind, TrialSpec, read_json
 
 if TYPE_CHECKING:
     from autotune.estimate.calibration import Calibration
@@ -25,14 +27,41 @@ LOG_FILE = "log.txt"
 @dataclass(frozen=True, kw_only=True)
 class LaunchSettings:
     """What launchers are built from, each taking the part it needs: the simulate launcher
-    its model's calibration and the engine's traits, the slurm launcher where its jobs go and
-    whether they take GPUs, the replay launcher its recorded sweep."""
+    its model's calibration and the engine's traits, the slurm launcher whether its jobs take
+    GPUs; each launcher with settings of its own (`Launcher.settings_type`) its section of the
+    cluster file and its flags."""
 
     calibration: Calibration | None = None
     traits: EngineTraits | None = None
-    slurm: SlurmSettings | None = None
     gpus: bool = False
-    table: Path | None = None
+    cluster: Cluster | None = None
+    """The cluster, whose file's sections hold each launcher's settings."""
+    flags: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each launcher's flags as given (launcher -> settings field -> value; None: not given)."""
+
+    def of(self, launcher: type[Launcher]) -> Any:
+        """`launcher`'s own settings: its section of the cluster file, then its flags."""
+        assert launcher.settings_type is not None
+        sections = self.cluster.launcher_sections if self.cluster else {}
+        return read_settings(
+            launcher.settings_type,
+            launcher.name,
+            sections.get(launcher.name),
+            self.flags.get(launcher.name, {}),
+            launcher.options,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportContext:
+    """What a launcher's exported files say of the config they run (`Launcher.export_files`)."""
+
+    spec: TrialSpec
+    study_name: str
+    name: str
+    """The config as the study's verdict names it ("trial 0; figures from trials 24-25")."""
+    banner: tuple[str, ...] = ()
+    """Comment lines that open every exported file (a simulated study says so)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,11 +97,28 @@ class Launcher(ABC):
     name: ClassVar[str]
     source: ClassVar[str] = "measured"
     """How its results are labelled everywhere: measured, or simulated."""
+    settings_type: ClassVar[type[Any] | None] = None
+    """Its own settings, a frozen (pydantic) dataclass: read from the cluster file's section
+    named after the launcher and from its `options` (`LaunchSettings.of`)."""
+    options: ClassVar[tuple[LauncherOption, ...]] = ()
+    """Its flags, on every command that may run it (`--partition` for slurm)."""
 
     @classmethod
     def build(cls, settings: LaunchSettings) -> Launcher:
         """This launcher for the run's settings (most need none of them)."""
         return cls()
+
+    @classmethod
+    def export_files(cls, settings: Any, context: ExportContext) -> dict[str, str]:
+        """Files of its own in best/ (name -> text), for a study that ran trials through it or
+        whose cluster file has its section (`settings` read from that section): SLURM's
+        train.sbatch. Most have none."""
+        return {}
+
+    def trials_from(self) -> str:
+        """What its trials are, for a study to refuse mixing them with others' (`source`;
+        a replay, its table's path)."""
+        return self.source
 
     def narrow(self, problem: Problem) -> Problem:
         """The problem restricted to what this launcher can run (a replay, its table's rows)."""

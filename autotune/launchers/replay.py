@@ -14,15 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass as settings_dataclass
 
 from autotune.errors import InputError
 from autotune.launchers.base import Launcher, LaunchOutcome, LaunchRequest, LaunchSettings
+from autotune.launchers.settings import LauncherOption
 from autotune.problem import Problem
 from autotune.space import KNOBS, Rule, SearchSpace, TrainConfig, config_key
 from autotune.space.config import coerce_knob
 from autotune.specs.throughput import throughput
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import OUTCOMES, TRIAL_FILE, TrialSpec
+
+
+@settings_dataclass(frozen=True, kw_only=True, config=ConfigDict(extra="forbid"))
+class ReplaySettings:
+    table: Path | None = None
+    """The recorded sweep (CSV)."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +90,25 @@ def load_table(path: Path) -> ReplayTable:
 class ReplayLauncher(Launcher):
     name = "replay"
     source = "replayed"
+    settings_type = ReplaySettings
+    options = (
+        LauncherOption(
+            "--table", "table", "replay: the recorded sweep (CSV) it replays.", file=True
+        ),
+    )
 
     def __init__(self, table: ReplayTable) -> None:
         self.table = table
 
     @classmethod
     def build(cls, settings: LaunchSettings) -> ReplayLauncher:
-        if settings.table is None:
+        table = settings.of(cls).table
+        if table is None:
             raise InputError("--launcher replay needs --table FILE.csv (a recorded sweep)")
-        return cls(load_table(settings.table))
+        return cls(load_table(table))
+
+    def trials_from(self) -> str:
+        return f"replayed {Path(self.table.source).resolve()}"
 
     def narrow(self, problem: Problem) -> Problem:
         """The problem restricted to the table's configs: the space is its rows."""

@@ -18,11 +18,13 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import InputError
 from autotune.launchers import torchrun
 from autotune.launchers.base import (
     LOG_FILE,
+    ExportContext,
     Launcher,
     LaunchOutcome,
     LaunchRequest,
@@ -41,6 +43,7 @@ from autotune.launchers.slurm_accounting import (
     slurm_error,
     slurm_outcome,
 )
+from autotune.launchers.slurm_export import TRAIN_SBATCH, train_sbatch
 from autotune.launchers.slurm_scripts import (
     HEARTBEAT_FILE,
     ID_FILE,
@@ -52,7 +55,8 @@ from autotune.launchers.slurm_scripts import (
     resource_options,
     step_script,
 )
-from autotune.specs.cluster import Cluster, SlurmSettings
+from autotune.launchers.slurm_settings import SLURM_OPTIONS, SlurmSettings
+from autotune.specs.cluster import Cluster
 from autotune.trial.spec import LAUNCH_EPOCH_ENV
 
 POLL_S = 1.0
@@ -78,6 +82,8 @@ def _require(command: str) -> str:
 
 class SlurmLauncher(Launcher):
     name = "slurm"
+    settings_type = SlurmSettings
+    options = SLURM_OPTIONS
 
     def __init__(self, settings: SlurmSettings | None = None, gpus: bool = False) -> None:
         self.settings = checked(settings or SlurmSettings())
@@ -91,7 +97,11 @@ class SlurmLauncher(Launcher):
 
     @classmethod
     def build(cls, settings: LaunchSettings) -> SlurmLauncher:
-        return cls(settings.slurm, gpus=settings.gpus)
+        return cls(settings.of(cls), gpus=settings.gpus)
+
+    @classmethod
+    def export_files(cls, settings: Any, context: ExportContext) -> dict[str, str]:
+        return {TRAIN_SBATCH: train_sbatch(settings, context)}
 
     def check(self, cluster: Cluster) -> None:
         """Refuse, before any trial, what SLURM would refuse or what cannot hold the layout."""

@@ -10,7 +10,7 @@ from autotune.launchers.base import (
     LOG_FILE,
     LaunchRequest,
 )
-from autotune.specs.cluster import SlurmSettings
+from autotune.launchers.slurm_settings import SlurmSettings
 from autotune.trial.spec import NCCL_TUNED
 
 STEP_SCRIPT = "slurm_step.sh"

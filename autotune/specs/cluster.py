@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Backend = Literal["nccl", "gloo"]
 
@@ -44,27 +44,6 @@ class Link:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SlurmSettings:
-    """Where submitted trials go; from flags or the cluster file's `slurm:` section."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    extra_sbatch: tuple[str, ...] = field(default=())
-    """Further sbatch options, e.g. `--constraint=h100` or `--exclusive`."""
-    exclude: tuple[str, ...] = field(default=())
-    """Nodes trials never run on: those the node check found slow (`autotune.nodes`)."""
-
-    def options(self) -> list[str]:
-        named = {"partition": self.partition, "account": self.account, "qos": self.qos}
-        chosen = [f"--{k}={v}" for k, v in named.items() if v]
-        return chosen + list(self.extra_sbatch) + self.exclusion()
-
-    def exclusion(self) -> list[str]:
-        return [f"--exclude={','.join(self.exclude)}"] if self.exclude else []
-
-
-@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """Homogeneous nodes of identical devices."""
 
@@ -75,8 +54,9 @@ class Cluster:
     intra_link: Link
     inter_link: Link
     backend: Backend = "nccl"
-    slurm: SlurmSettings = SlurmSettings()
-    """Where the slurm launcher submits this cluster's trials."""
+    launcher_sections: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+    """The cluster file's sections of launchers' settings, as written (`slurm:`, where SLURM
+    sends the jobs), each read and checked by its launcher (`launchers.check_sections`)."""
     nvlink_domain: int | None = None
     """Devices that share one NVLink domain, a multiple of `devices_per_node` (GB200 NVL72:
     72, over 18 trays of 4); None: each node is its own domain."""

@@ -13,7 +13,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import InputError, did_you_mean
-from autotune.specs.cluster import Cluster, DeviceKind, Link, SlurmSettings
+from autotune.specs.cluster import Cluster, DeviceKind, Link
 from autotune.specs.local import cpu_device, detect_local_cluster
 from autotune.specs.presets import CLUSTER_KINDS, DEVICES, WORKLOADS, GiB
 from autotune.specs.workload import Fp8Recipe, Workload
@@ -88,13 +88,6 @@ class DeviceFile(_Strict):
     host_link_gbps: PositiveFloat = Field(default=25, description="host link, GB/s each way")
 
 
-class SlurmFile(_Strict):
-    partition: Text | None = None
-    account: Text | None = None
-    qos: Text | None = None
-    extra_sbatch: list[Text] = Field(default_factory=list)
-
-
 class ClusterFile(_Strict):
     name: Text | None = None
     nodes: int = Field(default=1, gt=0, le=MAX_NODES)
@@ -103,7 +96,6 @@ class ClusterFile(_Strict):
     intra_link: LinkFile
     inter_link: LinkFile | None = None
     backend: Literal["nccl", "gloo"] = "nccl"
-    slurm: SlurmFile | None = None
     nvlink_domain: PositiveInt | None = Field(
         default=None, description="devices in one NVLink domain, a multiple of a node's"
     )
@@ -164,7 +156,13 @@ def load_cluster(value: str) -> Cluster:
             nvlink_domain=preset.nvlink_domain,
         )
     path = _existing_file(value, "cluster", ["local", *(f"{k}:N" for k in CLUSTER_KINDS)])
-    spec = _validate(ClusterFile, read_yaml_mapping(path), path)
+    data = read_yaml_mapping(path)
+    sections = {
+        key: data.pop(key)
+        for key in list(data)
+        if key not in ClusterFile.model_fields and isinstance(data[key], dict)
+    }
+    spec = _validate(ClusterFile, data, path)
     if spec.nvlink_domain is not None and spec.nvlink_domain % spec.devices_per_node:
         raise InputError(
             f"{path}: nvlink_domain {spec.nvlink_domain} is not a multiple of "
@@ -189,11 +187,7 @@ def load_cluster(value: str) -> Cluster:
         inter_link=_link(spec.inter_link) if spec.inter_link else intra,
         backend=spec.backend,
         nvlink_domain=spec.nvlink_domain,
-        slurm=SlurmSettings(
-            **{**spec.slurm.model_dump(), "extra_sbatch": tuple(spec.slurm.extra_sbatch)}
-        )
-        if spec.slurm
-        else SlurmSettings(),
+        launcher_sections=sections,
     )
 
 

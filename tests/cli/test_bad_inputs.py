@@ -217,6 +217,33 @@ def _cluster_cases() -> list[Case]:
         "top-scalar": "hello\n",
     }
     cases = [Case(f"cluster-{k}", CLUSTER, {"c.yaml": v}) for k, v in files.items()]
+    for name, section, says in (
+        ("section-typo", "slrum: {partition: gpu}", "did you mean slurm?"),
+        ("section-unknown", "kubernetes: {namespace: ml}", "the launchers' sections: slurm"),
+        ("section-setting-typo", "slurm: {partitio: gpu}", "no such setting"),
+        ("section-not-a-list", "slurm: {extra_sbatch: --exclusive}", "extra_sbatch"),
+        ("section-number", "slurm: {qos: 5}", "qos"),
+        ("replay-setting-typo", "replay: {tabel: sweep.csv}", "settings: table"),
+    ):
+        file = {"c.yaml": _cluster(section + "\n")}
+        cases.append(Case(f"cluster-{name}", CLUSTER, file, says=says))
+    for command in (["commbench"], ["nodes"], [*SIMULATE[:3]]):
+        cases.append(
+            Case(
+                f"cluster-section-typo-{command[0]}",
+                [*command, "--cluster", "c.yaml"],
+                {"c.yaml": _cluster("slrum: {partition: gpu}\n")},
+                says="did you mean slurm?",
+            )
+        )
+    cases.append(
+        Case(
+            "run-replay-section-table-missing",
+            ["run", "--launcher", "replay", "--cluster", "c.yaml"],
+            {"c.yaml": _cluster("replay: {table: missing.csv}\n")},
+            says="missing.csv",
+        )
+    )
     for value in (
         "local:99999999999999999999",
         "local:0",

@@ -38,7 +38,7 @@ def launcher_name(request: pytest.FixtureRequest) -> str:
 def settings(tmp_path: Path) -> LaunchSettings:
     table = tmp_path / "sweep.csv"
     table.write_text("dp,zero,mbs,step_time_s,status\n1,0,2,0.25,ok\n1,0,4,,oom\n")
-    return LaunchSettings(table=table)
+    return LaunchSettings(flags={"replay": {"table": table}})
 
 
 def launch(tmp_path: Path, name: str, config: TrainConfig, workload: str, env: dict[str, str]):

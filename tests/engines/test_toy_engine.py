@@ -65,7 +65,7 @@ def test_a_toy_engine_is_planned_tuned_and_exported(toy: Path, tmp_path: Path) -
         Quiet(),
     )
     names = {p.name for p in tuned.exported}
-    assert {"toy.json", "train.sh", "train.sbatch", "nccl.env"} <= names
+    assert {"toy.json", "train.sh", "nccl.env"} <= names
     train = (tuned.ref.folder / "best" / "train.sh").read_text()
     assert "read toy.json in your script" in train and "autotune.engines.torch.worker" in train
 

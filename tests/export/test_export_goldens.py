@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from autotune.engines import ENGINES, get_engine
-from autotune.export.scripts import nccl_env_text, sbatch_script, train_script
+from autotune.export.scripts import nccl_env_text, train_script
 from autotune.launchers import LaunchRequest, torchrun
 from autotune.launchers.slurm_scripts import step_script
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import TrialSpec, nccl_environment
 from tests.engines.megatron.test_megatron import best_trial, check_golden
+from tests.fakes import sbatch_text
 from tests.paths import TESTS
 
 GOLDEN = TESTS / "golden" / "exports"
@@ -49,7 +50,7 @@ def test_every_export_matches_its_golden_file(engine_name: str, tmp_path: Path) 
     note = "NCCL_ALGO=Ring measured 4% faster than NCCL's own choice"
     check_golden("nccl.env", nccl_env_text(nccl_environment(spec), spec, trial, note), folder)
     check_golden("train.sh", train_script(engine, spec, trial, "golden", files[0].name), folder)
-    check_golden("train.sbatch", sbatch_script(spec, trial, "golden"), folder)
+    check_golden("train.sbatch", sbatch_text(spec, trial, "golden"), folder)
 
 
 def test_slurm_step_script_matches_its_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:

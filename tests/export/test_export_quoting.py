@@ -13,11 +13,13 @@ import pytest
 
 from autotune.engines import get_engine
 from autotune.errors import InputError
-from autotune.export.scripts import nccl_env_text, sbatch_script, train_script
+from autotune.export.scripts import nccl_env_text, train_script
+from autotune.launchers import LaunchSettings
+from autotune.launchers.slurm import SlurmLauncher
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
-from autotune.specs.cluster import SlurmSettings
 from autotune.trial.spec import TrialSpec, nccl_environment
+from tests.fakes import sbatch_text
 
 
 def hostile(canary: Path) -> list[str]:
@@ -55,12 +57,14 @@ def test_hostile_names_and_options_execute_nothing(tmp_path: Path) -> None:
         cluster = dataclasses.replace(
             load_cluster("local:2"),
             name=text,
-            slurm=SlurmSettings(
-                partition=single_line,
-                account=single_line,
-                qos=single_line,
-                extra_sbatch=(f"--comment={single_line}",),
-            ),
+            launcher_sections={
+                "slurm": {
+                    "partition": single_line,
+                    "account": single_line,
+                    "qos": single_line,
+                    "extra_sbatch": [f"--comment={single_line}"],
+                }
+            },
         )
         spec = TrialSpec(
             engine="megatron",
@@ -76,7 +80,7 @@ def test_hostile_names_and_options_execute_nothing(tmp_path: Path) -> None:
         engine = get_engine("megatron")
         engine.write_files(spec, best)
         (best / "train.sh").write_text(train_script(engine, spec, trial, text))
-        (best / "train.sbatch").write_text(sbatch_script(spec, trial, text))
+        (best / "train.sbatch").write_text(sbatch_text(spec, trial, text))
         (best / "nccl.env").write_text(nccl_env_text(nccl_environment(spec), spec, trial))
         (best / "train.sh").chmod(0o755)
         bin_dir = fake_bin(tmp_path)
@@ -109,7 +113,7 @@ def test_hostile_names_and_options_execute_nothing(tmp_path: Path) -> None:
 
 def test_a_line_break_in_an_sbatch_option_is_refused() -> None:
     cluster = dataclasses.replace(
-        load_cluster("local:2"), slurm=SlurmSettings(partition="debug\ntouch /tmp/x")
+        load_cluster("local:2"), launcher_sections={"slurm": {"partition": "debug\ntouch /tmp/x"}}
     )
     spec = TrialSpec(
         engine="deepspeed", workload=load_workload("tiny"), cluster=cluster, config=TrainConfig()
@@ -117,7 +121,7 @@ def test_a_line_break_in_an_sbatch_option_is_refused() -> None:
     study = optuna.create_study()
     study.add_trial(optuna.trial.create_trial(value=1.0))
     with pytest.raises(InputError, match="line breaks"):
-        sbatch_script(spec, study.trials[0], "s")
+        sbatch_text(spec, study.trials[0], "s")
 
 
 def test_cluster_file_slurm_section_reaches_the_job_options(tmp_path: Path) -> None:
@@ -126,5 +130,5 @@ def test_cluster_file_slurm_section_reaches_the_job_options(tmp_path: Path) -> N
         "devices_per_node: 8\ndevice: h100-sxm\nintra_link: {bandwidth_gbps: 450, latency_us: 1}\n"
         "slurm: {partition: gpu, account: ml, extra_sbatch: ['--exclusive']}\n"
     )
-    cluster = load_cluster(str(path))
-    assert cluster.slurm.options() == ["--partition=gpu", "--account=ml", "--exclusive"]
+    settings = LaunchSettings(cluster=load_cluster(str(path))).of(SlurmLauncher)
+    assert settings.options() == ["--partition=gpu", "--account=ml", "--exclusive"]

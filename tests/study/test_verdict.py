@@ -5,6 +5,7 @@ of the trial that chose it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -82,6 +83,8 @@ def test_every_output_names_the_same_winner_and_the_trials_its_figures_come_from
     tmp_path: Path, effort: Effort, sliced: bool
 ) -> None:
     problem = load_problem("megatron", "llama3-8b", "dgx-h100:4", None)
+    slurm = dataclasses.replace(problem.cluster, launcher_sections={"slurm": {"qos": "high"}})
+    problem = dataclasses.replace(problem, cluster=slurm)  # a SLURM cluster: train.sbatch
     study = _study(problem, tmp_path, effort, sliced)
     verdict = decide(study)
     assert verdict is not None and verdict.exported is verdict.winner
@@ -95,7 +98,8 @@ def test_every_output_names_the_same_winner_and_the_trials_its_figures_come_from
     assert (
         f", trial {first}; figures from {repeats} (measured: " in (best / "train.sh").read_text()
     )
-    assert f", trial {first}; figures from {repeats}, on " in (best / "train.sbatch").read_text()
+    sbatch = (best / "train.sbatch").read_text()
+    assert f", trial {first}; figures from {repeats}, on " in sbatch and "--qos=high" in sbatch
     assert f"NCCL settings of study trial {first} " in (best / "nccl.env").read_text()
     provenance = yaml.safe_load((best / "best.yaml").read_text())["provenance"]
     assert (provenance["trial"], provenance["figures_from_trials"]) == (first, after)

@@ -174,10 +174,12 @@ def problem_attrs(problem: Problem) -> dict[str, Any]:
 
 
 def _identity(value: Any) -> Any:
-    """What must match to resume a study: stored JSON, without where SLURM jobs are sent
-    (a resume may use another partition or account)."""
+    """What must match to resume a study: stored JSON, without the launchers' sections of the
+    cluster (a resume may send SLURM jobs to another partition or account; a study stored
+    before launchers owned their sections keeps a `slurm` key)."""
     plain = json.loads(json.dumps(value))
     if isinstance(plain, dict):
+        plain.pop("launcher_sections", None)
         plain.pop("slurm", None)
     return plain
 

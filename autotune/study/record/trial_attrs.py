@@ -8,11 +8,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import TrainConfig
+
+if TYPE_CHECKING:
+    import optuna
 
 CONFIG = "config"
 """The trial's knobs, as `TrainConfig.as_dict()`."""
@@ -65,6 +68,9 @@ flags, `--users-config`, the space file's `yours:`)."""
 NODE_CHECK = "node_check"
 """Study attribute: the node check before the study (`autotune.nodes`), its readings and the
 nodes kept out of trials."""
+LAUNCHED_THROUGH = "launched_through"
+"""Study attribute: the launchers that ran its trials, by name; their own files are exported
+(`Launcher.export_files`: SLURM's train.sbatch)."""
 NO_REFERENCE = "no_reference"
 """On the study: why no run of the user's config can be the loss-parity reference (it is not
 known, not in the space, or failed every time it ran); nothing is then judged."""
@@ -305,3 +311,16 @@ SLICE_ERROR = "slice_to_full_error"
 """On the study: the slice-to-full error its full-size trials measured (`slice.confirm`)."""
 FULL_OF = "full_size_of"
 """On a full-size confirmation: the number of the trial it measures at full size."""
+
+
+def launched_through(study: optuna.Study, launcher: str) -> None:
+    """Record that `launcher` runs the study's trials (once a launcher)."""
+    used = launchers_of(study)
+    if launcher not in used:
+        study.set_user_attr(LAUNCHED_THROUGH, [*used, launcher])
+
+
+def launchers_of(study: optuna.Study) -> tuple[str, ...]:
+    """The launchers that ran the study's trials (none known: a study stored before)."""
+    used = study.user_attrs.get(LAUNCHED_THROUGH)
+    return tuple(str(u) for u in used) if isinstance(used, list) else ()

@@ -22,12 +22,13 @@ from autotune.engines.megatron.exports import (
     pretrain_gpt_flags,
     transformer_config_kwargs,
 )
-from autotune.export.scripts import nccl_env_text, sbatch_script, train_script
+from autotune.export.scripts import nccl_env_text, train_script
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.specs import load_cluster, load_workload
 from autotune.trial.spec import TrialSpec
 from tests.conftest import autotune
+from tests.fakes import sbatch_text
 from tests.paths import TESTS
 
 GOLDEN = TESTS / "golden" / "megatron"
@@ -142,7 +143,7 @@ def test_train_script_and_nccl_env_match_golden_files() -> None:
     trial = best_trial(12345.0, "simulated")
     check_golden("train.sh", train_script(get_engine("megatron"), spec, trial, "seventy"))
     check_golden("nccl.env", nccl_env_text({}, spec, trial))
-    check_golden("train.sbatch", sbatch_script(spec, trial, "seventy"))
+    check_golden("train.sbatch", sbatch_text(spec, trial, "seventy"))
 
 
 @pytest.mark.parametrize("name", CASES)
