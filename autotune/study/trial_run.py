@@ -33,6 +33,7 @@ from autotune.study.record.trial_attrs import (
     OWNER,
     QUEUE,
     RANKED_BY,
+    SLOW_NODES,
     SOURCE,
     SWEPT,
     TRIAL_NODES,
@@ -80,16 +81,29 @@ SCRIPT_FAULTS = ("script_error", "no_steps", "config_ignored")
 """Failures of a user's script that no other config would fix."""
 
 
+def found_slow_again(study: optuna.Study, nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of `nodes` (found slow by the trial just told) that an earlier trial found slow."""
+    found = [
+        node
+        for t in study.get_trials(deepcopy=False)
+        if isinstance(slow := t.user_attrs.get(SLOW_NODES), list)
+        for node in slow
+    ]
+    return tuple(node for node in nodes if found.count(node) >= 2)
+
+
 def stop_after(run: StudyRun, record: trials.TrialRecord) -> str | None:
     """Why to stop the study after `record`, before any config was measured: every trial so
     far timed out (the limit is too short for a trial here), or the user's script cannot run,
     ends too early, ignores its config or failed twice alike (a crash's message, numbers and
-    paths aside: `failure_gist`), and every trial would fail the same. At any time: a trial
-    found a slow node that cannot be kept out of later trials."""
+    paths aside: `failure_gist`), and every trial would fail the same. At any time: a node
+    found slow by a second trial (one profiled step of one trial can read a healthy node slow
+    on a busy host) that cannot be kept out of later trials."""
     study, problem = run.study, run.problem
     if record.kind == "slow_node":
+        confirmed = found_slow_again(study, record.slow_nodes)
         needed = record.result.nodes if record.result and record.result.nodes else 1
-        return keep_out(run.launcher, record.slow_nodes, needed, str(record.error))
+        return keep_out(run.launcher, confirmed, needed, str(record.error)) if confirmed else None
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if any(t.value is not None for t in done):
         return None
@@ -236,6 +250,8 @@ def _attrs(record: trials.TrialRecord) -> dict[str, Any]:
     }
     if record.swept:
         attrs[SWEPT] = list(record.swept)
+    if record.slow_nodes:
+        attrs[SLOW_NODES] = list(record.slow_nodes)
     if record.result is not None:
         attrs.update(record.result.figures())
     return attrs

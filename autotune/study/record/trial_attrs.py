@@ -89,6 +89,9 @@ it was expected to save when chosen (`study/search/economics.py: kept_promise`).
 SWEPT = "swept"
 """Processes the trial left running on the tuner's host, stopped once it ended (`name (pid N)`
 each)."""
+SLOW_NODES = "slow_nodes"
+"""On a `slow_node` trial: the nodes it found slow. A node is kept out of later trials once a
+second trial finds it slow too (`study/trial_run.stop_after`)."""
 STOPPED_FOR = "stopped_for"
 """Why a measured trial stopped measuring (`trial.length`): precise, slower or cap."""
 
