@@ -18,6 +18,7 @@ from autotune.export.best import export_best
 from autotune.problem import load_problem
 from autotune.space import TrainConfig
 from autotune.study.record.storage import problem_attrs
+from autotune.study.record.trial_attrs import launched_through
 from tests.fakes import measured_study
 from tests.paths import TESTS
 
@@ -48,12 +49,14 @@ TUNED = TrainConfig(dp=2, zero=2, mbs=2)
 
 
 def exported(workdir: Path, command: list[str], monkeypatch: pytest.MonkeyPatch) -> Path:
-    """best/ of a study of `command` whose winner is `TUNED`, as `autotune export` writes it."""
+    """best/ of a study of `command` on SLURM whose winner is `TUNED`, as `autotune export`
+    writes it (train.sbatch with the rest)."""
     monkeypatch.chdir(workdir)
     problem = load_problem("deepspeed", "tiny", "local:2", command=command)
     study = measured_study((TUNED, 100.0))
     for key, value in problem_attrs(problem).items():
         study.set_user_attr(key, value)
+    launched_through(study, "slurm")
     export_best(study, workdir / "best")
     return workdir / "best"
 
