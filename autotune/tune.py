@@ -15,7 +15,7 @@ from rich.markup import escape
 from autotune.calibration.saved import calibration_path, load_calibration, noise_path
 from autotune.errors import InputError
 from autotune.export import export_best
-from autotune.launchers import LaunchSettings, check_sections, get_launcher
+from autotune.launchers import LaunchSettings, check_settings, get_launcher
 from autotune.launchers.base import Launcher
 from autotune.launchers.slurm import SlurmLauncher
 from autotune.model_probe import ModelRead, read_model
@@ -194,13 +194,13 @@ def _checked_launcher(
             "local or slurm"
         )
     calibration, _ = load_calibration(settings.results, problem.cluster, problem.engine.name)
-    check_sections(problem.cluster)
     launch = dataclasses.replace(
         settings.launch,
         calibration=calibration,
         traits=problem.engine.traits,
         cluster=problem.cluster,
     )
+    check_settings(launch)
     launcher = get_launcher(settings.launcher, launch)
     problem = launcher.narrow(problem)
     if launcher.source == "measured":

@@ -106,7 +106,7 @@ def test_the_cli_page_shows_defaults_as_values_and_keeps_placeholders(site: Path
     run = _command_sections(page)["run"]
     assert "<code>sqlite:///results/&lt;study&gt;/study.db</code>" in page
     assert "&lt;model&gt;-&lt;cluster&gt;-&lt;engine&gt;" in run
-    for group in ("The job", "Budget", "Measurement", "SLURM"):
+    for group in ("The job", "Budget", "Measurement", "The slurm launcher"):
         assert f"<strong>{group}</strong>" in run, group
 
 

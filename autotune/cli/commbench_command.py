@@ -72,7 +72,7 @@ def commbench(
     """Time collectives over powers-of-two message sizes, with nccl-tests' algbw and busbw,
     beside a memory copy measured in the same run."""
     from autotune.commbench.bench import parse_groups, parse_ops, parse_sizes, run_commbench
-    from autotune.launchers import LAUNCHERS, LaunchSettings, get_launcher
+    from autotune.launchers import LAUNCHERS, LaunchSettings, check_settings, get_launcher
     from autotune.specs import load_cluster
 
     if launcher not in (measuring := measuring_launcher_names()):
@@ -85,14 +85,11 @@ def commbench(
     spec = checked_cluster(load_cluster(cluster))
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
     shapes = tuple(parse_groups(groups, spec))
-    runner = get_launcher(
-        launcher,
-        LaunchSettings(
-            gpus=spec.backend == "nccl",
-            cluster=spec,
-            flags=launcher_flags(flags, measuring),
-        ),
+    settings = LaunchSettings(
+        gpus=spec.backend == "nccl", cluster=spec, flags=launcher_flags(flags, measuring)
     )
+    check_settings(settings)
+    runner = get_launcher(launcher, settings)
     out = results / "commbench"
     report = run_commbench(spec, chosen_ops, chosen_sizes, out, shapes, sweep, runner)
     if as_json:

@@ -50,6 +50,18 @@ def check_sections(cluster: Cluster) -> None:
         check_section(launcher.settings_type, launcher.name, values)
 
 
+def check_settings(settings: LaunchSettings) -> None:
+    """Raise InputError, before any trial, for a cluster-file section or a flag given that its
+    launcher cannot read: every launcher's, not only the one that runs (a `--partition` with
+    a line break is refused even where the run is simulated)."""
+    if settings.cluster is not None:
+        check_sections(settings.cluster)
+    for name, given in settings.flags.items():
+        launcher = LAUNCHERS[name]
+        if launcher.settings_type is not None and any(v not in (None, ()) for v in given.values()):
+            settings.of(launcher)
+
+
 def exported_files(used: Iterable[str], context: ExportContext) -> dict[str, str]:
     """Launchers' own files for best/: of each launcher that ran the study's trials (`used`)
     or has a section in its cluster file."""
@@ -73,6 +85,7 @@ __all__ = [
     "ExportContext",
     "LauncherOption",
     "check_sections",
+    "check_settings",
     "exported_files",
     "options_of",
     "LaunchOutcome",

@@ -351,6 +351,11 @@ def _path_cases() -> list[Case]:
         ),
         Case("run-partition-newline", [*SIMULATE, "--partition", "gpu\n#SBATCH --x"]),
         Case("run-account-nul", [*SIMULATE, "--account", "a\x01b"]),
+        Case("commbench-partition-newline", ["commbench", "--partition", "gpu\n#SBATCH --x"]),
+        Case(
+            "run-table-of-replay-missing",
+            [*SIMULATE[:1], "--launcher", "replay", "--table", "no.csv"],
+        ),
         Case("trial-out-file", ["trial", "--cluster", "local:2", "--out", "afile"], file),
         Case("trial-out-proc", ["trial", "--cluster", "local:2", "--out", "/proc/at-trial"]),
         Case("trial-out-under-file", ["trial", "--cluster", "local:2", "--out", "afile/t"], file),
