@@ -57,7 +57,11 @@ def check_settings(settings: LaunchSettings) -> None:
     if settings.cluster is not None:
         check_sections(settings.cluster)
     for name, given in settings.flags.items():
-        launcher = LAUNCHERS[name]
+        launcher = LAUNCHERS.get(name)
+        if launcher is None:
+            raise InputError(
+                f"flags of an unknown launcher {name!r}{did_you_mean(name, LAUNCHERS)}"
+            )
         if launcher.settings_type is not None and any(v not in (None, ()) for v in given.values()):
             settings.of(launcher)
 
