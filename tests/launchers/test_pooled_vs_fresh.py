@@ -54,21 +54,33 @@ def paired_log_ratios(
     return ratios
 
 
-def assert_within_launch_spread(ratios: list[float], floor: float) -> None:
-    """The median pooled/fresh ratio is 1 within what the pairs' own spread allows (about
-    99.9%, from their median absolute deviation: one launch landing 50% off on a busy
+def within_launch_spread(ratios: list[float], floor: float) -> bool:
+    """Whether the median pooled/fresh ratio is 1 within what the pairs' own spread allows
+    (about 99.9%, from their median absolute deviation: one launch landing 50% off on a busy
     machine moves neither), never tighter than `floor`, and never as far off as the 19% the
     issue found: a pool that reads configs that slow or fast fails."""
     median = statistics.median(ratios)
     spread = 1.4826 * statistics.median(abs(r - median) for r in ratios)
     allowed = 3.3 * 1.25 * spread / math.sqrt(len(ratios))  # the median's standard error
-    assert abs(median) <= min(max(allowed, floor), 0.18), (math.exp(median), ratios)
+    return abs(median) <= min(max(allowed, floor), 0.18)
+
+
+def assert_pooled_reads_fresh(
+    problem: Problem, configs: list[str], folder: Path, rounds: int, floor: float
+) -> None:
+    """Pairs of `rounds`; where their spread leaves the median unsettled (launches on a busy
+    host once landed 2.6x apart, and 8 pairs put the median 21% off), as many again, and the
+    median of all of them judged: a pool that reads configs 19% off fails either way."""
+    ratios = paired_log_ratios(problem, configs, folder / "first", rounds)
+    if not within_launch_spread(ratios, floor):
+        ratios += paired_log_ratios(problem, configs, folder / "again", rounds)
+    assert within_launch_spread(ratios, floor), (math.exp(statistics.median(ratios)), ratios)
 
 
 def test_the_warm_pool_measures_what_a_fresh_launch_does(tmp_path: Path) -> None:
     problem = load_problem("deepspeed", "tiny", "local:2")
     configs = ["zero=0,mbs=8", "zero=3,mbs=4"]
-    assert_within_launch_spread(paired_log_ratios(problem, configs, tmp_path, rounds=3), 0.03)
+    assert_pooled_reads_fresh(problem, configs, tmp_path, rounds=3, floor=0.03)
 
 
 def test_a_forked_trial_of_a_users_script_measures_what_a_fresh_launch_does(
@@ -76,7 +88,6 @@ def test_a_forked_trial_of_a_users_script_measures_what_a_fresh_launch_does(
 ) -> None:
     problem = ds_train_problem(tmp_path, monkeypatch)
     configs = ["zero=0,mbs=4", "zero=2,mbs=8"]
-    ratios = paired_log_ratios(problem, configs, tmp_path / "trials", rounds=4)
     # Never tighter than 12%: a user's script's pairs cluster by chance (-9% in four of six
     # once on a quiet host, +0.4% in the median of fourteen after).
-    assert_within_launch_spread(ratios, 0.12)
+    assert_pooled_reads_fresh(problem, configs, tmp_path / "trials", rounds=4, floor=0.12)
