@@ -12,7 +12,6 @@ from autotune.cli import commbench_display
 from autotune.cli.app import cli
 from autotune.cli.help import completing, lowered
 from autotune.cli.options import (
-    checked_cluster,
     console,
     launcher_flags,
     launcher_options,
@@ -82,13 +81,13 @@ def commbench(
             f"commbench times collectives on real processes; launcher {launcher!r} does not "
             f"run them (launchers that do: {', '.join(measuring)})"
         )
-    spec = checked_cluster(load_cluster(cluster))
+    spec = load_cluster(cluster)
     chosen_ops, chosen_sizes = parse_ops(ops), parse_sizes(sizes)
     shapes = tuple(parse_groups(groups, spec))
     settings = LaunchSettings(
         gpus=spec.backend == "nccl", cluster=spec, flags=launcher_flags(flags, measuring)
     )
-    check_settings(settings)
+    check_settings(settings)  # the cluster file's launcher sections, and the flags
     runner = get_launcher(launcher, settings)
     out = results / "commbench"
     report = run_commbench(spec, chosen_ops, chosen_sizes, out, shapes, sweep, runner)

@@ -14,7 +14,6 @@ from autotune.cli.help import GroupedCommand, completing, lowered
 from autotune.cli.options import (
     FiniteFloatRange,
     check_writable_folder,
-    checked_problem,
     console,
     launcher_flags,
     launcher_groups,
@@ -199,16 +198,14 @@ def run(**options: Any) -> None:
 
     flags = launcher_flags(options, launcher_names())
     run_options = RunOptions(**options, launcher_flags=flags)
-    problem = checked_problem(
-        load_problem(
-            run_options.engine,
-            run_options.model,
-            run_options.cluster,
-            run_options.space,
-            run_options.command,
-            run_options.users_config,
-        )
-    )
+    problem = load_problem(
+        run_options.engine,
+        run_options.model,
+        run_options.cluster,
+        run_options.space,
+        run_options.command,
+        run_options.users_config,
+    )  # its cluster file's launcher sections are checked by `tune`, with the flags
     settings = tune_settings(problem, run_options)
     check_writable_folder(run_options.results, "--results")
     tuned = tune(problem, settings, display.RichProgress(console), console.print)

@@ -38,10 +38,10 @@ def get_launcher(name: str, settings: LaunchSettings | None = None) -> Launcher:
 def check_sections(cluster: Cluster) -> None:
     """Raise InputError, before any trial, for a section of the cluster file that no launcher
     reads or that its launcher cannot read (a typo is not left to the export)."""
-    readers = {name: c for name, c in LAUNCHERS.items() if c.settings_type is not None}
     for section, values in cluster.launcher_sections.items():
-        launcher = readers.get(str(section))
+        launcher = LAUNCHERS.get(str(section))
         if launcher is None or launcher.settings_type is None:
+            readers = [name for name, c in LAUNCHERS.items() if c.settings_type is not None]
             hint = did_you_mean(str(section), [*readers, *ClusterFile.model_fields])
             raise InputError(
                 f"cluster {cluster.name}: unknown section {section!r}; the launchers' "

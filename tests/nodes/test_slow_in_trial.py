@@ -24,7 +24,7 @@ from autotune.space import TrainConfig
 from autotune.study.loop import run_study
 from autotune.study.record.storage import StudyRef
 from autotune.study.record.verdicts import verdicts
-from autotune.study.settings import Budget, SearchSettings
+from autotune.study.settings import Budget, SearchSettings, StudyOutcome
 from autotune.trial.result import TrialResult
 from autotune.trial.spec import TRIAL_FILE, StepPlan, TrialSpec
 from tests.fakes import Quiet, measured_outcome, new_study
@@ -116,20 +116,28 @@ class SlowSecondNode(Launcher):
         return measured_outcome(request, spec, 0.2, node_compute_s={"h1": 0.02, "h2": 0.1})
 
 
-def test_a_node_found_slow_twice_stops_a_study_whose_launcher_cannot_avoid_it(
-    tmp_path: Path,
-) -> None:
+def two_host_study(
+    launcher: Launcher, trials: int, tmp_path: Path
+) -> tuple[optuna.Study, StudyOutcome]:
+    """A study of up to `trials` trials on two hosts, run through `launcher`."""
     study = new_study()
     outcome = run_study(
         load_problem("torch", "llama3-8b", "dgx-h100:2"),
         study,
         ref=StudyRef("t", "memory", tmp_path),
-        launcher=SlowSecondNode(),
+        launcher=launcher,
         progress=Quiet(),
         settings=SearchSettings(
-            budget=Budget(trials=8), calibration=DEFAULT_CALIBRATION["hopper"]
+            budget=Budget(trials=trials), calibration=DEFAULT_CALIBRATION["hopper"]
         ),
     )
+    return study, outcome
+
+
+def test_a_node_found_slow_twice_stops_a_study_whose_launcher_cannot_avoid_it(
+    tmp_path: Path,
+) -> None:
+    study, outcome = two_host_study(SlowSecondNode(), 8, tmp_path)
     trials = study.get_trials()
     assert len(trials) == 2  # the first finding is confirmed by a second trial
     assert all(t.user_attrs["kind"] == "slow_node" and t.value is None for t in trials)
@@ -154,17 +162,7 @@ class SlowOnce(SlowSecondNode):
 def test_a_node_found_slow_once_and_not_again_stays_and_the_study_goes_on(
     tmp_path: Path,
 ) -> None:
-    study = new_study()
-    outcome = run_study(
-        load_problem("torch", "llama3-8b", "dgx-h100:2"),
-        study,
-        ref=StudyRef("t", "memory", tmp_path),
-        launcher=SlowOnce(),
-        progress=Quiet(),
-        settings=SearchSettings(
-            budget=Budget(trials=4), calibration=DEFAULT_CALIBRATION["hopper"]
-        ),
-    )
+    study, outcome = two_host_study(SlowOnce(), 4, tmp_path)
     kinds = [t.user_attrs["kind"] for t in study.get_trials()]
     assert kinds[0] == "slow_node" and kinds.count("ok") >= 3, kinds
     assert "slow node" not in outcome.stop_reason
